@@ -1,0 +1,89 @@
+// One driver call on its way to the server: what generated stubs (gen/client_stubs.gen.cpp) and
+// hand-written overrides (client/driver/*.cpp) use to reach the wire.
+//
+// Usage, for a call that waits:
+//   rgpu::client::Call c(rgpu::op::cuMemAlloc_v2, rgpu::client::kWaits);
+//   c.args().put<uint64_t>(bytesize);
+//   c.args().put_u8(dptr != nullptr);
+//   CUresult rc = c.invoke();            // flushes queued one-way calls, sends, waits
+//   if (rc == CUDA_SUCCESS && dptr) *dptr = c.reply().get<CUdeviceptr>();
+//   return rc;
+// For a one-way call (kOneWay), invoke() queues the frame and returns CUDA_SUCCESS at once; a
+// failure comes back with the next waiting call on this thread (protocol/messages.h).
+//
+// invoke() returns CUDA_ERROR_NOT_INITIALIZED before cuInit has connected, and
+// CUDA_ERROR_DEVICE_UNAVAILABLE when the connection is gone. With RGPU_BATCH=0 every call waits.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/wire.h"
+
+namespace rgpu::client {
+
+enum CallKind { kWaits, kOneWay };
+
+class Call {
+ public:
+  Call(uint16_t op, CallKind kind);
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  // Where the arguments go, in the order the server's handler reads them.
+  Writer& args() { return args_; }
+  // Bytes sent after the arguments without copying them first (large inputs, e.g. HtoD data).
+  // The memory must stay valid until invoke() returns.
+  void attach(const void* data, size_t n) {
+    attach_ = data;
+    attach_len_ = n;
+  }
+  // For a waiting call: reply bytes after the first `prefix` bytes of the handler's output are
+  // read straight into dst (at most cap bytes); reply() then holds only the prefix.
+  void reply_sink(size_t prefix, void* dst, size_t cap) {
+    sink_prefix_ = prefix;
+    sink_ = dst;
+    sink_cap_ = cap;
+  }
+  // Sends the call. Returns the call's CUresult (for one-way calls, CUDA_SUCCESS once queued), or
+  // an error deferred from an earlier one-way call on this thread, or a connection error.
+  CUresult invoke();
+  // The handler's output after its CUresult (waiting calls only, after invoke()).
+  Reader& reply() { return reply_reader_; }
+  // Bytes the sink received.
+  size_t sink_received() const { return sink_received_; }
+
+ private:
+  uint16_t op_;
+  CallKind kind_;
+  std::vector<uint8_t> args_buf_;
+  Writer args_{&args_buf_};
+  const void* attach_ = nullptr;
+  size_t attach_len_ = 0;
+  size_t sink_prefix_ = 0;
+  void* sink_ = nullptr;
+  size_t sink_cap_ = 0;
+  size_t sink_received_ = 0;
+  std::vector<uint8_t> reply_buf_;
+  Reader reply_reader_;
+};
+
+// Client handles (protocol/messages.h "Handles on the wire").
+inline uint64_t handle_id(const void* h) { return reinterpret_cast<uint64_t>(h); }
+template <class H>
+H handle_from(uint64_t id) {
+  return reinterpret_cast<H>(id);
+}
+// A fresh id for a handle the client names before the server creates it.
+uint64_t mint_handle();
+
+// Logs a call that this build does not forward and returns CUDA_ERROR_NOT_SUPPORTED. Used by the
+// generated stubs of everything the generator cannot marshal: one log line naming the call.
+CUresult unsupported(const char* name);
+
+// RGPU_TRACE: one line per call when tracing is on (cheap check when off).
+void trace_call(const char* name);
+
+}  // namespace rgpu::client

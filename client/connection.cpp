@@ -1,0 +1,233 @@
+// Implementation of client/connection.h.
+#include "client/connection.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "common/env.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "protocol/frame.h"
+
+namespace rgpu::client {
+namespace {
+
+constexpr auto kIdleFlush = std::chrono::microseconds(200);
+
+std::string identity() {
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  const char* user = getenv("USER");
+  std::string prog = "unknown";
+  if (FILE* f = fopen("/proc/self/comm", "r")) {
+    char buf[64] = {0};
+    if (fgets(buf, sizeof buf, f)) prog = std::string(buf, strcspn(buf, "\n"));
+    fclose(f);
+  }
+  return log::format("%s@%s pid=%d prog=%s", user ? user : "?", host, static_cast<int>(getpid()), prog.c_str());
+}
+
+}  // namespace
+
+Connection* Connection::open(const std::string& server, const std::string& token, std::string* err) {
+  net::Address addr;
+  // Several servers (comma-separated) are a later feature; the first one serves all devices now.
+  std::string first = server.substr(0, server.find(','));
+  if (!net::parse_address(first, 9713, &addr, err)) {
+    *err += " (from RGPU_SERVER)";
+    return nullptr;
+  }
+  int fd = net::connect_tcp(addr, err);
+  if (fd < 0) {
+    *err += "; is the server running? see rgpu-server --help";
+    return nullptr;
+  }
+  net::set_buffers(fd, 4 << 20);
+  net::set_recv_timeout(fd, env::get().connect_timeout_s);
+  auto* c = new Connection();
+  c->fd_ = fd;
+  c->server_name_ = addr.str();
+  if (!proto::client_handshake(fd, token, identity(), c->server_name_, &c->hs_, err)) {
+    ::close(fd);
+    delete c;
+    return nullptr;
+  }
+  net::set_recv_timeout(fd, 0);  // replies to a long synchronize may take as long as the kernel
+  c->flusher_ = std::thread([c] { c->idle_flusher(); });
+  return c;
+}
+
+Connection::~Connection() {
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    stop_ = true;
+  }
+  flush_cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Connection::mark_broken(const std::string& why) {
+  if (!broken_.exchange(true)) {
+    log::error("lost the connection to rgpu-server at %s: %s; the GPU work of this process cannot continue",
+               server_name_.c_str(), why.c_str());
+  }
+}
+
+bool Connection::flush_locked() {
+  if (batch_.empty()) return !broken_;
+  bool ok = !broken_ && net::write_full(fd_, batch_.data(), batch_.size());
+  batch_.clear();
+  if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
+  return ok;
+}
+
+bool Connection::flush() {
+  std::lock_guard<std::mutex> lock(send_mu_);
+  return flush_locked();
+}
+
+bool Connection::send_oneway(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra,
+                             size_t extra_len) {
+  oneway_calls_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (broken_) return false;
+  bool was_empty = batch_.empty();
+  proto::FrameHeader h =
+      proto::make_header(op, proto::kNoReply, next_request_++, thread_id, args_len + extra_len);
+  if (extra_len >= kDirectSendBytes) {
+    // Bulk data goes straight from the caller's memory to the socket, behind what is queued.
+    iovec iov[4] = {{batch_.data(), batch_.size()},
+                    {&h, sizeof h},
+                    {const_cast<void*>(args), args_len},
+                    {const_cast<void*>(extra), extra_len}};
+    bool ok = net::writev_full(fd_, iov, 4);
+    batch_.clear();
+    if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
+    return ok;
+  }
+  const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+  batch_.insert(batch_.end(), hp, hp + sizeof h);
+  const auto* ap = static_cast<const uint8_t*>(args);
+  batch_.insert(batch_.end(), ap, ap + args_len);
+  if (extra_len) {
+    const auto* ep = static_cast<const uint8_t*>(extra);
+    batch_.insert(batch_.end(), ep, ep + extra_len);
+  }
+  if (batch_.size() >= kFlushBytes) return flush_locked();
+  if (was_empty) flush_cv_.notify_one();
+  return true;
+}
+
+void Connection::idle_flusher() {
+  std::unique_lock<std::mutex> lock(send_mu_);
+  while (!stop_) {
+    flush_cv_.wait(lock, [&] { return stop_ || !batch_.empty(); });
+    if (stop_) break;
+    // Give the program a moment to add more calls to the batch, then send what is there.
+    flush_cv_.wait_for(lock, kIdleFlush, [&] { return stop_; });
+    flush_locked();
+  }
+}
+
+bool Connection::call(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra,
+                      size_t extra_len, ReplySlot* slot) {
+  round_trips_.fetch_add(1, std::memory_order_relaxed);
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (broken_) return false;
+    id = next_request_++;
+    {
+      std::lock_guard<std::mutex> rlock(recv_mu_);
+      pending_[id] = slot;
+    }
+    proto::FrameHeader h = proto::make_header(op, 0, id, thread_id, args_len + extra_len);
+    bool ok;
+    if (batch_.empty()) {
+      ok = proto::write_frame(fd_, op, 0, id, thread_id, args, args_len, extra, extra_len);
+    } else {
+      iovec iov[4] = {{batch_.data(), batch_.size()},
+                      {&h, sizeof h},
+                      {const_cast<void*>(args), args_len},
+                      {const_cast<void*>(extra), extra_len}};
+      ok = net::writev_full(fd_, iov, extra_len ? 4 : 3);
+      batch_.clear();
+    }
+    if (!ok) {
+      mark_broken("sending failed (the server closed the connection or the network is down)");
+      std::lock_guard<std::mutex> rlock(recv_mu_);
+      pending_.erase(id);
+      return false;
+    }
+  }
+
+  std::unique_lock<std::mutex> lock(recv_mu_);
+  while (!slot->done) {
+    if (broken_) {
+      pending_.erase(id);
+      return false;
+    }
+    if (!reading_) {
+      reading_ = true;
+      lock.unlock();
+      bool ok = read_one();
+      lock.lock();
+      reading_ = false;
+      if (!ok) {
+        for (auto& [rid, s] : pending_) {
+          s->failed = true;
+          s->done = true;
+        }
+        pending_.clear();
+      }
+      recv_cv_.notify_all();
+    } else {
+      recv_cv_.wait(lock);
+    }
+  }
+  return !slot->failed;
+}
+
+bool Connection::read_one() {
+  proto::FrameHeader h{};
+  std::string why;
+  proto::ReadResult rr = proto::read_header(fd_, proto::kMaxPayload, &h, &why);
+  if (rr != proto::ReadResult::kOk) {
+    mark_broken(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
+    return false;
+  }
+  ReplySlot* slot = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    auto it = pending_.find(h.request_id);
+    if (it != pending_.end()) slot = it->second;
+  }
+  if (!(h.flags & proto::kReply) || !slot) {
+    mark_broken(log::format("the server sent a frame for unknown request %u", h.request_id));
+    return false;
+  }
+  size_t head = h.length;
+  if (slot->sink && h.length > slot->sink_prefix) head = slot->sink_prefix;
+  size_t tail = h.length - head;
+  if (tail > slot->sink_cap) {
+    mark_broken(log::format("the server sent %zu bytes for a %zu-byte buffer", tail, slot->sink_cap));
+    return false;
+  }
+  slot->payload.resize(head);
+  if ((head && net::read_full(fd_, slot->payload.data(), head) != static_cast<ssize_t>(head)) ||
+      (tail && net::read_full(fd_, slot->sink, tail) != static_cast<ssize_t>(tail))) {
+    mark_broken("the connection broke in the middle of a reply");
+    return false;
+  }
+  slot->sink_got = tail;
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  pending_.erase(h.request_id);
+  slot->done = true;
+  return true;
+}
+
+}  // namespace rgpu::client

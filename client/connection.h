@@ -1,0 +1,97 @@
+// The client's one connection to rgpu-server: batching of one-way calls, and replies routed to
+// the threads that wait for them.
+//
+// Sending: frames are appended to one batch buffer under a mutex. A one-way call only appends
+// (flushed when the batch passes kFlushBytes, by the idle flusher within kIdleFlush, or ahead of
+// the next waiting call); a waiting call appends and flushes, so everything queued before it
+// reaches the server first.
+// Receiving: no dedicated reader thread. A waiting thread that finds no other thread reading
+// becomes the reader, reads frames and hands each to the thread whose request it answers, until
+// its own reply arrives (a leader/follower scheme): a single-threaded program pays no thread
+// switch per call.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "protocol/handshake.h"
+#include "protocol/messages.h"
+
+namespace rgpu::client {
+
+// What a waiting call gets back.
+struct ReplySlot {
+  std::vector<uint8_t> payload;  // the reply payload (or its prefix when sinking)
+  void* sink = nullptr;          // where reply bytes past sink_prefix go
+  size_t sink_prefix = 0;
+  size_t sink_cap = 0;
+  size_t sink_got = 0;
+  bool done = false;
+  bool failed = false;  // the connection broke before the reply came
+};
+
+class Connection {
+ public:
+  // Connects and runs the handshake. On failure returns nullptr with a sentence in *err.
+  static Connection* open(const std::string& server, const std::string& token, std::string* err);
+  ~Connection();
+
+  // Queues a one-way frame. `extra` is copied or already sent on return (the caller may reuse its
+  // memory at once).
+  // Returns false when the connection is gone.
+  bool send_oneway(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra,
+                   size_t extra_len);
+  // Sends a waiting frame (flushing everything queued before it) and waits for its reply.
+  // `extra` is sent without copying. Returns false when the connection broke.
+  bool call(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra, size_t extra_len,
+            ReplySlot* slot);
+  // Sends everything queued now.
+  bool flush();
+
+  const std::string& server_name() const { return server_name_; }
+  bool broken() const { return broken_.load(); }
+  uint64_t round_trips() const { return round_trips_.load(); }
+  uint64_t oneway_calls() const { return oneway_calls_.load(); }
+
+  static constexpr size_t kFlushBytes = 256 << 10;
+  // One-way payloads at least this large are written at once instead of copied into the batch.
+  static constexpr size_t kDirectSendBytes = 64 << 10;
+
+ private:
+  Connection() = default;
+  bool flush_locked();
+  void mark_broken(const std::string& why);
+  // Reads one reply frame and completes its slot. Called by the current reader only.
+  bool read_one();
+  void idle_flusher();
+
+  int fd_ = -1;
+  std::string server_name_;
+  proto::ClientHandshakeResult hs_;
+
+  std::mutex send_mu_;
+  std::vector<uint8_t> batch_;
+  uint32_t next_request_ = 1;
+  std::condition_variable flush_cv_;
+  bool stop_ = false;
+  std::thread flusher_;
+
+  std::mutex recv_mu_;
+  std::condition_variable recv_cv_;
+  bool reading_ = false;
+  std::unordered_map<uint32_t, ReplySlot*> pending_;
+
+  std::atomic<bool> broken_{false};
+  std::atomic<uint64_t> round_trips_{0};
+  std::atomic<uint64_t> oneway_calls_{0};
+};
+
+}  // namespace rgpu::client

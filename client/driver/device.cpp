@@ -1,0 +1,184 @@
+// cuInit, cuDriverGetVersion and the cuDevice* queries: answered on the client from the
+// snapshot taken at connect (protocol/snapshot.h), so none of them costs a round trip.
+#include <cuda.h>
+
+#include <cstdio>
+#include <cstring>
+#include <strings.h>
+
+#include "client/call.h"
+#include "client/runtime.h"
+#include "gen/export.gen.h"
+
+using rgpu::client::snapshot;
+
+namespace {
+
+// The device a query names, or nullptr (with *rc set) when there is none.
+const rgpu::proto::DeviceInfo* device(CUdevice dev, CUresult* rc) {
+  if (!rgpu::client::connection()) {
+    *rc = CUDA_ERROR_NOT_INITIALIZED;
+    return nullptr;
+  }
+  const auto& devs = snapshot().devices;
+  if (dev < 0 || static_cast<size_t>(dev) >= devs.size()) {
+    *rc = CUDA_ERROR_INVALID_DEVICE;
+    return nullptr;
+  }
+  *rc = CUDA_SUCCESS;
+  return &devs[static_cast<size_t>(dev)];
+}
+
+CUresult attribute(int* pi, int attrib, CUdevice dev) {
+  CUresult rc;
+  const auto* d = device(dev, &rc);
+  if (!d) return rc;
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  if (attrib <= 0 || static_cast<size_t>(attrib) >= d->attrs.size()) return CUDA_ERROR_INVALID_VALUE;
+  const auto& a = d->attrs[static_cast<size_t>(attrib)];
+  if (a.result != CUDA_SUCCESS) return static_cast<CUresult>(a.result);
+  *pi = a.value;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+RGPU_EXPORT CUresult CUDAAPI cuInit(unsigned int Flags) {
+  rgpu::client::trace_call("cuInit");
+  if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return rgpu::client::init(Flags);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDriverGetVersion(int* driverVersion) {
+  rgpu::client::trace_call("cuDriverGetVersion");
+  if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
+  // Answerable before cuInit, like the real driver: report the version of the cuda.h we were
+  // built against until we know the server's.
+  *driverVersion = rgpu::client::connection() ? snapshot().driver_version : CUDA_VERSION;
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetCount(int* count) {
+  rgpu::client::trace_call("cuDeviceGetCount");
+  if (!rgpu::client::connection()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  *count = static_cast<int>(snapshot().devices.size());
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice* out, int ordinal) {
+  rgpu::client::trace_call("cuDeviceGet");
+  CUresult rc;
+  if (!device(ordinal, &rc)) return rc;
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  *out = ordinal;
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
+  rgpu::client::trace_call("cuDeviceGetName");
+  CUresult rc;
+  const auto* d = device(dev, &rc);
+  if (!d) return rc;
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(name, static_cast<size_t>(len), "%s", d->name.c_str());
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  rgpu::client::trace_call("cuDeviceGetUuid");
+  CUresult rc;
+  const auto* d = device(dev, &rc);
+  if (!d) return rc;
+  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(uuid->bytes, d->uuid.data(), sizeof uuid->bytes);
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  rgpu::client::trace_call("cuDeviceTotalMem_v2");
+  CUresult rc;
+  const auto* d = device(dev, &rc);
+  if (!d) return rc;
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  *bytes = d->total_mem;
+  return CUDA_SUCCESS;
+}
+
+// The pre-3.2 entry point with a 32-bit size: clamped, as the real driver does.
+RGPU_EXPORT CUresult CUDAAPI cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
+  size_t full = 0;
+  CUresult rc = cuDeviceTotalMem_v2(&full, dev);
+  if (rc == CUDA_SUCCESS) *bytes = full > 0xffffffffu ? 0xffffffffu : static_cast<unsigned int>(full);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  rgpu::client::trace_call("cuDeviceGetAttribute");
+  return attribute(pi, attrib, dev);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
+  rgpu::client::trace_call("cuDeviceComputeCapability");
+  if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = attribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  if (rc == CUDA_SUCCESS) rc = attribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetProperties(CUdevprop* p, CUdevice dev) {
+  rgpu::client::trace_call("cuDeviceGetProperties");
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc;
+  if (!device(dev, &rc)) return rc;
+  auto a = [&](CUdevice_attribute id) {
+    int v = 0;
+    attribute(&v, id, dev);
+    return v;
+  };
+  p->maxThreadsPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  p->maxThreadsDim[0] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  p->maxThreadsDim[1] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  p->maxThreadsDim[2] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  p->maxGridSize[0] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  p->maxGridSize[1] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  p->maxGridSize[2] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  p->sharedMemPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  p->totalConstantMemory = a(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
+  p->SIMDWidth = a(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  p->memPitch = a(CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+  p->regsPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  p->clockRate = a(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  p->textureAlign = a(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
+  rgpu::client::trace_call("cuDeviceGetPCIBusId");
+  CUresult rc;
+  const auto* d = device(dev, &rc);
+  if (!d) return rc;
+  if (!pciBusId || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(pciBusId, static_cast<size_t>(len), "%s", d->pci_bus_id.c_str());
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
+  rgpu::client::trace_call("cuDeviceGetByPCIBusId");
+  if (!rgpu::client::connection()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!dev || !pciBusId) return CUDA_ERROR_INVALID_VALUE;
+  const auto& devs = snapshot().devices;
+  for (size_t i = 0; i < devs.size(); ++i) {
+    if (strcasecmp(devs[i].pci_bus_id.c_str(), pciBusId) == 0) {
+      *dev = static_cast<CUdevice>(i);
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_DEVICE;
+}
+
+}  // extern "C"

@@ -1,0 +1,178 @@
+// Kernel launches. The arguments are packed on the client into one buffer using the kernel's
+// parameter layout, known from the module image (client/modules.h) or, failing that, asked once
+// from the server with cuFuncGetParamInfo and remembered. A launch is one-way.
+//
+// Wire (cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchCooperativeKernel[_ptsz]):
+//   u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes, u64 stream, LaunchArgs
+// cuLaunchKernelEx[_ptsz]:
+//   u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes, u64 stream,
+//   u32 n attrs, n × CUlaunchAttribute (events inside travel as client ids), LaunchArgs
+// LaunchArgs: u32 n params, n × (u32 offset, u32 size), u64 len, len bytes of packed
+//   arguments. n = 0 with len > 0 means "the caller's `extra` buffer": the server passes it as
+//   CU_LAUNCH_PARAM_BUFFER_POINTER.
+#include <cuda.h>
+
+#include <cstring>
+#include <vector>
+
+#include "client/call.h"
+#include "client/modules.h"
+#include "client/runtime.h"
+#include "gen/export.gen.h"
+#include "gen/ops.gen.h"
+
+namespace {
+
+using rgpu::client::Call;
+using rgpu::client::handle_id;
+using rgpu::client::ModuleRegistry;
+
+// The layout of f: from the image, or asked from the server once.
+std::shared_ptr<const rgpu::image::Kernel> layout(CUfunction f) {
+  auto k = ModuleRegistry::get().function(handle_id(f));
+  if (k) return k;
+  rgpu::image::Kernel asked;
+  for (uint32_t i = 0;; ++i) {
+    Call c(rgpu::op::cuFuncGetParamInfo, rgpu::client::kWaits);
+    c.args().put_u64(handle_id(f));
+    c.args().put_u64(i);
+    if (c.invoke() != CUDA_SUCCESS) break;  // past the last parameter (or f is bad)
+    uint64_t off = c.reply().u64(), size = c.reply().u64();
+    if (!c.reply().ok() || off > (1u << 20) || size > (1u << 20)) break;
+    asked.params.push_back({i, static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
+    asked.param_bytes = std::max<uint32_t>(asked.param_bytes, static_cast<uint32_t>(off + size));
+  }
+  ModuleRegistry::get().set_function(handle_id(f), asked);
+  return ModuleRegistry::get().function(handle_id(f));
+}
+
+// Appends LaunchArgs. Returns CUDA_ERROR_INVALID_VALUE when the arguments cannot be read.
+CUresult put_args(rgpu::Writer& w, CUfunction f, void** kernelParams, void** extra) {
+  if (extra) {
+    const void* buf = nullptr;
+    const size_t* size = nullptr;
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
+      else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE) size = static_cast<const size_t*>(e[1]);
+      else return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!buf || !size) return CUDA_ERROR_INVALID_VALUE;
+    auto k = ModuleRegistry::get().function(handle_id(f));
+    if (k && !k->params.empty() && *size < k->param_bytes) return CUDA_ERROR_INVALID_VALUE;
+    w.put_u32(0);
+    w.put_bytes(buf, *size);
+    return CUDA_SUCCESS;
+  }
+  auto k = layout(f);
+  if (!k) return CUDA_ERROR_INVALID_HANDLE;
+  if (!k->params.empty() && !kernelParams) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<uint8_t> packed(k->param_bytes);
+  w.put_u32(static_cast<uint32_t>(k->params.size()));
+  for (size_t i = 0; i < k->params.size(); ++i) {
+    const auto& p = k->params[i];
+    w.put_u32(p.offset);
+    w.put_u32(p.size);
+    if (!kernelParams[i]) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(packed.data() + p.offset, kernelParams[i], p.size);
+  }
+  w.put_bytes(packed.data(), packed.size());
+  return CUDA_SUCCESS;
+}
+
+void put_dims(rgpu::Writer& w, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+              unsigned bz, unsigned shmem, CUstream s) {
+  w.put_u64(handle_id(f));
+  for (unsigned v : {gx, gy, gz, bx, by, bz, shmem}) w.put_u32(v);
+  w.put_u64(handle_id(s));
+}
+
+CUresult launch(uint16_t op, const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                unsigned by, unsigned bz, unsigned shmem, CUstream s, void** kernelParams, void** extra) {
+  rgpu::client::trace_call(name);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  Call c(op, rgpu::client::kOneWay);
+  put_dims(c.args(), f, gx, gy, gz, bx, by, bz, shmem, s);
+  CUresult rc = put_args(c.args(), f, kernelParams, extra);
+  return rc == CUDA_SUCCESS ? c.invoke() : rc;
+}
+
+CUresult launch_ex(uint16_t op, const char* name, const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                   void** extra) {
+  rgpu::client::trace_call(name);
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
+  Call c(op, rgpu::client::kOneWay);
+  put_dims(c.args(), f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+           config->blockDimZ, config->sharedMemBytes, config->hStream);
+  c.args().put_u32(config->numAttrs);
+  for (unsigned i = 0; i < config->numAttrs; ++i) c.args().put(config->attrs[i]);
+  CUresult rc = put_args(c.args(), f, kernelParams, extra);
+  return rc == CUDA_SUCCESS ? c.invoke() : rc;
+}
+
+}  // namespace
+
+extern "C" {
+
+RGPU_EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                            unsigned by, unsigned bz, unsigned shmem, CUstream s, void** kernelParams,
+                                            void** extra) {
+  return launch(rgpu::op::cuLaunchKernel, "cuLaunchKernel", f, gx, gy, gz, bx, by, bz, shmem, s, kernelParams, extra);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                 unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                                                 void** kernelParams, void** extra) {
+  return launch(rgpu::op::cuLaunchKernel_ptsz, "cuLaunchKernel_ptsz", f, gx, gy, gz, bx, by, bz, shmem, s,
+                kernelParams, extra);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                       unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                                       CUstream s, void** kernelParams) {
+  return launch(rgpu::op::cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", f, gx, gy, gz, bx, by, bz, shmem, s,
+                kernelParams, nullptr);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                            unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                                            CUstream s, void** kernelParams) {
+  return launch(rgpu::op::cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel_ptsz", f, gx, gy, gz, bx, by, bz,
+                shmem, s, kernelParams, nullptr);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                              void** extra) {
+  return launch_ex(rgpu::op::cuLaunchKernelEx, "cuLaunchKernelEx", config, f, kernelParams, extra);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                                   void** extra) {
+  return launch_ex(rgpu::op::cuLaunchKernelEx_ptsz, "cuLaunchKernelEx_ptsz", config, f, kernelParams, extra);
+}
+
+// Answered from the layout the client knows; asked from the server otherwise.
+RGPU_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
+                                                size_t* paramSize) {
+  rgpu::client::trace_call("cuFuncGetParamInfo");
+  if (!func) return CUDA_ERROR_INVALID_HANDLE;
+  auto k = ModuleRegistry::get().function(handle_id(func));
+  if (k && !k->params.empty()) {
+    if (paramIndex >= k->params.size()) return CUDA_ERROR_INVALID_VALUE;
+    if (paramOffset) *paramOffset = k->params[paramIndex].offset;
+    if (paramSize) *paramSize = k->params[paramIndex].size;
+    return CUDA_SUCCESS;
+  }
+  Call c(rgpu::op::cuFuncGetParamInfo, rgpu::client::kWaits);
+  c.args().put_u64(handle_id(func));
+  c.args().put_u64(paramIndex);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  uint64_t off = c.reply().u64(), size = c.reply().u64();
+  if (paramOffset) *paramOffset = off;
+  if (paramSize) *paramSize = size;
+  return rc;
+}
+
+}  // extern "C"

@@ -1,0 +1,120 @@
+// Host↔device copies: the calls whose payload is the user's data. Large copies travel as
+// kBulkChunk frames back to back with no round trip between them (DESIGN.md §3, "bulk data");
+// host-to-device chunks are written from the caller's memory without a copy, and device-to-host
+// replies are read straight into the caller's buffer (Call::reply_sink).
+//
+// Semantics kept from the driver:
+// - cuMemcpyHtoD returns once the source is consumed; all its chunks but the last are one-way,
+//   the last waits, so the call reports this copy's errors (and any earlier deferred ones).
+// - cuMemcpyHtoDAsync copies the source before it returns (legal for pageable memory), is
+//   one-way, and runs in stream order on the server.
+// - cuMemcpyDtoHAsync must land in the caller's buffer by the synchronize that covers it; here
+//   the call waits for the data (stronger than needed, never wrong).
+#include <cuda.h>
+
+#include <algorithm>
+
+#include "client/call.h"
+#include "client/runtime.h"
+#include "gen/export.gen.h"
+#include "gen/ops.gen.h"
+#include "protocol/messages.h"
+
+namespace {
+
+using rgpu::client::Call;
+using rgpu::client::handle_id;
+
+// Wire: u64 dst, u64 stream (async ops only), u64 n, then n bytes of data.
+CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
+  if (n && !src) return CUDA_ERROR_INVALID_VALUE;
+  size_t off = 0;
+  do {
+    size_t len = std::min<size_t>(n - off, rgpu::proto::kBulkChunk);
+    bool last = off + len == n;
+    Call c(op, (last && !async) ? rgpu::client::kWaits : rgpu::client::kOneWay);
+    c.args().put<uint64_t>(dst + off);
+    if (async) c.args().put_u64(handle_id(stream));
+    c.args().put_u64(len);
+    c.attach(static_cast<const uint8_t*>(src) + off, len);
+    CUresult rc = c.invoke();
+    if (rc != CUDA_SUCCESS) return rc;
+    off += len;
+  } while (off < n);
+  return CUDA_SUCCESS;
+}
+
+// Wire: u64 src, u64 stream (async ops only), u64 n. Reply: CUresult, then n bytes.
+CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUstream stream) {
+  if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
+  size_t off = 0;
+  do {
+    size_t len = std::min<size_t>(n - off, rgpu::proto::kBulkChunk);
+    Call c(op, rgpu::client::kWaits);
+    c.args().put<uint64_t>(src + off);
+    if (async) c.args().put_u64(handle_id(stream));
+    c.args().put_u64(len);
+    c.reply_sink(sizeof(int32_t), static_cast<uint8_t*>(dst) + off, len);
+    CUresult rc = c.invoke();
+    if (rc != CUDA_SUCCESS) return rc;
+    if (c.sink_received() != len) return CUDA_ERROR_UNKNOWN;
+    off += len;
+  } while (off < n);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+#define RGPU_HTOD(name)                                                                   \
+  RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr dst, const void* src, size_t n) {                     \
+    rgpu::client::trace_call(#name);                                                                  \
+    return htod(rgpu::op::name, false, dst, src, n, nullptr);                                         \
+  }
+RGPU_HTOD(cuMemcpyHtoD_v2)
+RGPU_HTOD(cuMemcpyHtoD_v2_ptds)
+#undef RGPU_HTOD
+
+#define RGPU_DTOH(name)                                                    \
+  RGPU_EXPORT CUresult CUDAAPI name(void* dst, CUdeviceptr src, size_t n) { \
+    rgpu::client::trace_call(#name);                                       \
+    return dtoh(rgpu::op::name, false, dst, src, n, nullptr);              \
+  }
+RGPU_DTOH(cuMemcpyDtoH_v2)
+RGPU_DTOH(cuMemcpyDtoH_v2_ptds)
+#undef RGPU_DTOH
+
+#define RGPU_HTOD_ASYNC(name)                                                                        \
+  RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr dst, const void* src, size_t n, CUstream stream) {   \
+    rgpu::client::trace_call(#name);                                                                 \
+    return htod(rgpu::op::name, true, dst, src, n, stream);                                          \
+  }
+RGPU_HTOD_ASYNC(cuMemcpyHtoDAsync_v2)
+RGPU_HTOD_ASYNC(cuMemcpyHtoDAsync_v2_ptsz)
+#undef RGPU_HTOD_ASYNC
+
+#define RGPU_DTOH_ASYNC(name)                                                                \
+  RGPU_EXPORT CUresult CUDAAPI name(void* dst, CUdeviceptr src, size_t n, CUstream stream) { \
+    rgpu::client::trace_call(#name);                                                         \
+    return dtoh(rgpu::op::name, true, dst, src, n, stream);                                  \
+  }
+RGPU_DTOH_ASYNC(cuMemcpyDtoHAsync_v2)
+RGPU_DTOH_ASYNC(cuMemcpyDtoHAsync_v2_ptsz)
+#undef RGPU_DTOH_ASYNC
+
+// The pre-3.2 entry points with 32-bit device pointers and sizes travel as their _v2 forms.
+RGPU_EXPORT CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr_v1 dst, const void* src, unsigned int n) {
+  return cuMemcpyHtoD_v2(dst, src, n);
+}
+RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoH(void* dst, CUdeviceptr_v1 src, unsigned int n) {
+  return cuMemcpyDtoH_v2(dst, src, n);
+}
+RGPU_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr_v1 dst, const void* src, unsigned int n, CUstream s) {
+  return cuMemcpyHtoDAsync_v2(dst, src, n, s);
+}
+RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr_v1 src, unsigned int n, CUstream s) {
+  return cuMemcpyDtoHAsync_v2(dst, src, n, s);
+}
+
+}  // extern "C"

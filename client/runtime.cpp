@@ -1,0 +1,154 @@
+// Implementation of client/runtime.h and of the parts of client/call.h that are not per call:
+// handle minting, tracing, the NOT_SUPPORTED stub.
+#include "client/runtime.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+
+#include "client/call.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "gen/ops.gen.h"
+
+// Lets rgpu-server recognise (and refuse) this library when it is pointed at it as a driver.
+extern "C" __attribute__((visibility("default"))) const int rgpu_shim_marker = 1;
+
+namespace rgpu::client {
+namespace {
+
+std::mutex g_init_mu;
+bool g_init_done = false;
+CUresult g_init_result = CUDA_ERROR_NOT_INITIALIZED;
+Connection* g_conn = nullptr;
+proto::Snapshot g_snapshot;
+std::atomic<uint32_t> g_next_thread{1};
+std::atomic<uint64_t> g_next_handle{proto::kFirstClientHandle};
+
+// RGPU_TRACE destination: null when off.
+FILE* g_trace = nullptr;
+std::once_flag g_trace_once;
+
+void open_trace() {
+  const std::string& t = env::get().trace;
+  if (t == "0" || t.empty()) return;
+  if (t == "1") {
+    g_trace = stdout;
+  } else if (t == "2") {
+    g_trace = stderr;
+  } else {
+    g_trace = fopen(t.c_str(), "a");
+    if (!g_trace) log::warn("cannot open RGPU_TRACE file '%s'; tracing is off", t.c_str());
+  }
+}
+
+void at_exit_flush() {
+  if (g_conn) g_conn->flush();
+}
+
+CUresult fetch_snapshot() {
+  Call c(proto::kOpSnapshot, kWaits);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  if (!proto::decode_snapshot(c.reply(), &g_snapshot)) {
+    log::error("rgpu-server at %s sent a malformed device snapshot; are client and server the same rgpu release?",
+               g_conn->server_name().c_str());
+    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  }
+  return static_cast<CUresult>(g_snapshot.init_result);
+}
+
+}  // namespace
+
+CUresult init(unsigned flags) {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (g_init_done) return g_init_result;
+  g_init_done = true;
+  const env::Settings& s = env::get();
+  log::set_prefix(log::format("rgpu[%d]", static_cast<int>(getpid())));
+  if (s.log == "debug") log::set_level(log::kDebug);
+  if (s.log == "warn") log::set_level(log::kWarn);
+  if (s.log == "error") log::set_level(log::kError);
+  std::string err;
+  g_conn = Connection::open(s.server, s.token, &err);
+  if (!g_conn) {
+    log::error("%s", err.c_str());
+    g_init_result = CUDA_ERROR_DEVICE_UNAVAILABLE;
+    return g_init_result;
+  }
+  std::atexit(at_exit_flush);
+  g_init_result = fetch_snapshot();
+  if (g_init_result == CUDA_SUCCESS) log::debug("connected to rgpu-server at %s", g_conn->server_name().c_str());
+  return g_init_result;
+}
+
+Connection* connection() { return g_conn; }
+const proto::Snapshot& snapshot() { return g_snapshot; }
+
+uint32_t thread_id() {
+  thread_local uint32_t id = g_next_thread.fetch_add(1);
+  return id;
+}
+
+bool batching() { return env::get().batch; }
+
+void count_call(uint16_t, bool) {}
+
+uint64_t mint_handle() { return g_next_handle.fetch_add(1, std::memory_order_relaxed); }
+
+void trace_call(const char* name) {
+  std::call_once(g_trace_once, open_trace);
+  if (!g_trace) return;
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::steady_clock::now().time_since_epoch())
+                .count();
+  fprintf(g_trace, "rgpu-trace %lld.%06lld tid=%u %s\n", static_cast<long long>(us / 1000000),
+          static_cast<long long>(us % 1000000), thread_id(), name);
+  fflush(g_trace);
+}
+
+CUresult unsupported(const char* name) {
+  trace_call(name);
+  log::error("%s is not supported by rgpu yet (returning CUDA_ERROR_NOT_SUPPORTED)", name);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+Call::Call(uint16_t op, CallKind kind) : op_(op), kind_(kind) {}
+
+CUresult Call::invoke() {
+  Connection* conn = g_conn;
+  if (!conn) return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
+  if (kind_ == kOneWay && batching()) {
+    if (!conn->send_oneway(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_))
+      return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    return CUDA_SUCCESS;
+  }
+  ReplySlot slot;
+  slot.sink = sink_;
+  slot.sink_prefix = sink_ ? sizeof(proto::ReplyPrefix) + sink_prefix_ : 0;
+  slot.sink_cap = sink_cap_;
+  if (!conn->call(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_, &slot))
+    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  reply_buf_ = std::move(slot.payload);
+  sink_received_ = slot.sink_got;
+  Reader r(reply_buf_.data(), reply_buf_.size());
+  proto::ReplyPrefix prefix = r.get<proto::ReplyPrefix>();
+  int32_t own = r.get<int32_t>();
+  if (!r.ok()) {
+    log::error("rgpu-server sent a truncated reply to %s", op::name(op_) ? op::name(op_) : "a control message");
+    return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  }
+  reply_reader_ = r;
+  if (prefix.deferred_result != CUDA_SUCCESS) {
+    const char* failed = op::name(prefix.deferred_op);
+    log::debug("an earlier one-way call %s failed with error %d; reporting it now", failed ? failed : "?",
+               prefix.deferred_result);
+    if (own == CUDA_SUCCESS) return static_cast<CUresult>(prefix.deferred_result);
+  }
+  return static_cast<CUresult>(own);
+}
+
+}  // namespace rgpu::client

@@ -1,0 +1,32 @@
+// The client's process-wide state: the connection made by cuInit, the device snapshot, the
+// client thread id, tracing. Everything hand-written in client/driver/ reaches the server
+// through this and client/call.h.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+
+#include "client/connection.h"
+#include "protocol/snapshot.h"
+
+namespace rgpu::client {
+
+// Connects (once) and fetches the snapshot. Returns the cached result on later calls: the
+// server's own cuInit result, or CUDA_ERROR_DEVICE_UNAVAILABLE when the server cannot be reached
+// or refuses us (with one error line saying why and what to do).
+CUresult init(unsigned flags);
+// The connection, or nullptr before a successful init().
+Connection* connection();
+// Valid after a successful init().
+const proto::Snapshot& snapshot();
+// This thread's id on the wire (small, stable for the thread's life).
+uint32_t thread_id();
+// False when RGPU_BATCH=0: every call then waits for its reply.
+bool batching();
+
+// Call statistics, for RGPU_STATS.
+void count_call(uint16_t op, bool waited);
+
+}  // namespace rgpu::client

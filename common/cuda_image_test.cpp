@@ -1,0 +1,225 @@
+// Pins rgpu::image against images nvcc built from tests/kernels/test_kernels.cu: every image
+// kind must give the same kernels with the same layouts, and broken images must be refused.
+#include "common/cuda_image.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "test_kernel_paths.h"
+
+namespace rgpu::image {
+namespace {
+
+std::vector<uint8_t> read_file(const char* path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+struct Expected {
+  std::vector<Param> params;
+  uint32_t bytes;
+};
+
+// The layouts the CUDA ABI gives test_kernels.cu's signatures.
+const std::map<std::string, Expected>& expected() {
+  static const std::map<std::string, Expected> m = {
+      {"rgpu_vec_add", {{{0, 0, 8}, {1, 8, 8}, {2, 16, 8}, {3, 24, 4}}, 28}},
+      {"rgpu_fill_u32", {{{0, 0, 8}, {1, 8, 4}, {2, 16, 8}}, 24}},
+      {"rgpu_affine", {{{0, 0, 8}, {1, 8, 24}, {2, 32, 4}}, 36}},
+      {"rgpu_spin", {{{0, 0, 8}}, 8}},
+      {"rgpu_empty", {{}, 0}},
+      {"rgpu_printf", {{{0, 0, 4}}, 4}},
+  };
+  return m;
+}
+
+void expect_test_kernels(const Image& img) {
+  ASSERT_EQ(img.kernels.size(), expected().size());
+  for (const auto& [name, want] : expected()) {
+    const Kernel* k = img.find(name);
+    ASSERT_NE(k, nullptr) << name;
+    EXPECT_EQ(k->param_bytes, want.bytes) << name;
+    ASSERT_EQ(k->params.size(), want.params.size()) << name;
+    for (size_t i = 0; i < want.params.size(); ++i) {
+      EXPECT_EQ(k->params[i].ordinal, want.params[i].ordinal) << name << " param " << i;
+      EXPECT_EQ(k->params[i].offset, want.params[i].offset) << name << " param " << i;
+      EXPECT_EQ(k->params[i].size, want.params[i].size) << name << " param " << i;
+    }
+  }
+}
+
+struct Case {
+  const char* label;
+  const char* path;
+  Kind kind;
+};
+
+class RealImage : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!RGPU_HAVE_TEST_KERNELS) GTEST_SKIP() << "nvcc was not found at configure time, so there are no images";
+    bytes_ = read_file(GetParam().path);
+    ASSERT_FALSE(bytes_.empty()) << GetParam().path;
+    if (GetParam().kind == Kind::kPtx) bytes_.push_back(0);  // as cuModuleLoadData takes it
+  }
+  std::vector<uint8_t> bytes_;
+};
+
+TEST_P(RealImage, IsDetectedAndSized) {
+  EXPECT_EQ(detect(bytes_.data(), bytes_.size()), GetParam().kind);
+  EXPECT_EQ(image_size(bytes_.data(), bytes_.size()), bytes_.size());
+  // A bare pointer (cuModuleLoadData) finds the same end.
+  EXPECT_EQ(image_size(bytes_.data(), SIZE_MAX), bytes_.size());
+}
+
+TEST_P(RealImage, GivesTheSignatureLayoutOfEveryKernel) {
+  Image img;
+  std::string err;
+  ASSERT_TRUE(parse(bytes_.data(), bytes_.size(), &img, &err)) << err;
+  expect_test_kernels(img);
+}
+
+TEST_P(RealImage, RefusesEveryTruncationWithoutCrashing) {
+  // Every prefix either fails or (PTX cut between entries) parses to a subset; none may crash.
+  for (size_t n = 0; n < bytes_.size(); n += (n < 256 ? 1 : 61)) {
+    std::vector<uint8_t> cut(bytes_.begin(), bytes_.begin() + long(n));
+    Image img;
+    std::string err;
+    bool ok = parse(cut.data(), cut.size(), &img, &err);
+    if (GetParam().kind != Kind::kPtx) {
+      EXPECT_FALSE(ok) << "prefix of " << n << " bytes";
+    }
+    if (!ok) {
+      EXPECT_FALSE(err.empty());
+    }
+    EXPECT_LE(image_size(cut.data(), cut.size()), cut.size());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TestKernels, RealImage,
+    ::testing::Values(Case{"cubin", RGPU_TEST_KERNEL_CUBIN, Kind::kCubin}, Case{"ptx", RGPU_TEST_KERNEL_PTX, Kind::kPtx},
+                      Case{"fatbin", RGPU_TEST_KERNEL_FATBIN, Kind::kFatbin},
+                      Case{"fatbin_lz4", RGPU_TEST_KERNEL_FATBIN_LZ4, Kind::kFatbin},
+                      Case{"fatbin_zstd", RGPU_TEST_KERNEL_FATBIN_ZSTD, Kind::kFatbin},
+                      Case{"fatbin_none", RGPU_TEST_KERNEL_FATBIN_NONE, Kind::kFatbin},
+                      Case{"fatbin_ptx_only", RGPU_TEST_KERNEL_FATBIN_PTX, Kind::kFatbin}),
+    [](const auto& info) { return std::string(info.param.label); });
+
+// The compressed fatbins really hold compressed entries with the flag we decode.
+TEST(CudaImage, CompressedFatbinsCarryTheirCodecFlag) {
+  if (!RGPU_HAVE_TEST_KERNELS) GTEST_SKIP() << "nvcc was not found at configure time";
+  for (auto [path, flag] : {std::pair{RGPU_TEST_KERNEL_FATBIN_LZ4, 0x2000u}, std::pair{RGPU_TEST_KERNEL_FATBIN_ZSTD, 0x8000u}}) {
+    std::vector<uint8_t> d = read_file(path);
+    ASSERT_GE(d.size(), 16u + 64u);
+    uint16_t hsize;
+    std::memcpy(&hsize, &d[6], 2);
+    uint64_t flags;
+    std::memcpy(&flags, &d[hsize + 40], 8);
+    EXPECT_TRUE(flags & flag) << path;
+  }
+}
+
+TEST(CudaImage, FatbinWrapperIsNamedButNotFollowed) {
+  struct {
+    uint32_t magic, version;
+    const void* data;
+    const void* unused;
+  } w{kFatbinWrapperMagic, 1, reinterpret_cast<const void*>(0x1234), nullptr};
+  EXPECT_EQ(detect(&w, sizeof w), Kind::kFatbinWrapper);
+  EXPECT_EQ(fatbin_wrapper_data(&w, sizeof w), reinterpret_cast<const void*>(0x1234));
+  EXPECT_EQ(image_size(&w, sizeof w), 0u);
+  Image img;
+  std::string err;
+  EXPECT_FALSE(parse(&w, sizeof w, &img, &err));
+  EXPECT_NE(err.find("wrapper"), std::string::npos);
+}
+
+TEST(CudaImage, ParsesPtxParameterForms) {
+  const char* ptx =
+      "// header\n.version 8.0\n.target sm_90\n.address_size 64\n"
+      ".extern .entry declared(.param .u32 x);\n"
+      ".visible .entry k(\n"
+      "  .param .u8 a,\n"
+      "  .param .u64 .ptr .global .align 16 p,  /* pointee alignment, not the param's */\n"
+      "  .param .align 4 .b8 s[12],\n"
+      "  .param .f16 h,\n"
+      "  .param .align 16 .b8 v[32]\n"
+      ") .maxntid 128, 1, 1\n{ ret; }\n"
+      ".entry noparams { ret; }\n";
+  Image img;
+  std::string err;
+  ASSERT_TRUE(parse(ptx, std::strlen(ptx) + 1, &img, &err)) << err;
+  ASSERT_EQ(img.kernels.size(), 2u);
+  const Kernel* k = img.find("k");
+  ASSERT_NE(k, nullptr);
+  std::vector<std::pair<uint32_t, uint32_t>> got;
+  for (const Param& p : k->params) got.emplace_back(p.offset, p.size);
+  EXPECT_EQ(got, (std::vector<std::pair<uint32_t, uint32_t>>{{0, 1}, {8, 8}, {16, 12}, {28, 2}, {32, 32}}));
+  EXPECT_EQ(k->param_bytes, 64u);
+  ASSERT_NE(img.find("noparams"), nullptr);
+  EXPECT_TRUE(img.find("noparams")->params.empty());
+  EXPECT_EQ(img.find("declared"), nullptr);
+}
+
+TEST(CudaImage, RefusesGarbage) {
+  Image img;
+  std::string err;
+  EXPECT_FALSE(parse(nullptr, 0, &img, &err));
+  EXPECT_EQ(detect(nullptr, 10), Kind::kUnknown);
+  const uint8_t junk[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+  EXPECT_EQ(detect(junk, sizeof junk), Kind::kUnknown);
+  EXPECT_FALSE(parse(junk, sizeof junk, &img, &err));
+  EXPECT_EQ(image_size(junk, sizeof junk), 0u);
+
+  // A fatbin header whose payload claims more than there is.
+  uint8_t fb[32] = {};
+  uint32_t magic = kFatbinMagic;
+  std::memcpy(fb, &magic, 4);
+  fb[6] = 16;
+  uint64_t huge = ~0ull - 8;
+  std::memcpy(fb + 8, &huge, 8);
+  EXPECT_EQ(detect(fb, sizeof fb), Kind::kFatbin);
+  EXPECT_EQ(image_size(fb, sizeof fb), 0u);
+  EXPECT_FALSE(parse(fb, sizeof fb, &img, &err));
+
+  // An ELF whose section table points far away.
+  uint8_t elf[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
+  uint64_t shoff = 1ull << 40;
+  std::memcpy(elf + 0x28, &shoff, 8);
+  elf[0x3a] = 64;
+  elf[0x3c] = 3;
+  EXPECT_EQ(image_size(elf, sizeof elf), 0u);
+  EXPECT_FALSE(parse(elf, sizeof elf, &img, &err));
+
+  // PTX with a broken parameter list.
+  const char* ptx = ".version 8.0\n.entry k(.param .u32 a, .param b)\n";
+  EXPECT_FALSE(parse(ptx, std::strlen(ptx), &img, &err));
+  // Unterminated PTX has no self-delimited size.
+  const char text[4] = {'.', 'v', 'e', 'r'};
+  EXPECT_EQ(image_size(text, sizeof text), 0u);
+}
+
+TEST(CudaImage, CorruptedCubinRecordsAreRefusedOrIgnoredButNeverMisread) {
+  if (!RGPU_HAVE_TEST_KERNELS) GTEST_SKIP() << "nvcc was not found at configure time";
+  std::vector<uint8_t> d = read_file(RGPU_TEST_KERNEL_CUBIN);
+  // Flip each byte in turn over the first 4 KiB (headers, symbols, .nv.info): no crash, and
+  // whatever parses keeps the ordinal contract.
+  for (size_t i = 0; i < std::min<size_t>(d.size(), 4096); ++i) {
+    std::vector<uint8_t> m = d;
+    m[i] ^= 0xff;
+    Image img;
+    std::string err;
+    if (!parse(m.data(), m.size(), &img, &err)) continue;
+    for (const Kernel& k : img.kernels) {
+      for (size_t j = 0; j < k.params.size(); ++j) ASSERT_EQ(k.params[j].ordinal, j);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rgpu::image

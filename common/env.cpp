@@ -1,0 +1,44 @@
+// Implementation of common/env.h.
+#include "common/env.h"
+
+#include <cstdlib>
+#include <mutex>
+
+namespace rgpu::env {
+namespace {
+
+Settings g_settings;
+std::once_flag g_once;
+
+std::string str(const char* name, const std::string& def) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : def;
+}
+
+void read_all() {
+  Settings s;
+  s.server = str("RGPU_SERVER", s.server);
+  s.opserver = str("RGPU_OPSERVER", s.opserver);
+  s.token = str("RGPU_TOKEN", "");
+  s.trace = str("RGPU_TRACE", "0");
+  s.stats = str("RGPU_STATS", "");
+  s.batch = str("RGPU_BATCH", "1") != "0";
+  s.log = str("RGPU_LOG", "info");
+  s.connect_timeout_s = std::atoi(str("RGPU_CONNECT_TIMEOUT", "10").c_str());
+  if (s.connect_timeout_s <= 0) s.connect_timeout_s = 10;
+  g_settings = s;
+}
+
+}  // namespace
+
+const Settings& get() {
+  std::call_once(g_once, read_all);
+  return g_settings;
+}
+
+void reload() {
+  std::call_once(g_once, [] {});
+  read_all();
+}
+
+}  // namespace rgpu::env

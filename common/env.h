@@ -1,0 +1,36 @@
+// Every environment variable rgpu reads, in one table, read in one place.
+//
+// | variable        | side   | meaning                                                          |
+// |-----------------|--------|------------------------------------------------------------------|
+// | RGPU_SERVER     | client | host:port[,host:port...] of rgpu-server (default 127.0.0.1:9713) |
+// | RGPU_OPSERVER   | client | host:port of rgpu-opserver (default 127.0.0.1:9720)              |
+// | RGPU_TOKEN      | both   | shared secret for the challenge-response handshake               |
+// | RGPU_TRACE      | client | 0 off, 1 stdout, 2 stderr, anything else: a file path; one line  |
+// |                 |        | per driver call                                                  |
+// | RGPU_STATS      | client | a file path: call statistics written at exit                     |
+// | RGPU_BATCH      | client | 0: every call waits for its reply (debugging); default 1         |
+// | RGPU_LOG        | both   | error, warn, info (default), debug                               |
+// | RGPU_CONNECT_TIMEOUT | client | seconds to wait for the handshake (default 10)            |
+#pragma once
+
+#include <string>
+
+namespace rgpu::env {
+
+struct Settings {
+  std::string server = "127.0.0.1:9713";
+  std::string opserver = "127.0.0.1:9720";
+  std::string token;
+  std::string trace = "0";
+  std::string stats;
+  bool batch = true;
+  std::string log = "info";
+  int connect_timeout_s = 10;
+};
+
+// Reads the environment once; later calls return the same values.
+const Settings& get();
+// Re-reads the environment (tests).
+void reload();
+
+}  // namespace rgpu::env

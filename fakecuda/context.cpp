@@ -1,0 +1,334 @@
+// Contexts: created ones, the device's primary context, and each thread's context stack.
+//
+// Semantics chosen:
+// - The primary context is one permanent object; "active" while retained (refs > 0). Releasing
+//   the last reference or cuDevicePrimaryCtxReset tears down what it owns (streams, memory,
+//   modules, events) and clears its sticky error; the handle stays valid for the next retain.
+// - A context poisoned by a fault (sticky CUDA_ERROR_ILLEGAL_ADDRESS) answers that error to every
+//   call that uses it until it is destroyed or (primary) reset, as the real driver does.
+#include <algorithm>
+
+#include "fakecuda/internal.h"
+
+namespace fake {
+
+std::mutex& g_mu = *new std::mutex;
+std::condition_variable& g_cv = *new std::condition_variable;
+std::unordered_map<CUctx_st*, std::unique_ptr<CUctx_st>>& g_ctxs = *new std::unordered_map<CUctx_st*, std::unique_ptr<CUctx_st>>;
+std::unordered_map<CUstream_st*, std::shared_ptr<CUstream_st>>& g_streams =
+    *new std::unordered_map<CUstream_st*, std::shared_ptr<CUstream_st>>;
+std::unordered_map<CUevent_st*, std::shared_ptr<CUevent_st>>& g_events =
+    *new std::unordered_map<CUevent_st*, std::shared_ptr<CUevent_st>>;
+std::unordered_map<CUmod_st*, std::unique_ptr<CUmod_st>>& g_modules = *new std::unordered_map<CUmod_st*, std::unique_ptr<CUmod_st>>;
+std::unordered_map<CUfunc_st*, CUmod_st*>& g_funcs = *new std::unordered_map<CUfunc_st*, CUmod_st*>;
+
+namespace {
+
+thread_local std::vector<CUctx_st*> t_stack;  // back() is current
+CUctx_st* g_primary = nullptr;                // created on first use, never freed
+
+CUctx_st* primary_locked() {
+  if (!g_primary) g_primary = new_ctx_locked(0, true);
+  return g_primary;
+}
+
+bool usable_locked(CUctx_st* c) { return ctx_alive_locked(c) && (!c->primary || c->primary_refs > 0); }
+
+}  // namespace
+
+bool ctx_alive_locked(CUctx_st* c) { return c && g_ctxs.count(c); }
+
+CUctx_st* new_ctx_locked(unsigned flags, bool primary) {
+  auto c = std::make_unique<CUctx_st>();
+  CUctx_st* raw = c.get();
+  raw->flags = flags;
+  raw->primary = primary;
+  raw->limits = {{CU_LIMIT_STACK_SIZE, 1024},           {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
+                 {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20},   {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2},
+                 {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048}, {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32},
+                 {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0}};
+  g_ctxs.emplace(raw, std::move(c));
+  raw->null_stream = new_stream_locked(raw, 0, 0, true);
+  return raw;
+}
+
+CUctx_st* current_ctx_locked() {
+  if (t_stack.empty()) return nullptr;
+  CUctx_st* c = t_stack.back();
+  return usable_locked(c) ? c : nullptr;
+}
+
+CUresult current_ctx(CUctx_st** out) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  CUctx_st* c = current_ctx_locked();
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c->sticky) return c->sticky;
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+void teardown_ctx(std::unique_lock<std::mutex>& lk, CUctx_st* c) {
+  wait_seq(lk, c->null_stream, c->null_stream->submitted);
+  std::vector<std::shared_ptr<CUstream_st>> streams;
+  for (auto& [raw, s] : g_streams)
+    if (s->ctx == c) streams.push_back(s);
+  for (auto& s : streams) {
+    g_streams.erase(s.get());
+    stop_stream(lk, s);
+  }
+  for (auto it = g_events.begin(); it != g_events.end();) it = it->second->ctx == c ? g_events.erase(it) : std::next(it);
+  for (auto it = g_modules.begin(); it != g_modules.end();) {
+    if (it->second->ctx != c) {
+      ++it;
+      continue;
+    }
+    for (auto& f : it->second->funcs) g_funcs.erase(f.get());
+    it = g_modules.erase(it);
+  }
+  lk.unlock();
+  free_ctx_allocations(c);
+  lk.lock();
+  c->sticky = CUDA_SUCCESS;
+}
+
+void poison(CUctx_st* c, CUresult err) {
+  std::lock_guard lk(g_mu);
+  if (ctx_alive_locked(c) && c->sticky == CUDA_SUCCESS) c->sticky = err;
+}
+
+}  // namespace fake
+
+using namespace fake;
+
+namespace {
+
+CUresult create_ctx(CUcontext* pctx, unsigned flags, CUdevice dev) {
+  if (CUresult r = check_init()) return r;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard lk(g_mu);
+  CUctx_st* c = new_ctx_locked(flags, false);
+  t_stack.push_back(c);
+  *pctx = c;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return create_ctx(pctx, flags, dev);
+}
+
+FAKE_API CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
+                                         unsigned int flags, CUdevice dev) {
+  if (numParams != 0 || paramsArray) return CUDA_ERROR_NOT_SUPPORTED;  // no execution affinity on the fake
+  return create_ctx(pctx, flags, dev);
+}
+
+FAKE_API CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
+                                         CUdevice dev) {
+  if (ctxCreateParams && (ctxCreateParams->execAffinityParams || ctxCreateParams->numExecAffinityParams ||
+                          ctxCreateParams->cigParams))
+    return CUDA_ERROR_NOT_SUPPORTED;
+  return create_ctx(pctx, flags, dev);
+}
+
+FAKE_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+  if (CUresult r = check_init()) return r;
+  std::unique_lock lk(g_mu);
+  if (!ctx_alive_locked(ctx) || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  teardown_ctx(lk, ctx);
+  stop_stream(lk, ctx->null_stream);
+  g_ctxs.erase(ctx);
+  // Only this thread's stack can be fixed up here; other threads find the context gone.
+  t_stack.erase(std::remove(t_stack.begin(), t_stack.end(), ctx), t_stack.end());
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  if (!usable_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  t_stack.push_back(ctx);
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
+  if (CUresult r = check_init()) return r;
+  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = t_stack.back();
+  t_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  if (!ctx) {
+    if (!t_stack.empty()) t_stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  if (!usable_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_stack.empty())
+    t_stack.push_back(ctx);
+  else
+    t_stack.back() = ctx;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
+  if (CUresult r = check_init()) return r;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mu);
+  *pctx = current_ctx_locked();
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  *device = c->device;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  if (!ctx) return cuCtxGetDevice(device);
+  if (CUresult r = check_init()) return r;
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mu);
+  if (!usable_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxGetFlags(unsigned int* flags) {
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  *flags = c->flags;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+CUresult sync_ctx(CUctx_st* c) {
+  std::unique_lock lk(g_mu);
+  if (!usable_locked(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  std::vector<std::pair<std::shared_ptr<CUstream_st>, uint64_t>> targets{{c->null_stream, c->null_stream->submitted}};
+  for (auto& [raw, s] : g_streams)
+    if (s->ctx == c) targets.emplace_back(s, s->submitted);
+  for (auto& [s, seq] : targets) wait_seq(lk, s, seq);
+  return ctx_alive_locked(c) ? c->sticky : CUDA_ERROR_INVALID_CONTEXT;
+}
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuCtxSynchronize(void) {
+  if (CUresult r = check_init()) return r;
+  CUctx_st* c;
+  {
+    std::lock_guard lk(g_mu);
+    c = current_ctx_locked();
+  }
+  if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+  return sync_ctx(c);
+}
+
+FAKE_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+  if (!ctx) return cuCtxSynchronize();
+  if (CUresult r = check_init()) return r;
+  return sync_ctx(ctx);
+}
+
+FAKE_API CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  if (CUresult r = check_init()) return r;
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mu);
+  if (!ctx) ctx = current_ctx_locked();
+  if (!usable_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 12050;  // what a context created through the v4 API reports
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
+  if (!pvalue) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  std::lock_guard lk(g_mu);
+  auto it = c->limits.find(limit);
+  if (it == c->limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  *pvalue = it->second;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  std::lock_guard lk(g_mu);
+  auto it = c->limits.find(limit);
+  if (it == c->limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  it->second = value;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  if (leastPriority) *leastPriority = 0;
+  if (greatestPriority) *greatestPriority = -5;
+  return CUDA_SUCCESS;
+}
+
+// ---------- primary context ----------
+
+FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (CUresult r = check_init()) return r;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard lk(g_mu);
+  CUctx_st* p = primary_locked();
+  ++p->primary_refs;
+  *pctx = p;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  if (CUresult r = check_init()) return r;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::unique_lock lk(g_mu);
+  CUctx_st* p = primary_locked();
+  if (p->primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--p->primary_refs == 0) teardown_ctx(lk, p);
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (CUresult r = check_init()) return r;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::unique_lock lk(g_mu);
+  CUctx_st* p = primary_locked();
+  teardown_ctx(lk, p);
+  p->primary_refs = 0;
+  p->flags = 0;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (CUresult r = check_init()) return r;
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard lk(g_mu);
+  CUctx_st* p = primary_locked();
+  *flags = p->flags;
+  *active = p->primary_refs > 0;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  if (CUresult r = check_init()) return r;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mu);
+  primary_locked()->flags = flags;
+  return CUDA_SUCCESS;
+}

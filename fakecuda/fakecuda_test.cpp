@@ -1,0 +1,642 @@
+// fakecuda against its contract: the driver calls the server makes, with the nvcc-built images of
+// tests/kernels. Linked directly against libfakecuda.so (the same exported symbols the server
+// dlsym's). Tests share one process, so each makes its own context and leaves none behind.
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <thread>
+#include <vector>
+
+#include "test_kernel_paths.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+std::vector<uint8_t> read_file(const char* path, bool nul = false) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<uint8_t> d{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  if (nul) d.push_back(0);
+  return d;
+}
+
+// Runs first (tests run in file order): nothing works before cuInit.
+TEST(FakeCudaInit, CallsBeforeCuInitFailNotInitialized) {
+  int n = -1;
+  EXPECT_EQ(cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+  CUdeviceptr p;
+  EXPECT_EQ(cuMemAlloc_v2(&p, 16), CUDA_ERROR_NOT_INITIALIZED);
+  int v = 0;
+  EXPECT_EQ(cuDriverGetVersion(&v), CUDA_SUCCESS);  // the one call that works before cuInit
+  EXPECT_EQ(v, 13000);
+  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+}
+
+class Fake : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxCreate_v4(&ctx_, nullptr, 0, 0), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    for (CUmodule m : modules_) cuModuleUnload(m);
+    EXPECT_EQ(cuCtxDestroy_v2(ctx_), CUDA_SUCCESS);
+    CUcontext cur = reinterpret_cast<CUcontext>(1);
+    cuCtxGetCurrent(&cur);
+    EXPECT_EQ(cur, nullptr);
+  }
+  CUdeviceptr alloc(size_t n) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(cuMemAlloc_v2(&p, n), CUDA_SUCCESS);
+    return p;
+  }
+  CUmodule load_module(const char* path, bool ptx = false) {
+    std::vector<uint8_t> image = read_file(path, ptx);
+    CUmodule m = nullptr;
+    EXPECT_EQ(cuModuleLoadData(&m, image.data()), CUDA_SUCCESS) << path;
+    modules_.push_back(m);
+    return m;
+  }
+  CUfunction func(const char* name) {
+    if (!module_) module_ = load_module(RGPU_TEST_KERNEL_FATBIN);
+    CUfunction f = nullptr;
+    EXPECT_EQ(cuModuleGetFunction(&f, module_, name), CUDA_SUCCESS) << name;
+    return f;
+  }
+  void spin(CUstream s, long long ms) {
+    void* args[] = {&ms};
+    ASSERT_EQ(cuLaunchKernel(func("rgpu_spin"), 1, 1, 1, 1, 1, 1, 0, s, args, nullptr), CUDA_SUCCESS);
+  }
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;
+  std::vector<CUmodule> modules_;
+};
+
+class FakeImages : public Fake {
+ protected:
+  void SetUp() override {
+    if (!RGPU_HAVE_TEST_KERNELS) GTEST_SKIP() << "nvcc was not found at configure time, so there are no images";
+    Fake::SetUp();
+  }
+};
+
+// ---------- device ----------
+
+TEST_F(Fake, ReportsOneH200) {
+  int n = 0;
+  ASSERT_EQ(cuDeviceGetCount(&n), CUDA_SUCCESS);
+  EXPECT_EQ(n, 1);
+  CUdevice d = -1;
+  EXPECT_EQ(cuDeviceGet(&d, 1), CUDA_ERROR_INVALID_DEVICE);
+  ASSERT_EQ(cuDeviceGet(&d, 0), CUDA_SUCCESS);
+  char name[64];
+  ASSERT_EQ(cuDeviceGetName(name, sizeof name, d), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "NVIDIA H200 (rgpu fake)");
+  size_t total = 0;
+  ASSERT_EQ(cuDeviceTotalMem_v2(&total, d), CUDA_SUCCESS);
+  EXPECT_EQ(total, 143771ull << 20);
+  CUuuid a, b;
+  ASSERT_EQ(cuDeviceGetUuid_v2(&a, d), CUDA_SUCCESS);
+  ASSERT_EQ(cuDeviceGetUuid(&b, d), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(a.bytes, b.bytes, 16), 0);
+  int major = 0, minor = -1;
+  ASSERT_EQ(cuDeviceComputeCapability(&major, &minor, d), CUDA_SUCCESS);
+  EXPECT_EQ(major * 10 + minor, 90);
+  char bus[32];
+  ASSERT_EQ(cuDeviceGetPCIBusId(bus, sizeof bus, d), CUDA_SUCCESS);
+  EXPECT_STREQ(bus, "00000000:1B:00.0");
+}
+
+TEST_F(Fake, AnswersEveryDeviceAttributeAndRefusesOutOfRange) {
+  for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; ++a) {
+    int v = -12345;
+    EXPECT_EQ(cuDeviceGetAttribute(&v, CUdevice_attribute(a), 0), CUDA_SUCCESS) << a;
+    EXPECT_NE(v, -12345) << a;
+  }
+  int v;
+  EXPECT_EQ(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuDeviceGetAttribute(&v, CUdevice_attribute(100000), 0), CUDA_ERROR_INVALID_VALUE);
+  auto attr = [](CUdevice_attribute a) {
+    int x = 0;
+    cuDeviceGetAttribute(&x, a, 0);
+    return x;
+  };
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), 9);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR), 0);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 132);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_WARP_SIZE), 32);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK), 1024);
+  EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING), 1);
+}
+
+TEST_F(Fake, NamesItsErrors) {
+  const char* s = nullptr;
+  ASSERT_EQ(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &s), CUDA_SUCCESS);
+  EXPECT_STREQ(s, "CUDA_ERROR_ILLEGAL_ADDRESS");
+  ASSERT_EQ(cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &s), CUDA_SUCCESS);
+  EXPECT_STREQ(s, "invalid argument");
+}
+
+// ---------- contexts ----------
+
+TEST_F(Fake, CallsWithoutACurrentContextFailInvalidContext) {
+  CUcontext popped = nullptr;
+  ASSERT_EQ(cuCtxPopCurrent_v2(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(popped, ctx_);
+  CUdeviceptr p;
+  EXPECT_EQ(cuMemAlloc_v2(&p, 64), CUDA_ERROR_INVALID_CONTEXT);
+  CUstream s;
+  EXPECT_EQ(cuStreamCreate(&s, 0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(cuCtxPushCurrent_v2(ctx_), CUDA_SUCCESS);
+  CUdevice d = -1;
+  EXPECT_EQ(cuCtxGetDevice(&d), CUDA_SUCCESS);
+  EXPECT_EQ(d, 0);
+}
+
+TEST_F(Fake, CurrentContextIsPerThread) {
+  std::thread([] {
+    CUcontext c = reinterpret_cast<CUcontext>(1);
+    EXPECT_EQ(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+    EXPECT_EQ(c, nullptr);
+  }).join();
+  std::thread([this] {
+    EXPECT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    CUcontext c = nullptr;
+    EXPECT_EQ(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+    EXPECT_EQ(c, ctx_);
+  }).join();
+}
+
+TEST_F(Fake, PrimaryContextIsRefCounted) {
+  unsigned flags = 99;
+  int active = -1;
+  ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 0);
+  ASSERT_EQ(cuDevicePrimaryCtxSetFlags_v2(0, CU_CTX_SCHED_BLOCKING_SYNC), CUDA_SUCCESS);
+  CUcontext p1, p2;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&p1, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&p2, 0), CUDA_SUCCESS);
+  EXPECT_EQ(p1, p2);
+  ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+  EXPECT_EQ(flags, unsigned(CU_CTX_SCHED_BLOCKING_SYNC));
+  std::thread([&] {
+    ASSERT_EQ(cuCtxSetCurrent(p1), CUDA_SUCCESS);
+    CUdeviceptr d;
+    EXPECT_EQ(cuMemAlloc_v2(&d, 1024), CUDA_SUCCESS);
+  }).join();
+  EXPECT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 0);
+  EXPECT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
+  std::thread([&] {
+    ASSERT_EQ(cuCtxSetCurrent(p1), CUDA_ERROR_INVALID_CONTEXT);  // inactive until retained again
+  }).join();
+}
+
+TEST_F(Fake, ContextQueries) {
+  unsigned v = 0;
+  EXPECT_EQ(cuCtxGetApiVersion(ctx_, &v), CUDA_SUCCESS);
+  EXPECT_GT(v, 0u);
+  size_t lim = 0;
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 1 << 24), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxGetLimit(&lim, CU_LIMIT_MALLOC_HEAP_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(lim, size_t(1) << 24);
+  int least = 1, greatest = 1;
+  EXPECT_EQ(cuCtxGetStreamPriorityRange(&least, &greatest), CUDA_SUCCESS);
+  EXPECT_EQ(least, 0);
+  EXPECT_LT(greatest, 0);
+}
+
+// ---------- memory ----------
+
+TEST_F(Fake, AllocationsAreAlignedDeviceAddressesWithinTheReportedTotal) {
+  CUdeviceptr p;
+  EXPECT_EQ(cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemAlloc_v2(&p, (143771ull << 20) + 1), CUDA_ERROR_OUT_OF_MEMORY);
+  size_t free0, total;
+  ASSERT_EQ(cuMemGetInfo_v2(&free0, &total), CUDA_SUCCESS);
+  CUdeviceptr a = alloc(1000), b = alloc(1);
+  EXPECT_EQ(a % 256, 0u);
+  EXPECT_EQ(b % 256, 0u);
+  EXPECT_GE(a, 0x7e0000000000ull);
+  EXPECT_GE(b, a + 1000);
+  size_t free1;
+  ASSERT_EQ(cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free1, 1001u);
+  CUdeviceptr base;
+  size_t size;
+  ASSERT_EQ(cuMemGetAddressRange_v2(&base, &size, a + 999), CUDA_SUCCESS);
+  EXPECT_EQ(base, a);
+  EXPECT_EQ(size, 1000u);
+  EXPECT_EQ(cuMemGetAddressRange_v2(&base, &size, a + 1000), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(cuMemFree_v2(a + 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree_v2(a), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(a), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree_v2(b), CUDA_SUCCESS);
+}
+
+TEST_F(Fake, CopiesRoundTripAndBadRangesAreRefusedWithoutWriting) {
+  CUdeviceptr a = alloc(256), b = alloc(256);
+  std::vector<uint8_t> in(256), out(256, 0xee);
+  for (int i = 0; i < 256; ++i) in[i] = uint8_t(i);
+  ASSERT_EQ(cuMemcpyHtoD_v2(a, in.data(), 256), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoD_v2(b, a, 256), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(out.data(), b, 256), CUDA_SUCCESS);
+  EXPECT_EQ(in, out);
+  // Unified cuMemcpy: device to device and device to host.
+  ASSERT_EQ(cuMemcpy(b + 128, a, 16), CUDA_SUCCESS);
+  std::vector<uint8_t> back(16);
+  ASSERT_EQ(cuMemcpy(reinterpret_cast<CUdeviceptr>(back.data()), b + 128, 16), CUDA_SUCCESS);
+  EXPECT_EQ(std::memcmp(back.data(), in.data(), 16), 0);
+
+  std::vector<uint8_t> untouched(300, 0x5a);
+  EXPECT_EQ(cuMemcpyDtoH_v2(untouched.data(), a, 257), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyDtoH_v2(untouched.data(), a + 200, 57), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyHtoD_v2(a + 1, in.data(), 256), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyHtoD_v2(0x7e00deadbe00ull, in.data(), 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyHtoD_v2(0x1000, in.data(), 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyDtoD_v2(b, a - 1, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpy(0x7eff00000000ull, a, 4), CUDA_ERROR_INVALID_VALUE) << "unallocated device address";
+  EXPECT_EQ(cuMemsetD8_v2(a + 255, 0, 2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD32_v2(b, 0, 65), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(untouched, std::vector<uint8_t>(300, 0x5a));
+  std::vector<uint8_t> want = in;  // b, with the unified copy above
+  std::copy(in.begin(), in.begin() + 16, want.begin() + 128);
+  ASSERT_EQ(cuMemcpyDtoH_v2(out.data(), b, 256), CUDA_SUCCESS);
+  EXPECT_EQ(want, out) << "a refused memset wrote";
+  ASSERT_EQ(cuMemcpyDtoH_v2(out.data(), a, 256), CUDA_SUCCESS);
+  EXPECT_EQ(in, out) << "a refused copy or memset wrote";
+  cuMemFree_v2(a);
+  cuMemFree_v2(b);
+}
+
+TEST_F(Fake, MemsetsFillWithTheirElementWidth) {
+  CUdeviceptr d = alloc(64);
+  uint8_t out[64];
+  ASSERT_EQ(cuMemsetD8_v2(d, 0xab, 64), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD16_v2(d, 0x1234, 4), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD32_v2(d + 16, 0xdeadbeef, 2), CUDA_SUCCESS);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD32Async(d + 32, 7, 1, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(out, d, 64), CUDA_SUCCESS);
+  uint16_t h;
+  std::memcpy(&h, out + 6, 2);
+  EXPECT_EQ(h, 0x1234);
+  EXPECT_EQ(out[8], 0xab);
+  uint32_t w;
+  std::memcpy(&w, out + 20, 4);
+  EXPECT_EQ(w, 0xdeadbeefu);
+  std::memcpy(&w, out + 32, 4);
+  EXPECT_EQ(w, 7u);
+  EXPECT_EQ(out[63], 0xab);
+  cuStreamDestroy_v2(s);
+  cuMemFree_v2(d);
+}
+
+// ---------- streams and events ----------
+
+TEST_F(FakeImages, StreamsRunAsynchronouslyAndInOrder) {
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CUdeviceptr d = alloc(4096);
+  std::vector<uint32_t> in(1024, 3), out(1024, 0);
+  auto t0 = Clock::now();
+  spin(s, 300);
+  ASSERT_EQ(cuMemcpyHtoDAsync_v2(d, in.data(), 4096, s), CUDA_SUCCESS);  // pageable: staged now
+  in.assign(1024, 99);                                                   // ... so this is not copied
+  ASSERT_EQ(cuMemsetD32Async(d, 5, 1, s), CUDA_SUCCESS);
+  EXPECT_LT(ms_since(t0), 150) << "async calls waited for the kernel";
+  EXPECT_EQ(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_GE(ms_since(t0), 290);
+  EXPECT_EQ(cuStreamQuery(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(out.data(), d, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(out[0], 5u);
+  EXPECT_EQ(out[1], 3u);
+  EXPECT_EQ(out[1023], 3u);
+  unsigned flags = 9;
+  EXPECT_EQ(cuStreamGetFlags(s, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, 0u);
+  EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_ERROR_INVALID_HANDLE);
+  cuMemFree_v2(d);
+}
+
+TEST_F(FakeImages, LegacyStreamWaitsForBlockingStreamsButNotNonBlockingOnes) {
+  CUstream blocking, nonblocking;
+  ASSERT_EQ(cuStreamCreate(&blocking, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreateWithPriority(&nonblocking, CU_STREAM_NON_BLOCKING, -1), CUDA_SUCCESS);
+  int prio = 0;
+  EXPECT_EQ(cuStreamGetPriority(nonblocking, &prio), CUDA_SUCCESS);
+  EXPECT_EQ(prio, -1);
+  CUdeviceptr d = alloc(4);
+  uint32_t v = 1;
+
+  auto t0 = Clock::now();
+  spin(nonblocking, 300);
+  ASSERT_EQ(cuMemcpyHtoD_v2(d, &v, 4), CUDA_SUCCESS);  // legacy stream: does not wait
+  EXPECT_LT(ms_since(t0), 150);
+  ASSERT_EQ(cuStreamSynchronize(nonblocking), CUDA_SUCCESS);
+
+  t0 = Clock::now();
+  spin(blocking, 200);
+  ASSERT_EQ(cuMemcpyHtoD_v2(d, &v, 4), CUDA_SUCCESS);  // waits for the blocking stream
+  EXPECT_GE(ms_since(t0), 190);
+  cuStreamDestroy_v2(blocking);
+  cuStreamDestroy_v2(nonblocking);
+  cuMemFree_v2(d);
+}
+
+TEST_F(FakeImages, ASynchronizeBehindALongKernelDoesNotStallOtherThreads) {
+  CUstream slow, fast;
+  ASSERT_EQ(cuStreamCreate(&slow, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&fast, 0), CUDA_SUCCESS);
+  spin(slow, 500);
+  std::atomic<bool> slow_done{false};
+  std::thread waiter([&] {
+    cuCtxSetCurrent(ctx_);
+    EXPECT_EQ(cuStreamSynchronize(slow), CUDA_SUCCESS);
+    slow_done = true;
+  });
+  CUdeviceptr d = alloc(1 << 20);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(cuMemsetD8Async(d, uint8_t(i), 1 << 20, fast), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamSynchronize(fast), CUDA_SUCCESS);
+  }
+  EXPECT_FALSE(slow_done.load());
+  waiter.join();
+  EXPECT_TRUE(slow_done.load());
+  cuStreamDestroy_v2(slow);
+  cuStreamDestroy_v2(fast);
+  cuMemFree_v2(d);
+}
+
+TEST_F(FakeImages, EventsTimeAndOrderAcrossStreams) {
+  CUstream a, b;
+  ASSERT_EQ(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent start, stop, untimed, never;
+  ASSERT_EQ(cuEventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&stop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&never, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(never), CUDA_SUCCESS);  // never recorded counts as complete
+
+  CUdeviceptr d = alloc(4);
+  ASSERT_EQ(cuMemsetD32_v2(d, 0, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(start, a), CUDA_SUCCESS);
+  spin(a, 200);
+  ASSERT_EQ(cuMemsetD32Async(d, 42, 1, a), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(stop, a), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecordWithFlags(untimed, a, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(stop), CUDA_ERROR_NOT_READY);
+  float ms = 0;
+  EXPECT_EQ(cuEventElapsedTime_v2(&ms, start, stop), CUDA_ERROR_NOT_READY);
+
+  // b waits for stop, then reads d into pinned memory: it must see 42.
+  uint32_t* pinned = nullptr;
+  ASSERT_EQ(cuMemAllocHost_v2(reinterpret_cast<void**>(&pinned), 4), CUDA_SUCCESS);
+  *pinned = 0;
+  ASSERT_EQ(cuStreamWaitEvent(b, stop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoHAsync_v2(pinned, d, 4, b), CUDA_SUCCESS);  // pinned: returns at once
+  EXPECT_EQ(cuStreamQuery(b), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(*pinned, 42u);
+
+  ASSERT_EQ(cuEventSynchronize(stop), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventElapsedTime_v2(&ms, start, stop), CUDA_SUCCESS);
+  EXPECT_GE(ms, 190.f);
+  EXPECT_LT(ms, 2000.f);
+  EXPECT_EQ(cuEventElapsedTime(&ms, start, untimed), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventElapsedTime(&ms, start, never), CUDA_ERROR_INVALID_HANDLE);
+  for (CUevent e : {start, stop, untimed, never}) EXPECT_EQ(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventQuery(start), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuMemFreeHost(pinned), CUDA_SUCCESS);
+  cuStreamDestroy_v2(a);
+  cuStreamDestroy_v2(b);
+  cuMemFree_v2(d);
+}
+
+// ---------- modules ----------
+
+TEST_F(FakeImages, LoadsEveryImageKindWithAllTestKernels) {
+  struct {
+    const char* path;
+    bool ptx;
+  } images[] = {{RGPU_TEST_KERNEL_CUBIN, false},      {RGPU_TEST_KERNEL_FATBIN, false},
+                {RGPU_TEST_KERNEL_FATBIN_LZ4, false}, {RGPU_TEST_KERNEL_FATBIN_ZSTD, false},
+                {RGPU_TEST_KERNEL_FATBIN_NONE, false}, {RGPU_TEST_KERNEL_FATBIN_PTX, false},
+                {RGPU_TEST_KERNEL_PTX, true}};
+  for (auto& img : images) {
+    CUmodule m = load_module(img.path, img.ptx);
+    unsigned count = 0;
+    ASSERT_EQ(cuModuleGetFunctionCount(&count, m), CUDA_SUCCESS);
+    EXPECT_EQ(count, 6u) << img.path;
+    CUfunction f;
+    for (const char* k : {"rgpu_vec_add", "rgpu_fill_u32", "rgpu_affine", "rgpu_spin", "rgpu_empty", "rgpu_printf"})
+      EXPECT_EQ(cuModuleGetFunction(&f, m, k), CUDA_SUCCESS) << img.path << " " << k;
+    EXPECT_EQ(cuModuleGetFunction(&f, m, "rgpu_nope"), CUDA_ERROR_NOT_FOUND);
+    ASSERT_EQ(cuModuleGetFunction(&f, m, "rgpu_affine"), CUDA_SUCCESS);
+    size_t off = 0, size = 0;
+    ASSERT_EQ(cuFuncGetParamInfo(f, 1, &off, &size), CUDA_SUCCESS);
+    EXPECT_EQ(off, 8u);
+    EXPECT_EQ(size, 24u);
+    ASSERT_EQ(cuFuncGetParamInfo(f, 2, &off, &size), CUDA_SUCCESS);
+    EXPECT_EQ(off, 32u);
+    EXPECT_EQ(cuFuncGetParamInfo(f, 3, &off, &size), CUDA_ERROR_INVALID_VALUE);
+    const char* name = nullptr;
+    ASSERT_EQ(cuFuncGetName(&name, f), CUDA_SUCCESS);
+    EXPECT_STREQ(name, "rgpu_affine");
+    int v = 0;
+    EXPECT_EQ(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f), CUDA_SUCCESS);
+    EXPECT_EQ(v, 1024);
+  }
+}
+
+TEST_F(FakeImages, LoadsFromAFileAFatBinaryAndAWrapper) {
+  CUmodule m;
+  ASSERT_EQ(cuModuleLoad(&m, RGPU_TEST_KERNEL_PTX), CUDA_SUCCESS);
+  EXPECT_EQ(cuModuleUnload(m), CUDA_SUCCESS);
+  EXPECT_EQ(cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuModuleLoad(&m, "/nonexistent/image.cubin"), CUDA_ERROR_FILE_NOT_FOUND);
+  std::vector<uint8_t> fatbin = read_file(RGPU_TEST_KERNEL_FATBIN);
+  ASSERT_EQ(cuModuleLoadFatBinary(&m, fatbin.data()), CUDA_SUCCESS);
+  EXPECT_EQ(cuModuleUnload(m), CUDA_SUCCESS);
+  struct {
+    uint32_t magic, version;
+    const void* data;
+    const void* unused;
+  } wrapper{0x466243B1, 1, fatbin.data(), nullptr};
+  ASSERT_EQ(cuModuleLoadFatBinary(&m, &wrapper), CUDA_SUCCESS);
+  EXPECT_EQ(cuModuleUnload(m), CUDA_SUCCESS);
+  // A bare pointer is read as far as the image's headers say, so garbage gets a buffer that big.
+  std::vector<uint8_t> garbage(4096, 0);
+  std::memcpy(garbage.data(), "\x7f" "ELF", 4);
+  EXPECT_EQ(cuModuleLoadData(&m, garbage.data()), CUDA_ERROR_INVALID_IMAGE);
+  garbage.assign(4096, 0x41);
+  EXPECT_EQ(cuModuleLoadData(&m, garbage.data()), CUDA_ERROR_INVALID_IMAGE);
+}
+
+// ---------- launches ----------
+
+TEST_F(FakeImages, VecAddRunsFromKernelParams) {
+  const int n = 1000;
+  std::vector<float> a(n), b(n), c(n, -1);
+  for (int i = 0; i < n; ++i) a[i] = float(i), b[i] = 0.5f * float(i);
+  CUdeviceptr da = alloc(n * 4), db = alloc(n * 4), dc = alloc(n * 4);
+  ASSERT_EQ(cuMemcpyHtoD_v2(da, a.data(), n * 4), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyHtoD_v2(db, b.data(), n * 4), CUDA_SUCCESS);
+  int nn = n;
+  void* args[] = {&da, &db, &dc, &nn};
+  ASSERT_EQ(cuLaunchKernel(func("rgpu_vec_add"), (n + 255) / 256, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(c.data(), dc, n * 4), CUDA_SUCCESS);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(c[i], 1.5f * float(i)) << i;
+  // Fewer threads than elements: only the first grid*block are written, as on the GPU.
+  ASSERT_EQ(cuMemsetD32_v2(dc, 0, n), CUDA_SUCCESS);
+  ASSERT_EQ(cuLaunchKernel(func("rgpu_vec_add"), 1, 1, 1, 100, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(c.data(), dc, n * 4), CUDA_SUCCESS);
+  EXPECT_EQ(c[99], 1.5f * 99);
+  EXPECT_EQ(c[100], 0.f);
+  for (CUdeviceptr p : {da, db, dc}) cuMemFree_v2(p);
+}
+
+TEST_F(FakeImages, AffineRunsFromExtraAndWrongSizesAreRefused) {
+  struct Affine {
+    float scale;
+    double shift;
+    int flag;
+  };
+  struct Params {
+    CUdeviceptr x;
+    Affine p;
+    int n;
+  };
+  static_assert(offsetof(Params, p) == 8 && offsetof(Params, n) == 32);
+  const int n = 64;
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) x[i] = float(i);
+  CUdeviceptr dx = alloc(n * 4);
+  ASSERT_EQ(cuMemcpyHtoD_v2(dx, x.data(), n * 4), CUDA_SUCCESS);
+  Params prm{};
+  prm.x = dx;
+  prm.p = {2.0f, 0.25, 1};
+  prm.n = n;
+  size_t size = 36;  // the kernel's param_bytes (no tail padding), not sizeof(Params)
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &prm, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  CUfunction f = func("rgpu_affine");
+  ASSERT_EQ(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, nullptr, nullptr, extra), CUDA_SUCCESS);
+  std::vector<float> out(n);
+  ASSERT_EQ(cuMemcpyDtoH_v2(out.data(), dx, n * 4), CUDA_SUCCESS);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(out[i], float(i) * 2.0f + 1.25f) << i;
+
+  size_t wrong = sizeof(Params);  // 40
+  void* bad_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &prm, CU_LAUNCH_PARAM_BUFFER_SIZE, &wrong, CU_LAUNCH_PARAM_END};
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, nullptr, nullptr, bad_extra), CUDA_ERROR_INVALID_VALUE);
+  void* no_size[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &prm, CU_LAUNCH_PARAM_END};
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, nullptr, nullptr, no_size), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+
+  // cuLaunchKernelEx with kernelParams, on a stream.
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  Affine p{1.0f, -1.0, 0};
+  int nn = n;
+  void* args[] = {&dx, &p, &nn};
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 64;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = s;
+  ASSERT_EQ(cuLaunchKernelEx(&cfg, f, args, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(out.data(), dx, n * 4), CUDA_SUCCESS);
+  EXPECT_EQ(out[10], 10.f * 2.0f + 1.25f - 1.0f);
+  cuStreamDestroy_v2(s);
+  cuMemFree_v2(dx);
+}
+
+TEST_F(FakeImages, BadDimensionsAreRefused) {
+  CUfunction f = func("rgpu_empty");
+  EXPECT_EQ(cuLaunchKernel(f, 0, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 0, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 1025, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 32, 32, 2, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(FakeImages, UnknownKernelIsNotSupported) {
+  const char* ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry mystery(.param .u32 x)\n{ ret; }\n";
+  CUmodule m;
+  ASSERT_EQ(cuModuleLoadData(&m, ptx), CUDA_SUCCESS);
+  modules_.push_back(m);
+  CUfunction f;
+  ASSERT_EQ(cuModuleGetFunction(&f, m, "mystery"), CUDA_SUCCESS);
+  int x = 1;
+  void* args[] = {&x};
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("kernel mystery has no host implementation"), std::string::npos);
+}
+
+TEST_F(FakeImages, BadPointerPoisonsTheContextAtTheNextSynchronize) {
+  CUdeviceptr good = alloc(16);
+  CUdeviceptr bad = good + 4096;  // past the allocation
+  unsigned value = 7;
+  unsigned long long n = 4;
+  void* args[] = {&bad, &value, &n};
+  ASSERT_EQ(cuLaunchKernel(func("rgpu_fill_u32"), 1, 1, 1, 4, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUdeviceptr p;
+  EXPECT_EQ(cuMemAlloc_v2(&p, 16), CUDA_ERROR_ILLEGAL_ADDRESS) << "the error is sticky";
+  // Another context is unaffected.
+  std::thread([] {
+    CUcontext other;
+    ASSERT_EQ(cuCtxCreate_v4(&other, nullptr, 0, 0), CUDA_SUCCESS);
+    CUdeviceptr q;
+    EXPECT_EQ(cuMemAlloc_v2(&q, 16), CUDA_SUCCESS);
+    EXPECT_EQ(cuCtxDestroy_v2(other), CUDA_SUCCESS);
+  }).join();
+}
+
+TEST_F(FakeImages, FillAndPrintfAndEmptyRun) {
+  CUdeviceptr d = alloc(4000);
+  unsigned value = 0xfeedu;
+  unsigned long long n = 1000;
+  void* args[] = {&d, &value, &n};
+  ASSERT_EQ(cuLaunchKernel(func("rgpu_fill_u32"), 2, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  std::vector<uint32_t> out(1000);
+  ASSERT_EQ(cuMemcpyDtoH_v2(out.data(), d, 4000), CUDA_SUCCESS);
+  EXPECT_EQ(out[0], 0xfeedu);
+  EXPECT_EQ(out[999], 0xfeedu);
+  int v = 17;
+  void* pargs[] = {&v};
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(cuLaunchKernel(func("rgpu_printf"), 1, 1, 1, 1, 1, 1, 0, nullptr, pargs, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), "rgpu_printf: 17\n");
+  auto t0 = Clock::now();
+  for (int i = 0; i < 10000; ++i)
+    ASSERT_EQ(cuLaunchKernel(func("rgpu_empty"), 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  RecordProperty("empty_launch_us", std::to_string(ms_since(t0) * 100));
+  cuMemFree_v2(d);
+}
+
+}  // namespace

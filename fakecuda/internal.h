@@ -1,0 +1,153 @@
+// fakecuda's shared state: the objects behind the driver handles, the device memory table and
+// the stream machinery. Private to fakecuda/ (nothing here is exported).
+//
+// Locking: g_mu guards every object table, every stream queue and every event; g_cv is notified
+// whenever a stream finishes an operation (waiters re-check their condition). g_mem_mu guards
+// the device allocation table and the pinned host ranges; it is never held while taking g_mu.
+// Operations run on stream workers with no lock held.
+#pragma once
+
+#include <cuda.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/cuda_image.h"
+
+// Exported entry points carry this; everything else is hidden (see exports.map).
+#define FAKE_API extern "C" __attribute__((visibility("default")))
+
+namespace fake {
+
+// ---------- the one device ----------
+inline constexpr int kDriverVersion = 13000;
+inline constexpr size_t kTotalMem = 143771ull << 20;  // H200: 143771 MiB
+inline constexpr int kMaxThreadsPerBlock = 1024;
+int device_attribute(int attr);  // H200 value, 0 for attributes it has none for
+
+// ---------- init and errors ----------
+bool initialized();
+CUresult check_init();  // CUDA_ERROR_NOT_INITIALIZED before cuInit
+
+// ---------- streams ----------
+struct Op {
+  std::vector<std::pair<std::shared_ptr<CUstream_st>, uint64_t>> deps;  // wait for completed >= seq
+  std::function<void()> fn;
+};
+
+}  // namespace fake
+
+struct CUstream_st {
+  CUctx_st* ctx = nullptr;
+  unsigned flags = 0;
+  int priority = 0;
+  bool is_null = false;  // the context's legacy default stream
+  std::deque<fake::Op> queue;
+  uint64_t submitted = 0, completed = 0;
+  bool stop = false;
+  std::thread worker;
+};
+
+struct CUevent_st {
+  CUctx_st* ctx = nullptr;
+  unsigned flags = 0;
+  bool recorded = false;
+  std::shared_ptr<CUstream_st> stream;  // where the last record went
+  uint64_t seq = 0;                     // ... and its position there
+  uint64_t generation = 0;              // bumped per record: a stale record op does not stamp
+  int64_t time_ns = 0;
+};
+
+struct CUctx_st {
+  CUdevice device = 0;
+  unsigned flags = 0;
+  bool primary = false;
+  int primary_refs = 0;  // primary context only: active while > 0
+  CUresult sticky = CUDA_SUCCESS;  // a fault on a stream poisons the context, as on the real driver
+  std::shared_ptr<CUstream_st> null_stream;
+  std::map<CUlimit, size_t> limits;
+};
+
+struct CUfunc_st {
+  CUmod_st* mod = nullptr;
+  const rgpu::image::Kernel* kernel = nullptr;
+};
+
+struct CUmod_st {
+  CUctx_st* ctx = nullptr;
+  rgpu::image::Image image;
+  std::vector<std::unique_ptr<CUfunc_st>> funcs;
+};
+
+namespace fake {
+
+// Never destroyed: stream workers may still be waiting on them while the process exits.
+extern std::mutex& g_mu;
+extern std::condition_variable& g_cv;
+extern std::unordered_map<CUctx_st*, std::unique_ptr<CUctx_st>>& g_ctxs;
+extern std::unordered_map<CUstream_st*, std::shared_ptr<CUstream_st>>& g_streams;
+extern std::unordered_map<CUevent_st*, std::shared_ptr<CUevent_st>>& g_events;
+extern std::unordered_map<CUmod_st*, std::unique_ptr<CUmod_st>>& g_modules;
+extern std::unordered_map<CUfunc_st*, CUmod_st*>& g_funcs;
+
+// ---------- contexts (context.cpp) ----------
+// The calling thread's current context, checked live and usable: CUDA_ERROR_INVALID_CONTEXT
+// when there is none, the context's sticky error when it is poisoned. Takes g_mu.
+CUresult current_ctx(CUctx_st** out);
+// Same, with g_mu held and without the sticky check.
+CUctx_st* current_ctx_locked();
+bool ctx_alive_locked(CUctx_st* c);
+CUctx_st* new_ctx_locked(unsigned flags, bool primary);
+// Drains the context's streams and frees everything it owns; the object itself stays.
+void teardown_ctx(std::unique_lock<std::mutex>& lk, CUctx_st* c);
+
+// ---------- streams (stream.cpp) ----------
+std::shared_ptr<CUstream_st> new_stream_locked(CUctx_st* c, unsigned flags, int priority, bool is_null);
+// Resolves a stream handle (0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD name the current
+// context's default stream) and checks the stream's context is usable.
+CUresult get_stream_locked(CUstream h, std::shared_ptr<CUstream_st>* out);
+// Queues fn on s behind the legacy-stream dependencies; returns its sequence number.
+uint64_t submit_locked(const std::shared_ptr<CUstream_st>& s, std::function<void()> fn,
+                       std::vector<std::pair<std::shared_ptr<CUstream_st>, uint64_t>> extra_deps = {});
+void wait_seq(std::unique_lock<std::mutex>& lk, const std::shared_ptr<CUstream_st>& s, uint64_t seq);
+void stop_stream(std::unique_lock<std::mutex>& lk, const std::shared_ptr<CUstream_st>& s);
+void poison(CUctx_st* c, CUresult err);  // takes g_mu
+
+// ---------- memory (memory.cpp) ----------
+inline constexpr CUdeviceptr kDeviceBase = 0x7e0000000000ull;
+inline constexpr CUdeviceptr kDeviceEnd = 0x7f0000000000ull;
+inline bool in_device_window(CUdeviceptr p) { return p >= kDeviceBase && p < kDeviceEnd; }
+struct Alloc {
+  CUdeviceptr base;
+  size_t size;
+  CUctx_st* ctx;
+  std::unique_ptr<uint8_t[]> data;
+};
+// Device bytes [p, p + n), all inside one live allocation. hold keeps them alive while used.
+struct Span {
+  std::shared_ptr<Alloc> hold;
+  uint8_t* host = nullptr;
+};
+bool device_span(CUdeviceptr p, size_t n, Span* out);
+bool host_is_pinned(const void* p, size_t n);
+void free_ctx_allocations(CUctx_st* c);
+
+// ---------- kernels (kernels.cpp) ----------
+struct LaunchDims {
+  unsigned grid[3], block[3];
+};
+// A host implementation reads its arguments from the packed parameter buffer and returns
+// CUDA_ERROR_ILLEGAL_ADDRESS (writing nothing) when a pointer argument is not device memory.
+using HostKernel = CUresult (*)(const LaunchDims& d, const uint8_t* params);
+HostKernel find_host_kernel(const std::string& name);
+
+}  // namespace fake

@@ -1,0 +1,110 @@
+// cuLaunchKernel / cuLaunchKernelEx: checks dimensions, packs the arguments by the image's
+// parameter layout, and queues the kernel's host implementation on the stream.
+//
+// Errors at launch: bad dimensions or argument packaging → CUDA_ERROR_INVALID_VALUE; a kernel
+// with no host implementation → CUDA_ERROR_NOT_SUPPORTED and one line on stderr naming it.
+// A bad device pointer among the arguments is found when the kernel runs: nothing is written,
+// the context is poisoned with CUDA_ERROR_ILLEGAL_ADDRESS, and the next synchronize (and every
+// later call in that context) reports it, as on the real driver. Pinned by
+// fakecuda_test's Launch.BadPointerPoisonsTheContextAtTheNextSynchronize.
+#include <cstdio>
+#include <cstring>
+
+#include "fakecuda/internal.h"
+
+using namespace fake;
+
+namespace {
+
+CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared, CUstream h,
+                void** kernelParams, void** extra) {
+  if (CUresult r = check_init()) return r;
+  for (int i = 0; i < 3; ++i)
+    if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (uint64_t(block[0]) * block[1] * block[2] > uint64_t(kMaxThreadsPerBlock) || block[2] > 64 ||
+      grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535 ||
+      shared > unsigned(device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)))
+    return CUDA_ERROR_INVALID_VALUE;
+
+  std::string name;
+  std::vector<rgpu::image::Param> params;
+  uint32_t param_bytes;
+  {
+    std::lock_guard lk(g_mu);
+    if (!g_funcs.count(f)) return CUDA_ERROR_INVALID_HANDLE;
+    name = f->kernel->name;
+    params = f->kernel->params;
+    param_bytes = f->kernel->param_bytes;
+  }
+
+  // Pack the parameter buffer: from kernelParams (one pointer per parameter) or from extra.
+  std::vector<uint8_t> buf(param_bytes);
+  if (kernelParams && extra) return CUDA_ERROR_INVALID_VALUE;
+  if (kernelParams) {
+    for (const auto& p : params) {
+      if (!kernelParams[p.ordinal]) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(buf.data() + p.offset, kernelParams[p.ordinal], p.size);
+    }
+  } else if (extra) {
+    const void* ptr = nullptr;
+    const size_t* size = nullptr;
+    for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (i > 64) return CUDA_ERROR_INVALID_VALUE;  // unterminated
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+        ptr = extra[i + 1];
+      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+        size = static_cast<const size_t*>(extra[i + 1]);
+      else
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!ptr || !size || *size != param_bytes) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(buf.data(), ptr, param_bytes);
+  } else if (param_bytes) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+
+  HostKernel impl = find_host_kernel(name);
+  if (!impl) {
+    std::fprintf(stderr, "fakecuda: kernel %s has no host implementation\n", name.c_str());
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  LaunchDims d{{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}};
+  std::lock_guard lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(h, &s)) return r;
+  CUctx_st* ctx = s->ctx;
+  submit_locked(s, [impl, d, buf = std::move(buf), ctx] {
+    if (CUresult r = impl(d, buf.data())) poison(ctx, r);
+  });
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                         void** kernelParams, void** extra) {
+  const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ}, block[3] = {blockDimX, blockDimY, blockDimZ};
+  return launch(f, grid, block, sharedMemBytes, hStream, kernelParams, extra);
+}
+
+FAKE_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                           void** extra) {
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  // Launch attributes (cluster dims, priorities, ...) change nothing the fake can show.
+  const unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
+  const unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
+  return launch(f, grid, block, config->sharedMemBytes, config->hStream, kernelParams, extra);
+}
+
+FAKE_API CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                              unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                                              CUstream h, void** kernelParams, void** extra) {
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, h, kernelParams, extra);
+}
+
+FAKE_API CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                                void** extra) {
+  return cuLaunchKernelEx(config, f, kernelParams, extra);
+}

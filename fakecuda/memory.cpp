@@ -1,0 +1,305 @@
+// Device memory backed by host buffers, pinned host memory, copies and memsets.
+//
+// Device pointers live in [kDeviceBase, kDeviceEnd), a window no host buffer is handed out from
+// here, 256-byte aligned, with a 256-byte gap after each allocation so that running off the end
+// of one never lands in the next; addresses are not reused. Any device range that is not wholly
+// inside one live allocation is refused with CUDA_ERROR_INVALID_VALUE before anything is written.
+//
+// Copy timing follows the real driver's rules for pageable and pinned host memory, so the
+// server's buffer lifetimes are exercised honestly:
+// - synchronous copies and memsets run on the legacy stream and return when done;
+// - async host-to-device from pageable memory copies the source at the call (the caller may
+//   reuse it at once); from pinned memory (cuMemAllocHost/cuMemHostAlloc/cuMemHostRegister) it
+//   reads the source when the copy runs;
+// - async device-to-host into pageable memory returns only when the copy is done; into pinned
+//   memory it returns at once.
+// cuMemFree waits for the owning context's queued work first, as cudaFree's implicit
+// synchronization does, so freeing right after a launch is safe.
+#include <cstdlib>
+#include <cstring>
+
+#include "fakecuda/internal.h"
+
+namespace fake {
+namespace {
+
+std::mutex& g_mem_mu = *new std::mutex;
+std::map<CUdeviceptr, std::shared_ptr<Alloc>>& g_allocs = *new std::map<CUdeviceptr, std::shared_ptr<Alloc>>;
+struct Pinned {
+  size_t size;
+  bool owned;  // allocated by us (cuMemAllocHost / cuMemHostAlloc), freed by cuMemFreeHost
+};
+std::map<uintptr_t, Pinned>& g_pinned = *new std::map<uintptr_t, Pinned>;
+size_t g_used = 0;
+CUdeviceptr g_next = kDeviceBase;
+
+constexpr size_t kAlign = 256;
+
+// Waits for everything queued in the context (used before a free).
+void drain_ctx(CUctx_st* c) {
+  std::unique_lock lk(g_mu);
+  if (!ctx_alive_locked(c)) return;
+  std::vector<std::pair<std::shared_ptr<CUstream_st>, uint64_t>> targets{{c->null_stream, c->null_stream->submitted}};
+  for (auto& [raw, s] : g_streams)
+    if (s->ctx == c) targets.emplace_back(s, s->submitted);
+  for (auto& [s, seq] : targets) wait_seq(lk, s, seq);
+}
+
+struct Endpoint {
+  bool device;
+  CUdeviceptr d;
+  void* h;
+};
+Endpoint dev(CUdeviceptr d) { return {true, d, nullptr}; }
+Endpoint host(const void* h) { return {false, 0, const_cast<void*>(h)}; }
+Endpoint unified(CUdeviceptr p) { return in_device_window(p) ? dev(p) : host(reinterpret_cast<void*>(p)); }
+
+CUresult copy(Endpoint dst, Endpoint src, size_t n, CUstream h, bool async) {
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  if (n == 0) return CUDA_SUCCESS;
+  Span ds, ss;
+  if (dst.device ? !device_span(dst.d, n, &ds) : !dst.h) return CUDA_ERROR_INVALID_VALUE;
+  if (src.device ? !device_span(src.d, n, &ss) : !src.h) return CUDA_ERROR_INVALID_VALUE;
+  uint8_t* to = dst.device ? ds.host : static_cast<uint8_t*>(dst.h);
+  const uint8_t* from = src.device ? ss.host : static_cast<const uint8_t*>(src.h);
+  bool wait = !async || (!dst.device && !host_is_pinned(dst.h, n));
+  std::shared_ptr<std::vector<uint8_t>> staged;
+  if (async && !src.device && !host_is_pinned(src.h, n)) {
+    staged = std::make_shared<std::vector<uint8_t>>(from, from + n);
+    from = staged->data();
+  }
+  std::unique_lock lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(async ? h : nullptr, &s)) return r;
+  uint64_t seq = submit_locked(s, [to, from, n, ds, ss, staged] { std::memmove(to, from, n); });
+  if (!wait) return CUDA_SUCCESS;
+  wait_seq(lk, s, seq);
+  return ctx_alive_locked(s->ctx) ? s->ctx->sticky : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult memset(CUdeviceptr d, uint32_t value, size_t elem, size_t count, CUstream h, bool async) {
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  if (count == 0) return CUDA_SUCCESS;
+  if (count > SIZE_MAX / elem || (d % elem) != 0) return CUDA_ERROR_INVALID_VALUE;
+  Span ds;
+  if (!device_span(d, count * elem, &ds)) return CUDA_ERROR_INVALID_VALUE;
+  std::unique_lock lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(async ? h : nullptr, &s)) return r;
+  uint64_t seq = submit_locked(s, [ds, value, elem, count] {
+    uint8_t* p = ds.host;
+    if (elem == 1) {
+      std::memset(p, int(value & 0xff), count);
+      return;
+    }
+    for (size_t i = 0; i < count; ++i, p += elem) std::memcpy(p, &value, elem);  // little-endian low bytes
+  });
+  if (async) return CUDA_SUCCESS;
+  wait_seq(lk, s, seq);
+  return ctx_alive_locked(s->ctx) ? s->ctx->sticky : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+}  // namespace
+
+bool device_span(CUdeviceptr p, size_t n, Span* out) {
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_allocs.upper_bound(p);
+  if (it == g_allocs.begin()) return false;
+  --it;
+  const Alloc& a = *it->second;
+  uint64_t off = p - a.base;
+  if (p < a.base || off >= a.size || n > a.size - off) return false;
+  out->hold = it->second;
+  out->host = a.data.get() + off;
+  return true;
+}
+
+bool host_is_pinned(const void* p, size_t n) {
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_pinned.upper_bound(u);
+  if (it == g_pinned.begin()) return false;
+  --it;
+  return u >= it->first && u - it->first < it->second.size && n <= it->second.size - (u - it->first);
+}
+
+void free_ctx_allocations(CUctx_st* c) {
+  std::lock_guard lk(g_mem_mu);
+  for (auto it = g_allocs.begin(); it != g_allocs.end();) {
+    if (it->second->ctx != c) {
+      ++it;
+      continue;
+    }
+    g_used -= it->second->size;
+    it = g_allocs.erase(it);
+  }
+}
+
+}  // namespace fake
+
+using namespace fake;
+
+FAKE_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mem_mu);
+  if (bytesize > kTotalMem - g_used) return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t span = (bytesize + kAlign - 1) / kAlign * kAlign + kAlign;
+  if (span > kDeviceEnd - g_next) return CUDA_ERROR_OUT_OF_MEMORY;
+  auto a = std::make_shared<Alloc>();
+  a->base = g_next;
+  a->size = bytesize;
+  a->ctx = c;
+  a->data.reset(new (std::nothrow) uint8_t[bytesize]);
+  if (!a->data) return CUDA_ERROR_OUT_OF_MEMORY;
+  g_next += span;
+  g_used += bytesize;
+  g_allocs.emplace(a->base, a);
+  *dptr = a->base;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  if (dptr == 0) return CUDA_SUCCESS;
+  CUctx_st* owner;
+  {
+    std::lock_guard lk(g_mem_mu);
+    auto it = g_allocs.find(dptr);
+    if (it == g_allocs.end()) return CUDA_ERROR_INVALID_VALUE;
+    owner = it->second->ctx;
+  }
+  drain_ctx(owner);
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_allocs.find(dptr);
+  if (it == g_allocs.end()) return CUDA_ERROR_INVALID_VALUE;  // freed meanwhile by another thread
+  g_used -= it->second->size;
+  g_allocs.erase(it);
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
+  if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  std::lock_guard lk(g_mem_mu);
+  *free = kTotalMem - g_used;
+  *total = kTotalMem;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  Span s;
+  if (!device_span(dptr, 1, &s)) return CUDA_ERROR_NOT_FOUND;
+  if (pbase) *pbase = s.hold->base;
+  if (psize) *psize = s.hold->size;
+  return CUDA_SUCCESS;
+}
+
+// ---------- pinned host memory ----------
+
+FAKE_API CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  void* p = std::aligned_alloc(4096, (bytesize + 4095) / 4096 * 4096);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard lk(g_mem_mu);
+  g_pinned[reinterpret_cast<uintptr_t>(p)] = Pinned{bytesize, true};
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
+
+FAKE_API CUresult CUDAAPI cuMemFreeHost(void* p) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_pinned.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_pinned.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
+  g_pinned.erase(it);
+  std::free(p);
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  if (!p || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  if (bytesize > UINTPTR_MAX - u) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_pinned.lower_bound(u);
+  if (it != g_pinned.end() && it->first < u + bytesize) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (it != g_pinned.begin() && std::prev(it)->first + std::prev(it)->second.size > u)
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  g_pinned[u] = Pinned{bytesize, false};
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemHostUnregister(void* p) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_pinned.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_pinned.end() || it->second.owned) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  g_pinned.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// ---------- copies ----------
+
+FAKE_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { return copy(dev(dst), host(src), n, nullptr, false); }
+FAKE_API CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { return copy(host(dst), dev(src), n, nullptr, false); }
+FAKE_API CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(dev(dst), dev(src), n, nullptr, false); }
+FAKE_API CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(unified(dst), unified(src), n, nullptr, false); }
+FAKE_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream h) {
+  return copy(dev(dst), host(src), n, h, true);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream h) {
+  return copy(host(dst), dev(src), n, h, true);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
+  return copy(dev(dst), dev(src), n, h, true);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
+  return copy(unified(dst), unified(src), n, h, true);
+}
+
+// ---------- memsets ----------
+
+FAKE_API CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return memset(d, v, 1, n, nullptr, false); }
+FAKE_API CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return memset(d, v, 2, n, nullptr, false); }
+FAKE_API CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return memset(d, v, 4, n, nullptr, false); }
+FAKE_API CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream h) { return memset(d, v, 1, n, h, true); }
+FAKE_API CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream h) { return memset(d, v, 2, n, h, true); }
+FAKE_API CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream h) { return memset(d, v, 4, n, h, true); }
+
+// ---------- per-thread-default-stream variants: the legacy stream stands in ----------
+
+FAKE_API CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void* s, size_t n) { return cuMemcpyHtoD_v2(d, s, n); }
+FAKE_API CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void* d, CUdeviceptr s, size_t n) { return cuMemcpyDtoH_v2(d, s, n); }
+FAKE_API CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpyDtoD_v2(d, s, n); }
+FAKE_API CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return cuMemcpy(d, s, n); }
+FAKE_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void* s, size_t n, CUstream h) {
+  return cuMemcpyHtoDAsync_v2(d, s, n, h);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void* d, CUdeviceptr s, size_t n, CUstream h) {
+  return cuMemcpyDtoHAsync_v2(d, s, n, h);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream h) {
+  return cuMemcpyDtoDAsync_v2(d, s, n, h);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream h) { return cuMemcpyAsync(d, s, n, h); }
+FAKE_API CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n) { return cuMemsetD8_v2(d, v, n); }
+FAKE_API CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n) { return cuMemsetD16_v2(d, v, n); }
+FAKE_API CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n) { return cuMemsetD32_v2(d, v, n); }
+FAKE_API CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream h) { return cuMemsetD8Async(d, v, n, h); }
+FAKE_API CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream h) { return cuMemsetD16Async(d, v, n, h); }
+FAKE_API CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream h) { return cuMemsetD32Async(d, v, n, h); }

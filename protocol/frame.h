@@ -1,0 +1,31 @@
+// Reading and writing frames (protocol/messages.h) on a socket. Reading validates the header
+// before a single payload byte is accepted: a length over the caller's limit is refused with a
+// reason, never allocated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "protocol/messages.h"
+
+namespace rgpu::proto {
+
+enum class ReadResult { kOk, kClosed, kError };
+
+// Reads one header. kClosed on orderly EOF before any byte; kError (with *why) on a short read
+// or a length over max_payload.
+ReadResult read_header(int fd, uint32_t max_payload, FrameHeader* h, std::string* why);
+// Reads a header and its payload into *payload.
+ReadResult read_frame(int fd, uint32_t max_payload, FrameHeader* h, std::vector<uint8_t>* payload, std::string* why);
+
+// Writes one frame: header, then the concatenation of the parts. Returns false if the peer is gone.
+bool write_frame(int fd, uint16_t op, uint16_t flags, uint32_t request_id, uint32_t thread_id, const void* a,
+                 size_t a_len, const void* b = nullptr, size_t b_len = 0);
+
+inline FrameHeader make_header(uint16_t op, uint16_t flags, uint32_t request_id, uint32_t thread_id,
+                               size_t length) {
+  return FrameHeader{static_cast<uint32_t>(length), op, flags, request_id, thread_id};
+}
+
+}  // namespace rgpu::proto

@@ -1,0 +1,195 @@
+// Implementation of protocol/handshake.h.
+#include "protocol/handshake.h"
+
+#include <cstring>
+#include <vector>
+
+#include "common/crypto.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+
+namespace rgpu::proto {
+namespace {
+
+using Nonce = std::array<uint8_t, 32>;
+
+crypto::Digest proof(const std::string& token, const char* label, const Nonce& first, const Nonce& second) {
+  std::vector<uint8_t> msg(label, label + std::strlen(label));
+  msg.insert(msg.end(), first.begin(), first.end());
+  msg.insert(msg.end(), second.begin(), second.end());
+  return crypto::hmac_sha256(token, msg.data(), msg.size());
+}
+
+bool send(int fd, uint16_t op, Writer& w) { return write_frame(fd, op, 0, 0, 0, w.buf().data(), w.size()); }
+
+// Reads one handshake message of the expected op (or Refused, whose reason goes to *err).
+bool expect(int fd, uint16_t op, std::vector<uint8_t>* payload, std::string* err, const std::string& peer) {
+  FrameHeader h{};
+  std::string why;
+  ReadResult rr = read_frame(fd, kMaxHandshakePayload, &h, payload, &why);
+  if (rr == ReadResult::kClosed) {
+    *err = peer + " closed the connection during the handshake";
+    return false;
+  }
+  if (rr != ReadResult::kOk) {
+    *err = "handshake with " + peer + " failed: " + why;
+    return false;
+  }
+  if (h.op == kOpRefused) {
+    Reader r(payload->data(), payload->size());
+    std::string reason = r.str(kMaxHandshakePayload);
+    *err = peer + " refused the connection: " + (r.ok() ? reason : std::string("(no reason given)"));
+    return false;
+  }
+  if (h.op != op) {
+    *err = log::format("handshake with %s failed: expected message %u, got %u (is this an rgpu peer?)", peer.c_str(),
+                       op, h.op);
+    return false;
+  }
+  return true;
+}
+
+void refuse(int fd, const std::string& reason) {
+  Writer w;
+  w.put_str(reason);
+  send(fd, kOpRefused, w);
+}
+
+}  // namespace
+
+bool client_handshake(int fd, const std::string& token, const std::string& identity, const std::string& server_name,
+                      ClientHandshakeResult* out, std::string* err) {
+  Nonce client_nonce;
+  crypto::random_bytes(client_nonce.data(), client_nonce.size());
+  Writer hello;
+  hello.put_u32(kMagic);
+  hello.put_u16(kProtocolVersion);
+  hello.put_u64(kOurCapabilities);
+  hello.put_str(identity.substr(0, 512));
+  SessionId none{};
+  hello.append(none.data(), none.size());
+  hello.append(client_nonce.data(), client_nonce.size());
+  if (!send(fd, kOpHello, hello)) {
+    *err = "cannot talk to rgpu-server at " + server_name + ": the connection closed while sending the greeting";
+    return false;
+  }
+
+  std::vector<uint8_t> payload;
+  if (!expect(fd, kOpChallenge, &payload, err, "rgpu-server at " + server_name)) return false;
+  Reader r(payload.data(), payload.size());
+  uint32_t magic = r.u32();
+  uint16_t version = r.u16();
+  uint64_t caps = r.u64();
+  bool token_required = r.u8() != 0;
+  Nonce server_nonce, server_proof;
+  r.take(server_nonce.data(), server_nonce.size());
+  r.take(server_proof.data(), server_proof.size());
+  if (!r.ok() || magic != kMagic) {
+    *err = "the peer at " + server_name + " does not speak the rgpu protocol; is RGPU_SERVER pointing at rgpu-server?";
+    return false;
+  }
+  (void)version;
+  if (token_required && token.empty()) {
+    *err = "rgpu-server at " + server_name + " requires a token; set RGPU_TOKEN to the server's token";
+    return false;
+  }
+  if (token_required) {
+    crypto::Digest expected = proof(token, "rgpu-server-proof", client_nonce, server_nonce);
+    if (!crypto::equal_constant_time(expected.data(), server_proof.data(), expected.size())) {
+      *err = "rgpu-server at " + server_name +
+             " does not hold the same token as RGPU_TOKEN (its proof did not match); check the token on both sides";
+      return false;
+    }
+  }
+  Writer auth;
+  crypto::Digest p{};
+  if (token_required) p = proof(token, "rgpu-client-proof", server_nonce, client_nonce);
+  auth.append(p.data(), p.size());
+  if (!send(fd, kOpAuth, auth)) {
+    *err = "rgpu-server at " + server_name + " closed the connection during the handshake";
+    return false;
+  }
+  if (!expect(fd, kOpWelcome, &payload, err, "rgpu-server at " + server_name)) return false;
+  Reader w(payload.data(), payload.size());
+  w.take(out->session.data(), out->session.size());
+  out->capabilities = w.u64() & caps;
+  if (!w.ok()) {
+    *err = "rgpu-server at " + server_name + " sent a malformed welcome";
+    return false;
+  }
+  return true;
+}
+
+bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err) {
+  std::vector<uint8_t> payload;
+  if (!expect(fd, kOpHello, &payload, err, "client")) return false;
+  Reader r(payload.data(), payload.size());
+  uint32_t magic = r.u32();
+  uint16_t version = r.u16();
+  uint64_t caps = r.u64();
+  std::string identity = r.str(512);
+  SessionId resume{};
+  Nonce client_nonce;
+  r.take(resume.data(), resume.size());
+  r.take(client_nonce.data(), client_nonce.size());
+  if (!r.ok() || magic != kMagic) {
+    *err = "the client's greeting is not an rgpu Hello (bad magic or truncated)";
+    return false;
+  }
+  out->identity = identity;
+  if (version != kProtocolVersion) {
+    std::string reason = log::format(
+        "protocol version %u is not supported by this server (it speaks %u); use the same rgpu release on both sides",
+        version, kProtocolVersion);
+    refuse(fd, reason);
+    *err = "refused " + identity + ": " + reason;
+    return false;
+  }
+
+  Nonce server_nonce;
+  crypto::random_bytes(server_nonce.data(), server_nonce.size());
+  Writer ch;
+  ch.put_u32(kMagic);
+  ch.put_u16(kProtocolVersion);
+  ch.put_u64(kOurCapabilities);
+  ch.put_u8(token.empty() ? 0 : 1);
+  ch.append(server_nonce.data(), server_nonce.size());
+  crypto::Digest sp{};
+  if (!token.empty()) sp = proof(token, "rgpu-server-proof", client_nonce, server_nonce);
+  ch.append(sp.data(), sp.size());
+  if (!send(fd, kOpChallenge, ch)) {
+    *err = "client " + identity + " went away during the handshake";
+    return false;
+  }
+
+  if (!expect(fd, kOpAuth, &payload, err, "client " + identity)) return false;
+  Reader a(payload.data(), payload.size());
+  crypto::Digest cp{};
+  a.take(cp.data(), cp.size());
+  if (!a.ok()) {
+    *err = "client " + identity + " sent a truncated Auth message";
+    return false;
+  }
+  if (!token.empty()) {
+    crypto::Digest expected = proof(token, "rgpu-client-proof", server_nonce, client_nonce);
+    if (!crypto::equal_constant_time(expected.data(), cp.data(), cp.size())) {
+      refuse(fd, "the token was refused: RGPU_TOKEN does not match the server's token");
+      *err = "refused " + identity + ": wrong token";
+      return false;
+    }
+  }
+  crypto::random_bytes(out->session.data(), out->session.size());
+  out->capabilities = caps & kOurCapabilities;
+  Writer wel;
+  wel.append(out->session.data(), out->session.size());
+  wel.put_u64(out->capabilities);
+  if (!send(fd, kOpWelcome, wel)) {
+    *err = "client " + identity + " went away during the handshake";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace rgpu::proto

@@ -1,0 +1,49 @@
+// The handshake that opens every connection (protocol/messages.h, step 1).
+//
+//   client → Hello      u32 magic, u16 version, u64 capabilities, str identity
+//                       ("user@host pid=N prog=NAME"), 16 bytes session id (zero: new session;
+//                       reserved for resuming a dropped session), 32 bytes client nonce
+//   server → Challenge  u32 magic, u16 version, u64 capabilities, u8 token_required,
+//                       32 bytes server nonce, 32 bytes server proof
+//   client → Auth       32 bytes client proof
+//   server → Welcome    16 bytes session id, u64 agreed capabilities
+//          | Refused    str reason (then the server closes)
+//
+// Proofs (the token never crosses the wire):
+//   server proof = HMAC-SHA256(token, "rgpu-server-proof" || client nonce || server nonce)
+//   client proof = HMAC-SHA256(token, "rgpu-client-proof" || server nonce || client nonce)
+// Each side proves it holds the token over the other's fresh nonce, so neither proof can be
+// replayed and a client with a token also knows it reached the right server. A server without a
+// token sends token_required = 0 and zero proofs. A version mismatch is refused by the server
+// with a reason naming both versions.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace rgpu::proto {
+
+using SessionId = std::array<uint8_t, 16>;
+
+struct ClientHandshakeResult {
+  SessionId session{};
+  uint64_t capabilities = 0;
+};
+
+// Runs the client side on a connected socket. On failure returns false with *err a sentence for
+// the user (e.g. that the server refused the token and what to do).
+bool client_handshake(int fd, const std::string& token, const std::string& identity, const std::string& server_name,
+                      ClientHandshakeResult* out, std::string* err);
+
+struct ServerHandshakeResult {
+  SessionId session{};
+  uint64_t capabilities = 0;
+  std::string identity;
+};
+
+// Runs the server side. On failure returns false with *err saying why (for the server's log);
+// the client has already been sent a Refused message where one applies.
+bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err);
+
+}  // namespace rgpu::proto

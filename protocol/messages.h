@@ -1,0 +1,103 @@
+// The rgpu driver-path wire protocol: the commented spec.
+//
+// Transport: one TCP connection per client process (TLS where configured), carrying frames.
+// Every frame is a fixed 16-byte header followed by `length` payload bytes:
+//
+//   offset size field
+//   0      4    length      payload bytes after this header; at most kMaxPayload
+//   4      2    op          what the frame asks for (Op below, or a CUDA entry point's id from
+//                           gen/ops.gen.h); a reply carries the op of its request
+//   6      2    flags       FrameFlags
+//   8      4    request_id  chosen by the client; a reply carries its request's id
+//   12     4    thread_id   the client thread that made the call; calls with one thread id run
+//                           in order on one server thread, calls with different ids may run
+//                           concurrently (a synchronize on one thread never stalls another)
+//
+// All integers are little-endian. Payloads are encoded with common/wire.h.
+//
+// Connection life:
+//   1. Handshake (protocol/handshake.h): Hello → Challenge → Auth → Welcome | Refused.
+//   2. Calls. A request whose flags lack kNoReply gets exactly one reply frame (kReply set),
+//      whose payload starts with a ReplyPrefix. A request with kNoReply gets no reply; if it
+//      fails on the server, its error is kept and handed to the next reply on the same thread
+//      (ReplyPrefix::deferred_*), so no error is ever dropped.
+//   3. Either side may close. A malformed frame (length over the limit, a payload that does not
+//      decode, an unknown op) makes the server log why and close this connection only.
+//
+// Op ids are never reused: retired ones stay in place, renamed obsolete_*. Control ops live
+// below kFirstCudaOp; CUDA entry points are numbered from kFirstCudaOp in gen/ops.gen.h, from
+// the append-only registry codegen/op_ids.txt.
+#pragma once
+
+#include <cstdint>
+
+namespace rgpu::proto {
+
+inline constexpr uint32_t kMagic = 0x55504752;  // "RGPU" on the wire
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint32_t kHeaderSize = 16;
+// Largest payload a peer may send. Bulk copies are split into frames of kBulkChunk.
+inline constexpr uint32_t kMaxPayload = 64u << 20;
+inline constexpr uint32_t kBulkChunk = 8u << 20;
+// Largest handshake message; anything bigger before authentication is hostile.
+inline constexpr uint32_t kMaxHandshakePayload = 4096;
+
+struct FrameHeader {
+  uint32_t length;
+  uint16_t op;
+  uint16_t flags;
+  uint32_t request_id;
+  uint32_t thread_id;
+};
+static_assert(sizeof(FrameHeader) == kHeaderSize);
+
+enum FrameFlags : uint16_t {
+  kReply = 1 << 0,    // this frame answers request_id
+  kNoReply = 1 << 1,  // a request that wants no answer (a one-way call)
+};
+
+// Capability bits exchanged in Hello and Challenge; the session uses the intersection.
+enum Capability : uint64_t {
+  kCapDeferredErrors = 1 << 0,
+  kCapClientHandles = 1 << 1,
+  kCapBulkSink = 1 << 2,
+};
+inline constexpr uint64_t kOurCapabilities = kCapDeferredErrors | kCapClientHandles | kCapBulkSink;
+
+// Control ops. Payload layouts are given as field lists in encoding order.
+enum Op : uint16_t {
+  kOpInvalid = 0,
+  // Handshake (see handshake.h for the fields).
+  kOpHello = 1,
+  kOpChallenge = 2,
+  kOpAuth = 3,
+  kOpWelcome = 4,
+  kOpRefused = 5,  // str reason; the server closes after sending it
+  // Request: nothing. Reply: the device snapshot (protocol/snapshot.h):
+  // everything about the devices that never changes, asked once at connect.
+  kOpSnapshot = 16,
+  // Request: nothing, no reply wanted; the server stops this session's work and closes.
+  kOpGoodbye = 17,
+  // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
+  // (No separate op: the reply carries the request's op.)
+  kFirstCudaOp = 256,
+};
+
+// Every reply payload begins with this. deferred_result is 0 (CUDA_SUCCESS) when no one-way call
+// on this thread failed since the last reply; otherwise it is the first such failure and
+// deferred_op names the call that failed.
+struct ReplyPrefix {
+  int32_t deferred_result;
+  uint16_t deferred_op;
+  uint16_t reserved;
+};
+static_assert(sizeof(ReplyPrefix) == 8);
+
+// Handles on the wire. Client-side handles (CUstream, CUevent, CUmodule, ...) are opaque 64-bit
+// ids, never server pointers: ids the client mints are below kServerMintedBit, ids the server
+// mints (for handles a call returns that the client did not name) have it set. 0 is NULL, and
+// 1 and 2 are CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, which pass through unchanged.
+inline constexpr uint64_t kFirstClientHandle = 0x1000;
+inline constexpr uint64_t kServerMintedBit = 1ull << 62;
+
+}  // namespace rgpu::proto

@@ -1,0 +1,59 @@
+// Implementation of protocol/snapshot.h.
+#include "protocol/snapshot.h"
+
+namespace rgpu::proto {
+
+void encode_snapshot(const Snapshot& s, Writer& w) {
+  w.put<int32_t>(s.init_result);
+  w.put<int32_t>(s.driver_version);
+  w.put_u32(static_cast<uint32_t>(s.devices.size()));
+  for (const DeviceInfo& d : s.devices) {
+    w.put_str(d.name);
+    w.append(d.uuid.data(), d.uuid.size());
+    w.put_u64(d.total_mem);
+    w.put_str(d.pci_bus_id);
+    w.put_u32(static_cast<uint32_t>(d.attrs.size()));
+    for (const auto& a : d.attrs) {
+      w.put<int32_t>(a.result);
+      w.put<int32_t>(a.value);
+    }
+  }
+  w.put_u32(static_cast<uint32_t>(s.errors.size()));
+  for (const ErrorText& e : s.errors) {
+    w.put<int32_t>(e.code);
+    w.put_str(e.name);
+    w.put_str(e.text);
+  }
+}
+
+bool decode_snapshot(Reader& r, Snapshot* s) {
+  s->init_result = r.get<int32_t>();
+  s->driver_version = r.get<int32_t>();
+  uint32_t n = r.u32();
+  if (!r.ok() || n > kMaxSnapshotDevices) return false;
+  s->devices.resize(n);
+  for (DeviceInfo& d : s->devices) {
+    d.name = r.str(256);
+    r.take(d.uuid.data(), d.uuid.size());
+    d.total_mem = r.u64();
+    d.pci_bus_id = r.str(64);
+    uint32_t na = r.u32();
+    if (!r.ok() || na > kMaxSnapshotAttrs) return false;
+    d.attrs.resize(na);
+    for (auto& a : d.attrs) {
+      a.result = r.get<int32_t>();
+      a.value = r.get<int32_t>();
+    }
+  }
+  uint32_t ne = r.u32();
+  if (!r.ok() || ne > kMaxSnapshotErrors) return false;
+  s->errors.resize(ne);
+  for (ErrorText& e : s->errors) {
+    e.code = r.get<int32_t>();
+    e.name = r.str(256);
+    e.text = r.str(1024);
+  }
+  return r.ok();
+}
+
+}  // namespace rgpu::proto

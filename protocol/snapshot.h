@@ -1,0 +1,55 @@
+// The device snapshot: everything about the server's devices that never changes during a session
+// (names, UUIDs, memory sizes, every attribute, PCI ids, the driver version), sent once in reply
+// to kOpSnapshot so the client answers those queries locally (DESIGN.md §3, "asked once").
+//
+// Encoding (reply payload after the ReplyPrefix):
+//   i32 init_result (the server's cuInit), i32 driver_version, u32 device_count, then per device:
+//   str name, 16 bytes uuid, u64 total_mem, str pci_bus_id, u32 n, then n × (i32 result, i32 value)
+//   for attributes 0..n-1 (attribute 0 does not exist and is sent as an error);
+//   then u32 error_count and per error: i32 code, str name, str text.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/wire.h"
+
+namespace rgpu::proto {
+
+struct DeviceInfo {
+  std::string name;
+  std::array<uint8_t, 16> uuid{};
+  uint64_t total_mem = 0;
+  std::string pci_bus_id;
+  struct Attr {
+    int32_t result;
+    int32_t value;
+  };
+  std::vector<Attr> attrs;
+};
+
+struct ErrorText {
+  int32_t code;
+  std::string name;  // cuGetErrorName
+  std::string text;  // cuGetErrorString
+};
+
+struct Snapshot {
+  int32_t init_result = 0;
+  int32_t driver_version = 0;
+  std::vector<DeviceInfo> devices;
+  // Every CUresult the server's driver can name, with its own wording.
+  std::vector<ErrorText> errors;
+};
+
+inline constexpr uint32_t kMaxSnapshotDevices = 64;
+inline constexpr uint32_t kMaxSnapshotAttrs = 4096;
+inline constexpr uint32_t kMaxSnapshotErrors = 4096;
+
+void encode_snapshot(const Snapshot& s, Writer& w);
+// Returns false (and leaves *s partly filled) when the bytes do not decode.
+bool decode_snapshot(Reader& r, Snapshot* s);
+
+}  // namespace rgpu::proto

@@ -1,0 +1,60 @@
+// Implementation of server/handlers/control.h.
+#include "server/handlers/control.h"
+
+#include <cstring>
+
+#include "protocol/snapshot.h"
+
+namespace rgpu::server::handlers {
+
+void snapshot(Dispatch& d) {
+  const DriverTable& drv = d.drv;
+  proto::Snapshot s;
+  s.init_result = drv.cuInit ? drv.cuInit(0) : CUDA_ERROR_NOT_SUPPORTED;
+  int version = 0;
+  if (drv.cuDriverGetVersion) drv.cuDriverGetVersion(&version);
+  s.driver_version = version;
+  int count = 0;
+  if (s.init_result == CUDA_SUCCESS && drv.cuDeviceGetCount && drv.cuDeviceGetCount(&count) != CUDA_SUCCESS) count = 0;
+  if (count < 0) count = 0;
+  if (count > static_cast<int>(proto::kMaxSnapshotDevices)) count = proto::kMaxSnapshotDevices;
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev = 0;
+    if (drv.cuDeviceGet(&dev, i) != CUDA_SUCCESS) break;
+    proto::DeviceInfo info;
+    char name[256] = {0};
+    if (drv.cuDeviceGetName) drv.cuDeviceGetName(name, sizeof name - 1, dev);
+    info.name = name;
+    CUuuid uuid{};
+    if (drv.cuDeviceGetUuid_v2) drv.cuDeviceGetUuid_v2(&uuid, dev);
+    else if (drv.cuDeviceGetUuid) drv.cuDeviceGetUuid(&uuid, dev);
+    std::memcpy(info.uuid.data(), uuid.bytes, 16);
+    size_t total = 0;
+    if (drv.cuDeviceTotalMem_v2) drv.cuDeviceTotalMem_v2(&total, dev);
+    info.total_mem = total;
+    char bus[64] = {0};
+    if (drv.cuDeviceGetPCIBusId) drv.cuDeviceGetPCIBusId(bus, sizeof bus - 1, dev);
+    info.pci_bus_id = bus;
+    info.attrs.resize(CU_DEVICE_ATTRIBUTE_MAX);
+    for (int a = 0; a < CU_DEVICE_ATTRIBUTE_MAX; ++a) {
+      int v = 0;
+      CUresult rc = a == 0 || !drv.cuDeviceGetAttribute
+                        ? CUDA_ERROR_INVALID_VALUE
+                        : drv.cuDeviceGetAttribute(&v, static_cast<CUdevice_attribute>(a), dev);
+      info.attrs[static_cast<size_t>(a)] = {rc, v};
+    }
+    s.devices.push_back(std::move(info));
+  }
+  // Every error code the driver can name (they are below 1000).
+  for (int code = 0; code < 1000 && drv.cuGetErrorName; ++code) {
+    const char* n = nullptr;
+    const char* t = nullptr;
+    if (drv.cuGetErrorName(static_cast<CUresult>(code), &n) != CUDA_SUCCESS || !n) continue;
+    if (drv.cuGetErrorString) drv.cuGetErrorString(static_cast<CUresult>(code), &t);
+    s.errors.push_back({code, n, t ? t : n});
+  }
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  proto::encode_snapshot(s, d.reply);
+}
+
+}  // namespace rgpu::server::handlers

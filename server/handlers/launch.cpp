@@ -1,0 +1,157 @@
+// Kernel launches (wire layout in client/driver/launch.cpp). The packed argument buffer is
+// validated against the layout sent with it before the driver sees a single pointer into it.
+#include <cuda.h>
+
+#include <cstring>
+#include <vector>
+
+#include "gen/server_handlers.gen.h"
+#include "server/dispatch.h"
+
+namespace rgpu::server::handlers {
+namespace {
+
+constexpr uint32_t kMaxParams = 4096;
+constexpr uint32_t kMaxAttrs = 64;
+
+struct Launch {
+  CUfunction f = nullptr;
+  unsigned dims[6] = {};
+  unsigned shmem = 0;
+  CUstream stream = nullptr;
+  std::vector<CUlaunchAttribute> attrs;
+  // Arguments: either a layout over `packed`, or (n = 0) an `extra`-style buffer.
+  std::vector<void*> ptrs;
+  const uint8_t* packed = nullptr;
+  size_t packed_len = 0;
+  size_t extra_len = 0;
+  void* extra[5] = {};
+};
+
+// Reads the common head and, if with_attrs, the attributes. Returns false after writing the
+// reply when the call fails before the driver; d.args.ok() tells a malformed payload apart.
+bool read_head(Dispatch& d, Launch* l, bool with_attrs) {
+  uint64_t fid = d.args.u64();
+  for (unsigned& v : l->dims) v = d.args.u32();
+  l->shmem = d.args.u32();
+  uint64_t sid = d.args.u64();
+  std::vector<uint64_t> event_ids;
+  if (with_attrs) {
+    uint32_t n = d.args.u32();
+    if (n > kMaxAttrs) return d.args.fail();
+    l->attrs.resize(n);
+    for (auto& a : l->attrs) a = d.args.get<CUlaunchAttribute>();
+  }
+  // LaunchArgs
+  uint32_t np = d.args.u32();
+  if (np > kMaxParams) return d.args.fail();
+  std::vector<std::pair<uint32_t, uint32_t>> layout(np);
+  for (auto& [off, size] : layout) {
+    off = d.args.u32();
+    size = d.args.u32();
+  }
+  l->packed = d.args.bytes(&l->packed_len);
+  if (!d.args.ok()) return false;
+  for (auto& [off, size] : layout) {
+    if (static_cast<uint64_t>(off) + size > l->packed_len) {
+      d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+      return false;
+    }
+    l->ptrs.push_back(const_cast<uint8_t*>(l->packed) + off);
+  }
+  if (np == 0 && l->packed_len > 0) {
+    l->extra_len = l->packed_len;
+    l->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+    l->extra[1] = const_cast<uint8_t*>(l->packed);
+    l->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+    l->extra[3] = &l->extra_len;
+    l->extra[4] = CU_LAUNCH_PARAM_END;
+  }
+  if (!d.handles.get(fid, &l->f) || !l->f || !d.handles.get(sid, &l->stream)) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+    return false;
+  }
+  // Attributes that name events carry client ids.
+  for (auto& a : l->attrs) {
+    CUevent* ev = nullptr;
+    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) ev = &a.value.programmaticEvent.event;
+    if (a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) ev = &a.value.launchCompletionEvent.event;
+    if (a.id >= CU_LAUNCH_ATTRIBUTE_MAX || a.id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) {
+      d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+      return false;
+    }
+    if (ev && !d.handles.get(reinterpret_cast<uint64_t>(*ev), ev)) {
+      d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+      return false;
+    }
+  }
+  return true;
+}
+
+using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void**, void**);
+using CoopFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            CUstream, void**);
+using LaunchExFn = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+
+void launch(Dispatch& d, LaunchFn fn) {
+  Launch l;
+  if (!read_head(d, &l, false)) return;
+  if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  d.reply.put<int32_t>(fn(l.f, l.dims[0], l.dims[1], l.dims[2], l.dims[3], l.dims[4], l.dims[5], l.shmem, l.stream,
+                          l.extra_len ? nullptr : l.ptrs.data(), l.extra_len ? l.extra : nullptr));
+}
+
+void launch_cooperative(Dispatch& d, CoopFn fn) {
+  Launch l;
+  if (!read_head(d, &l, false)) return;
+  if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  if (l.extra_len) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  d.reply.put<int32_t>(fn(l.f, l.dims[0], l.dims[1], l.dims[2], l.dims[3], l.dims[4], l.dims[5], l.shmem, l.stream,
+                          l.ptrs.data()));
+}
+
+void launch_ex(Dispatch& d, LaunchExFn fn) {
+  Launch l;
+  if (!read_head(d, &l, true)) return;
+  if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  CUlaunchConfig config{};
+  config.gridDimX = l.dims[0];
+  config.gridDimY = l.dims[1];
+  config.gridDimZ = l.dims[2];
+  config.blockDimX = l.dims[3];
+  config.blockDimY = l.dims[4];
+  config.blockDimZ = l.dims[5];
+  config.sharedMemBytes = l.shmem;
+  config.hStream = l.stream;
+  config.attrs = l.attrs.empty() ? nullptr : l.attrs.data();
+  config.numAttrs = static_cast<unsigned>(l.attrs.size());
+  d.reply.put<int32_t>(fn(&config, l.f, l.extra_len ? nullptr : l.ptrs.data(), l.extra_len ? l.extra : nullptr));
+}
+
+}  // namespace
+
+void cuLaunchKernel(Dispatch& d) { launch(d, d.drv.cuLaunchKernel); }
+void cuLaunchKernel_ptsz(Dispatch& d) { launch(d, d.drv.cuLaunchKernel_ptsz); }
+void cuLaunchCooperativeKernel(Dispatch& d) { launch_cooperative(d, d.drv.cuLaunchCooperativeKernel); }
+void cuLaunchCooperativeKernel_ptsz(Dispatch& d) { launch_cooperative(d, d.drv.cuLaunchCooperativeKernel_ptsz); }
+void cuLaunchKernelEx(Dispatch& d) { launch_ex(d, d.drv.cuLaunchKernelEx); }
+void cuLaunchKernelEx_ptsz(Dispatch& d) { launch_ex(d, d.drv.cuLaunchKernelEx_ptsz); }
+
+void cuFuncGetParamInfo(Dispatch& d) {
+  uint64_t fid = d.args.u64();
+  uint64_t index = d.args.u64();
+  if (!d.args.ok()) return;
+  CUfunction f;
+  if (!d.handles.get(fid, &f) || !f) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.drv.cuFuncGetParamInfo) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  size_t off = 0, size = 0;
+  CUresult rc = d.drv.cuFuncGetParamInfo(f, index, &off, &size);
+  d.reply.put<int32_t>(rc);
+  if (rc == CUDA_SUCCESS) {
+    d.reply.put_u64(off);
+    d.reply.put_u64(size);
+  }
+}
+
+}  // namespace rgpu::server::handlers

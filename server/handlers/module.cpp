@@ -1,0 +1,64 @@
+// Module loading and function lookup (wire layouts in client/driver/module.cpp). The client
+// names modules and functions with ids it minted; these handlers bind them to the driver's.
+#include <cuda.h>
+
+#include <string>
+
+#include "gen/server_handlers.gen.h"
+#include "server/dispatch.h"
+
+namespace rgpu::server::handlers {
+
+void cuModuleLoadData(Dispatch& d) {
+  uint64_t id = d.args.u64();
+  size_t n = 0;
+  const uint8_t* image = d.args.bytes(&n);
+  if (!d.args.ok()) return;
+  if (!d.drv.cuModuleLoadData) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  // The driver reads PTX as a C string: make sure the image ends inside what we hold.
+  std::string copy;
+  const void* p = image;
+  if (n == 0 || image[n - 1] != 0) {
+    copy.assign(reinterpret_cast<const char*>(image), n);
+    p = copy.c_str();
+  }
+  CUmodule m = nullptr;
+  CUresult rc = d.drv.cuModuleLoadData(&m, p);
+  if (rc == CUDA_SUCCESS && !d.handles.bind(id, m)) {
+    d.drv.cuModuleUnload(m);
+    rc = CUDA_ERROR_INVALID_VALUE;
+  }
+  d.reply.put<int32_t>(rc);
+}
+
+// The client sends every module load as cuModuleLoadData; these ops share its wire layout.
+void cuModuleLoad(Dispatch& d) { cuModuleLoadData(d); }
+void cuModuleLoadDataEx(Dispatch& d) { cuModuleLoadData(d); }
+void cuModuleLoadFatBinary(Dispatch& d) { cuModuleLoadData(d); }
+
+void cuModuleUnload(Dispatch& d) {
+  uint64_t id = d.args.u64();
+  if (!d.args.ok()) return;
+  CUmodule m;
+  if (!d.handles.get(id, &m) || !m) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.drv.cuModuleUnload) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  CUresult rc = d.drv.cuModuleUnload(m);
+  if (rc == CUDA_SUCCESS) d.handles.unbind(id);
+  d.reply.put<int32_t>(rc);
+}
+
+void cuModuleGetFunction(Dispatch& d) {
+  uint64_t fid = d.args.u64();
+  uint64_t mid = d.args.u64();
+  std::string name = d.args.str(4096);
+  if (!d.args.ok()) return;
+  CUmodule m;
+  if (!d.handles.get(mid, &m) || !m) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.drv.cuModuleGetFunction) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  CUfunction f = nullptr;
+  CUresult rc = d.drv.cuModuleGetFunction(&f, m, name.c_str());
+  if (rc == CUDA_SUCCESS && !d.handles.bind(fid, f)) rc = CUDA_ERROR_INVALID_VALUE;
+  d.reply.put<int32_t>(rc);
+}
+
+}  // namespace rgpu::server::handlers

@@ -1,0 +1,157 @@
+// rgpu-server: listens for rgpu clients and serves each in its own process, on the real CUDA
+// driver or on the fake one. See `rgpu-server --help` and server/README.md.
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "gen/driver_table.gen.h"
+#include "protocol/handshake.h"
+#include "server/session.h"
+
+namespace {
+
+std::string exe_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+bool read_token(const std::string& path, std::string* token, std::string* err) {
+  std::ifstream f(path);
+  if (!f) {
+    *err = "cannot read --token-file " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::getline(f, *token);
+  while (!token->empty() && (token->back() == '\r' || token->back() == ' ')) token->pop_back();
+  if (token->empty()) {
+    *err = "--token-file " + path + " is empty; put the shared token on its first line";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "rgpu-server: runs CUDA driver calls from rgpu clients on this machine's GPU.\n"
+      "Clients point RGPU_SERVER at this server and load rgpu's libcuda.so.1.",
+      "rgpu-server"};
+  std::string listen = "127.0.0.1:9713";
+  std::string driver = "libcuda.so.1";
+  std::string token_file;
+  bool insecure = false;
+  std::string log_level = "info";
+  app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9713, loopback only)");
+  app.add_option("--driver", driver,
+                 "path of the CUDA driver library to serve (default: the system's libcuda.so.1), or 'fake' for "
+                 "rgpu's fake driver (tests, machines without a GPU)");
+  app.add_option("--token-file", token_file, "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
+  app.add_flag("--insecure", insecure, "allow listening on a non-loopback address without a token");
+  app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+  CLI11_PARSE(app, argc, argv);
+
+  rgpu::log::set_prefix("rgpu-server");
+  if (log_level == "debug") rgpu::log::set_level(rgpu::log::kDebug);
+  if (log_level == "warn") rgpu::log::set_level(rgpu::log::kWarn);
+  if (log_level == "error") rgpu::log::set_level(rgpu::log::kError);
+
+  std::string token, err;
+  if (!token_file.empty()) {
+    if (!read_token(token_file, &token, &err)) {
+      rgpu::log::error("%s", err.c_str());
+      return 2;
+    }
+  } else if (const char* t = getenv("RGPU_TOKEN"); t && *t) {
+    token = t;
+  }
+
+  rgpu::net::Address addr;
+  if (!rgpu::net::parse_address(listen, 9713, &addr, &err)) {
+    rgpu::log::error("--listen: %s", err.c_str());
+    return 2;
+  }
+  if (!rgpu::net::is_loopback(addr.host) && token.empty() && !insecure) {
+    rgpu::log::error(
+        "refusing to listen on %s without a token: anyone who can reach it could run code on this GPU. "
+        "Give --token-file (or RGPU_TOKEN), or --insecure if the network is trusted.",
+        addr.str().c_str());
+    return 2;
+  }
+
+  std::string driver_path = driver == "fake" ? exe_dir() + "/../lib/libfakecuda.so" : driver;
+  void* lib = dlopen(driver_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    rgpu::log::error("cannot load the CUDA driver '%s': %s. Give the real driver with --driver PATH, or --driver fake",
+                     driver_path.c_str(), dlerror());
+    return 2;
+  }
+  if (dlsym(lib, "rgpu_shim_marker")) {
+    rgpu::log::error("'%s' is rgpu's own client shim, not a CUDA driver (is LD_LIBRARY_PATH pointing at rgpu's lib/?). "
+                     "Give the real driver with --driver PATH",
+                     driver_path.c_str());
+    return 2;
+  }
+  static rgpu::server::DriverTable table;
+  int found = rgpu::server::load_driver_table(lib, &table);
+
+  int lfd = rgpu::net::listen_tcp(addr, &err);
+  if (lfd < 0) {
+    rgpu::log::error("%s; is another rgpu-server already running there?", err.c_str());
+    return 2;
+  }
+  signal(SIGCHLD, SIG_IGN);  // sessions are reaped by the kernel
+  signal(SIGPIPE, SIG_IGN);
+  rgpu::log::info("listening on %s, driver %s (%d entry points)%s", addr.str().c_str(), driver_path.c_str(), found,
+                  token.empty() ? ", no token" : ", token required");
+
+  for (;;) {
+    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      rgpu::log::error("accept failed: %s", std::strerror(errno));
+      sleep(1);
+      continue;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      rgpu::log::error("cannot start a session process: %s", std::strerror(errno));
+      close(fd);
+      continue;
+    }
+    if (pid > 0) {
+      close(fd);
+      continue;
+    }
+    // The session's own process.
+    close(lfd);
+    std::string peer = rgpu::net::peer_name(fd);
+    rgpu::log::set_prefix(rgpu::log::format("rgpu-server[%d]", static_cast<int>(getpid())));
+    rgpu::net::set_nodelay(fd);
+    rgpu::net::set_buffers(fd, 4 << 20);
+    rgpu::net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
+    rgpu::proto::ServerHandshakeResult hs;
+    if (!rgpu::proto::server_handshake(fd, token, &hs, &err)) {
+      rgpu::log::warn("connection from %s: %s", peer.c_str(), err.c_str());
+      _exit(1);
+    }
+    rgpu::net::set_recv_timeout(fd, 0);
+    rgpu::log::info("session for %s from %s started", hs.identity.c_str(), peer.c_str());
+    rgpu::server::SessionOptions opt{&table, peer, hs.identity};
+    int status = rgpu::server::run_session(fd, opt);
+    _exit(status);
+  }
+}

@@ -1,0 +1,216 @@
+// Implementation of server/session.h.
+#include "server/session.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "common/wire.h"
+#include "gen/ops.gen.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+#include "server/dispatch.h"
+#include "server/handle_map.h"
+#include "server/handlers/control.h"
+
+namespace rgpu::server {
+namespace {
+
+constexpr size_t kMaxClientThreads = 1024;
+
+struct Frame {
+  proto::FrameHeader h;
+  std::vector<uint8_t> payload;
+};
+
+class Session;
+
+// Runs one client thread's calls in order.
+class Worker {
+ public:
+  Worker(Session* s, uint32_t thread_id) : session_(s), thread_id_(thread_id) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  void push(Frame f) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+  }
+  std::thread& thread() { return thread_; }
+
+ private:
+  void loop();
+
+  Session* session_;
+  uint32_t thread_id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Frame> queue_;
+  bool stop_ = false;
+  // The first failure of a one-way call since the last reply on this thread.
+  int32_t deferred_result_ = 0;
+  uint16_t deferred_op_ = 0;
+  std::thread thread_;
+};
+
+class Session {
+ public:
+  Session(int fd, const SessionOptions& o) : fd_(fd), opt_(o) {}
+
+  int run() {
+    std::string why;
+    int status = 0;
+    for (;;) {
+      Frame f;
+      proto::ReadResult rr = proto::read_frame(fd_, proto::kMaxPayload, &f.h, &f.payload, &why);
+      if (rr == proto::ReadResult::kClosed) break;
+      if (rr == proto::ReadResult::kError) {
+        hostile(why);
+        status = 1;
+        break;
+      }
+      if (f.h.op == proto::kOpGoodbye) break;
+      if (f.h.flags & proto::kReply) {
+        hostile("the client sent a reply frame");
+        status = 1;
+        break;
+      }
+      Worker* w = worker(f.h.thread_id);
+      if (!w) {
+        hostile(log::format("more than %zu client threads", kMaxClientThreads));
+        status = 1;
+        break;
+      }
+      ++calls_;
+      w->push(std::move(f));
+      if (failed_.load()) {
+        status = 1;
+        break;
+      }
+    }
+    // The client is gone: its process's GPU state goes with ours. Exit without waiting for
+    // workers that may be blocked in the driver.
+    log::info("session for %s ended after %llu calls", opt_.identity.c_str(), static_cast<unsigned long long>(calls_));
+    return failed_.load() ? 1 : status;
+  }
+
+  // Logs why the peer is being dropped and closes the connection.
+  void hostile(const std::string& why) {
+    if (!failed_.exchange(true)) {
+      log::error("closing the connection from %s (%s): %s", opt_.peer.c_str(), opt_.identity.c_str(), why.c_str());
+      ::shutdown(fd_, SHUT_RDWR);
+    }
+  }
+
+  void reply(const proto::FrameHeader& req, const proto::ReplyPrefix& prefix, const std::vector<uint8_t>& body) {
+    proto::FrameHeader h =
+        proto::make_header(req.op, proto::kReply, req.request_id, req.thread_id, sizeof prefix + body.size());
+    iovec iov[3] = {{&h, sizeof h},
+                    {const_cast<proto::ReplyPrefix*>(&prefix), sizeof prefix},
+                    {const_cast<uint8_t*>(body.data()), body.size()}};
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (!net::writev_full(fd_, iov, 3)) failed_.store(true);
+  }
+
+  const DriverTable& driver() const { return *opt_.driver; }
+  HandleMap& handles() { return handles_; }
+
+ private:
+  Worker* worker(uint32_t tid) {
+    auto it = workers_.find(tid);
+    if (it != workers_.end()) return it->second.get();
+    if (workers_.size() >= kMaxClientThreads) return nullptr;
+    auto w = std::make_unique<Worker>(this, tid);
+    Worker* raw = w.get();
+    workers_.emplace(tid, std::move(w));
+    return raw;
+  }
+
+  int fd_;
+  SessionOptions opt_;
+  HandleMap handles_;
+  std::mutex write_mu_;
+  std::atomic<bool> failed_{false};
+  uint64_t calls_ = 0;
+  std::unordered_map<uint32_t, std::unique_ptr<Worker>> workers_;
+};
+
+void Worker::loop() {
+  std::vector<uint8_t> body;
+  for (;;) {
+    Frame f;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      f = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    body.clear();
+    Writer out(&body);
+    Reader in(f.payload.data(), f.payload.size());
+    bool wants_reply = !(f.h.flags & proto::kNoReply);
+    Handler h = find_handler(f.h.op);
+    if (f.h.op == proto::kOpSnapshot) h = handlers::snapshot;
+    if (!h) {
+      // Unknown op: answered (or, one-way, deferred) as NOT_SUPPORTED; the connection stays.
+      const char* name = op::name(f.h.op);
+      log::warn("%s (op %u) has no handler in this server; answering CUDA_ERROR_NOT_SUPPORTED",
+                name ? name : "unknown op", f.h.op);
+      out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+    } else {
+      Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op};
+      h(d);
+      if (!in.ok() || body.size() < sizeof(int32_t)) {
+        const char* name = op::name(f.h.op);
+        session_->hostile(log::format("malformed arguments for %s (op %u, %u bytes)", name ? name : "?", f.h.op,
+                                      f.h.length));
+        return;
+      }
+    }
+    int32_t result;
+    std::memcpy(&result, body.data(), sizeof result);
+    if (wants_reply) {
+      proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
+      deferred_result_ = 0;
+      deferred_op_ = 0;
+      session_->reply(f.h, prefix, body);
+    } else if (result != CUDA_SUCCESS && deferred_result_ == 0) {
+      deferred_result_ = result;
+      deferred_op_ = f.h.op;
+      const char* name = op::name(f.h.op);
+      log::debug("one-way %s failed with %d; reporting it with the next reply", name ? name : "?", result);
+    }
+  }
+}
+
+}  // namespace
+
+int run_session(int fd, const SessionOptions& options) {
+  // Workers are left running at exit on purpose (see Session::run), so the session is leaked.
+  auto* s = new Session(fd, options);
+  return s->run();
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,28 @@
+// One client's session, run in its own process (forked per connection, DESIGN.md §2).
+//
+// The session's main thread reads frames and hands each to the worker thread of the client
+// thread that sent it (FrameHeader::thread_id), creating workers on demand. Each worker runs its
+// calls in order, so a client thread's CUDA context and call order are mirrored exactly, and a
+// synchronize on one worker never stalls another. Replies are written under one mutex.
+//
+// Hostile input: a frame over the size limit, a payload its handler cannot decode, a thread id
+// past the limit, or a reply-less control op that makes no sense: the session logs why and ends,
+// which closes this connection and nothing else.
+#pragma once
+
+#include <string>
+
+#include "gen/driver_table.gen.h"
+
+namespace rgpu::server {
+
+struct SessionOptions {
+  const DriverTable* driver = nullptr;
+  std::string peer;      // "host:port", for log lines
+  std::string identity;  // from the client's Hello
+};
+
+// Serves the connection until the client leaves or misbehaves. Returns the process exit status.
+int run_session(int fd, const SessionOptions& options);
+
+}  // namespace rgpu::server

@@ -1,0 +1,47 @@
+// The kernels rgpu's tests launch. Real device code (nvcc builds cubin, fatbin and PTX from this
+// file for the tests), and each kernel also has a host implementation in fakecuda/kernels.cpp, so
+// the same launches run on the real driver (GPU machine) and on the fake driver (CI).
+// Every kernel is extern "C" so its name in the image is the plain name. Keep the signatures in
+// step with fakecuda/kernels.cpp and the layout assertions in common/cuda_image_test.cpp.
+#include <cstdio>
+
+// Mixed sizes and alignments on purpose: scale at 0, shift at 8, flag at 16, 24 bytes in all.
+struct Affine {
+  float scale;
+  double shift;
+  int flag;
+};
+
+extern "C" __global__ void rgpu_vec_add(const float* a, const float* b, float* c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) c[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void rgpu_fill_u32(unsigned* p, unsigned value, unsigned long long n) {
+  unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) p[i] = value;
+}
+
+extern "C" __global__ void rgpu_affine(float* x, Affine p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = static_cast<float>(x[i] * p.scale + p.shift + (p.flag ? 1.0 : 0.0));
+}
+
+// Busy-waits ms milliseconds of the GPU's global timer; only thread 0 of block 0 needs to spin
+// for the kernel to last that long, the rest return at once.
+extern "C" __global__ void rgpu_spin(long long ms) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  unsigned long long start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  const unsigned long long end = start + static_cast<unsigned long long>(ms) * 1000000ull;
+  for (;;) {
+    unsigned long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now >= end) break;
+    __nanosleep(100000);
+  }
+}
+
+extern "C" __global__ void rgpu_empty() {}
+
+extern "C" __global__ void rgpu_printf(int v) { printf("rgpu_printf: %d\n", v); }
