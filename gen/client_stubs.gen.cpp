@@ -236,8 +236,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAf
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext * /*pctx*/, CUctxCreateParams * /*ctxCreateParams*/, unsigned int /*flags*/, CUdevice /*dev*/) { return rgpu::client::unsupported("cuCtxCreate_v4"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxDestroy");
   rgpu::client::Call c(rgpu::op::cuCtxDestroy, rgpu::client::kWaits);

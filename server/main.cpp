@@ -2,6 +2,7 @@
 // driver or on the fake one. See `rgpu-server --help` and server/README.md.
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

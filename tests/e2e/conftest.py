@@ -1,0 +1,84 @@
+"""Fixtures for the end-to-end tests: a real rgpu-server on the fake driver, on a free loopback
+port, stopped by itself at the end; and helpers to run programs through the shim."""
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("RGPU_BUILD_DIR", ROOT / "build"))
+IMAGE = os.environ.get("RGPU_TEST_IMAGE", str(BUILD / "tests/kernels/test_kernels.fatbin"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, token=None, extra_args=()):
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.log_path = BUILD / f"rgpu-server-{self.port}.log"
+        args = [str(BUILD / "bin/rgpu-server"), "--listen", self.addr, "--driver", "fake", *extra_args]
+        env = dict(os.environ)
+        env.pop("RGPU_TOKEN", None)
+        if token:
+            token_file = BUILD / f"token-{self.port}"
+            token_file.write_text(token + "\n")
+            args += ["--token-file", str(token_file)]
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("rgpu-server did not start: " + self.log_path.read_text())
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def text(self):
+        self.log.flush()
+        return self.log_path.read_text()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def run_client(args, server, token=None, env_extra=None, timeout=120):
+    """Runs a program with the shim first on the library path, pointed at the server."""
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(BUILD / "lib")
+    env["RGPU_SERVER"] = server.addr if isinstance(server, Server) else server
+    env.pop("RGPU_TOKEN", None)
+    if token:
+        env["RGPU_TOKEN"] = token
+    env.update(env_extra or {})
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def token_server():
+    s = Server(token="correct horse battery staple")
+    yield s
+    s.stop()
