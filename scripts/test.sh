@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds rgpu and runs every test that needs no GPU: unit tests, the code generator's golden
+# tests and freshness check, the fuzz smoke runs, and the end-to-end tests through the shim,
+# rgpu-server and the fake driver. The GPU tests are tests/gpu/run.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+python3 codegen/generate.py --check
+cd build
+ctest --output-on-failure -j2 "$@"
