@@ -2,6 +2,11 @@
 #include "protocol/frame.h"
 
 #include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "common/log.h"
 #include "common/net.h"
@@ -39,6 +44,56 @@ bool write_frame(int fd, uint16_t op, uint16_t flags, uint32_t request_id, uint3
   FrameHeader h = make_header(op, flags, request_id, thread_id, a_len + b_len);
   iovec iov[3] = {{&h, sizeof h}, {const_cast<void*>(a), a_len}, {const_cast<void*>(b), b_len}};
   return net::writev_full(fd, iov, b_len ? 3 : 2);
+}
+
+}  // namespace rgpu::proto
+
+namespace rgpu::proto {
+
+ReadResult FrameReader::fill(size_t n, bool at_boundary, std::string* why) {
+  if (end_ - begin_ >= n) return ReadResult::kOk;
+  if (begin_ > 0) {
+    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+  }
+  while (end_ < n) {
+    ssize_t r = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
+    if (r > 0) {
+      end_ += static_cast<size_t>(r);
+    } else if (r == 0) {
+      if (at_boundary && end_ == 0) return ReadResult::kClosed;
+      *why = "connection broke in the middle of a frame";
+      return ReadResult::kError;
+    } else if (errno != EINTR) {
+      *why = std::string("read failed: ") + std::strerror(errno);
+      return ReadResult::kError;
+    }
+  }
+  return ReadResult::kOk;
+}
+
+ReadResult FrameReader::next(FrameHeader* h, std::vector<uint8_t>* payload, std::string* why) {
+  ReadResult rr = fill(sizeof *h, true, why);
+  if (rr != ReadResult::kOk) return rr;
+  std::memcpy(h, buf_.data() + begin_, sizeof *h);
+  begin_ += sizeof *h;
+  if (h->length > max_payload_) {
+    *why = log::format("frame length %u is over the limit of %u bytes (op %u)", h->length, max_payload_, h->op);
+    return ReadResult::kError;
+  }
+  payload->resize(h->length);
+  size_t have = std::min<size_t>(end_ - begin_, h->length);
+  std::memcpy(payload->data(), buf_.data() + begin_, have);
+  begin_ += have;
+  if (have < h->length) {
+    size_t rest = h->length - have;
+    if (net::read_full(fd_, payload->data() + have, rest) != static_cast<ssize_t>(rest)) {
+      *why = log::format("connection broke in the middle of a %u-byte frame (op %u)", h->length, h->op);
+      return ReadResult::kError;
+    }
+  }
+  return ReadResult::kOk;
 }
 
 }  // namespace rgpu::proto

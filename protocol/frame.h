@@ -29,3 +29,26 @@ inline FrameHeader make_header(uint16_t op, uint16_t flags, uint32_t request_id,
 }
 
 }  // namespace rgpu::proto
+
+namespace rgpu::proto {
+
+// Reads frames from a socket through a buffer, so a burst of small frames (a batch of launches)
+// costs one read(2), not two per frame. Payloads larger than the buffer are read straight into
+// their own vector.
+class FrameReader {
+ public:
+  explicit FrameReader(int fd, uint32_t max_payload, size_t buffer_bytes = 1 << 20)
+      : fd_(fd), max_payload_(max_payload), buf_(buffer_bytes) {}
+  ReadResult next(FrameHeader* h, std::vector<uint8_t>* payload, std::string* why);
+
+ private:
+  // Ensures at least n bytes are buffered (n <= buffer size). kClosed only at a frame boundary.
+  ReadResult fill(size_t n, bool at_boundary, std::string* why);
+
+  int fd_;
+  uint32_t max_payload_;
+  std::vector<uint8_t> buf_;
+  size_t begin_ = 0, end_ = 0;
+};
+
+}  // namespace rgpu::proto

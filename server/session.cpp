@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
@@ -29,6 +30,8 @@ namespace rgpu::server {
 namespace {
 
 constexpr size_t kMaxClientThreads = 1024;
+// How long an idle worker spins before it sleeps.
+constexpr auto kSpin = std::chrono::microseconds(50);
 
 struct Frame {
   proto::FrameHeader h;
@@ -44,11 +47,14 @@ class Worker {
     thread_ = std::thread([this] { loop(); });
   }
   void push(Frame f) {
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(std::move(f));
+      queued_.fetch_add(1, std::memory_order_release);
+      wake = sleeping_;
     }
-    cv_.notify_one();
+    if (wake) cv_.notify_one();
   }
   void stop() {
     {
@@ -67,6 +73,8 @@ class Worker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Frame> queue_;
+  std::atomic<size_t> queued_{0};
+  bool sleeping_ = false;
   bool stop_ = false;
   // The first failure of a one-way call since the last reply on this thread.
   int32_t deferred_result_ = 0;
@@ -81,9 +89,10 @@ class Session {
   int run() {
     std::string why;
     int status = 0;
+    proto::FrameReader reader(fd_, proto::kMaxPayload);
     for (;;) {
       Frame f;
-      proto::ReadResult rr = proto::read_frame(fd_, proto::kMaxPayload, &f.h, &f.payload, &why);
+      proto::ReadResult rr = reader.next(&f.h, &f.payload, &why);
       if (rr == proto::ReadResult::kClosed) break;
       if (rr == proto::ReadResult::kError) {
         hostile(why);
@@ -159,13 +168,23 @@ class Session {
 void Worker::loop() {
   std::vector<uint8_t> body;
   for (;;) {
+    // Spin a little before sleeping: the next call of an active client thread usually arrives
+    // within microseconds, and waking a sleeping thread costs more than the call itself.
+    if (queued_.load(std::memory_order_acquire) == 0) {
+      auto until = std::chrono::steady_clock::now() + kSpin;
+      while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
+      }
+    }
     Frame f;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      sleeping_ = true;
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      sleeping_ = false;
       if (stop_) return;
       f = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     body.clear();
     Writer out(&body);

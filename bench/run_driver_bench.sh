@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Runs the driver-path benchmarks and writes OUT/driver_bench.{json,md}: the raw TCP loopback
+# floor (tcp_baseline), driver_bench against the real driver ("local", only with a real --driver
+# path), and driver_bench through rgpu's shim to an rgpu-server on a free loopback port ("rgpu").
+# bench/report.py merges the three and checks the project's ratio targets. See bench/README.md.
+#
+# Usage: bench/run_driver_bench.sh [--quick] [--driver PATH|fake] [--out DIR]
+# Env:   RGPU_BUILD_DIR (default <repo>/build), RGPU_BENCH_IMAGE (default the tests/kernels fatbin)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${RGPU_BUILD_DIR:-$ROOT/build}"
+QUICK=""
+DRIVER="fake"
+OUT="$ROOT/bench/results"
+
+usage() { sed -n '7p' "${BASH_SOURCE[0]}" | sed 's/^# //'; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) QUICK="--quick"; shift ;;
+    --driver) DRIVER="${2:?--driver needs PATH or fake}"; shift 2 ;;
+    --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "run_driver_bench: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+IMAGE="${RGPU_BENCH_IMAGE:-$BUILD/tests/kernels/test_kernels.fatbin}"
+for f in "$BUILD/bin/driver_bench" "$BUILD/bin/tcp_baseline" "$BUILD/bin/rgpu-server" "$BUILD/lib/libcuda.so.1" "$IMAGE"; do
+  if [[ ! -e "$f" ]]; then
+    echo "run_driver_bench: $f is missing; build first: cmake --build $BUILD" >&2
+    exit 1
+  fi
+done
+if [[ "$DRIVER" != "fake" && ! -e "$DRIVER" ]]; then
+  echo "run_driver_bench: --driver $DRIVER does not exist (give the real libcuda.so.1, or 'fake')" >&2
+  exit 1
+fi
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+rm -f "$OUT"/tcp_baseline.json "$OUT"/local.json "$OUT"/rgpu.json
+
+SERVER_PID=""
+stop_server() {
+  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  SERVER_PID=""
+}
+trap stop_server EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Starts rgpu-server on a free port; retries when another process takes the port first.
+start_server() {
+  local log="$OUT/rgpu-server.log"
+  for _ in 1 2 3; do
+    PORT="$(free_port)"
+    "$BUILD/bin/rgpu-server" --listen "127.0.0.1:$PORT" --driver "$DRIVER" >"$log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 100); do
+      kill -0 "$SERVER_PID" 2>/dev/null || break
+      if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then return 0; fi
+      sleep 0.1
+    done
+    stop_server
+  done
+  echo "run_driver_bench: rgpu-server did not start; its log:" >&2
+  cat "$log" >&2
+  exit 1
+}
+
+echo "== tcp_baseline"
+"$BUILD/bin/tcp_baseline" "$OUT/tcp_baseline.json" $QUICK
+
+if [[ "$DRIVER" != "fake" ]]; then
+  echo "== driver_bench local ($DRIVER)"
+  LD_LIBRARY_PATH="$(dirname "$DRIVER")" RGPU_BENCH_MODE=local \
+    "$BUILD/bin/driver_bench" "$IMAGE" "$OUT/local.json" $QUICK
+else
+  echo "== driver_bench local: skipped (--driver fake: no real driver to compare with)"
+fi
+
+echo "== driver_bench through rgpu (server --driver $DRIVER)"
+start_server
+env -u RGPU_TOKEN LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="127.0.0.1:$PORT" RGPU_BENCH_MODE=rgpu \
+  "$BUILD/bin/driver_bench" "$IMAGE" "$OUT/rgpu.json" $QUICK
+sleep 0.2 # let the server log the end of the session
+stop_server
+
+python3 "$ROOT/bench/report.py" --out "$OUT" --driver "$DRIVER" --build "$BUILD" --server-log "$OUT/rgpu-server.log" \
+  "$OUT/tcp_baseline.json" "$OUT/local.json" "$OUT/rgpu.json"
