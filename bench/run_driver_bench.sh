@@ -67,7 +67,8 @@ start_server() {
     SERVER_PID=$!
     for _ in $(seq 100); do
       kill -0 "$SERVER_PID" 2>/dev/null || break
-      if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then return 0; fi
+      # Its "listening on" line, not a probe connection (that would log an aborted handshake).
+      if grep -q "listening on 127.0.0.1:$PORT" "$log" 2>/dev/null; then return 0; fi
       sleep 0.1
     done
     stop_server
