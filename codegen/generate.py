@@ -77,6 +77,7 @@ class Func:
     mode: str = "generated"  # generated | local | custom | unsupported
     reason: str = ""
     oneway: bool = False
+    wrap: bool = False  # marshaller emitted as rgpu_fwd_<name>; the exported entry is hand-written
 
 
 def gcc_include() -> str:
@@ -181,7 +182,7 @@ def plain_member(t: ci.Type, seen) -> bool:
 # ----------------------------------------------------------------------------------------------
 # Annotations
 
-KEYS_FLAG = {"local", "custom", "oneway", "unsupported"}
+KEYS_FLAG = {"local", "custom", "oneway", "unsupported", "wrap"}
 HAND_KEYS = {"local", "custom", "unsupported"}  # keys that decide the whole call
 KEYS_PARAM = {"mint", "destroys", "elem", "inout"}
 KEYS_SIZED = {"in", "out", "outstr"}
@@ -315,9 +316,13 @@ def classify(f: Func, ann: Annotation | None) -> None:
     if ann and "unsupported" in ann.flags:
         f.mode, f.reason = "unsupported", f"annotated: {ann.note}"
         return
+    if ann and "wrap" in ann.flags:
+        f.wrap = True
     try:
         _classify(f, ann)
     except Unsupported as u:
+        if f.wrap:
+            raise GenError(f"{f.name}: annotated `wrap` but cannot be marshalled: {u}")
         f.mode, f.reason = "unsupported", str(u)
         for p in f.params:
             p.kind = ""
@@ -631,6 +636,9 @@ def emit_client_stub(f: Func) -> list[str]:
         sig = f"extern \"C\" RGPU_EXPORT CUresult CUDAAPI {f.name}({quiet})"
         return [sig + f' {{ return rgpu::client::unsupported("{f.name}"); }}']
     check_names(f)
+    if f.wrap:  # the hand-written entry point (client/driver/) calls this to reach the server
+        sig = sig.replace(f'extern "C" RGPU_EXPORT CUresult CUDAAPI {f.name}(',
+                          f'extern "C" CUresult CUDAAPI rgpu_fwd_{f.name}(', 1)
     b = [sig + " {", f'  rgpu::client::trace_call("{f.name}");']
     for p in f.params:
         if p.kind == "mint":
@@ -829,6 +837,18 @@ def emit_client_stubs(funcs) -> str:
     return "\n".join(lines)
 
 
+def emit_client_forward_h(funcs) -> str:
+    lines = [cpp_head("Marshallers of entry points whose exported symbol is written by hand (annotation\n"
+                      "// `wrap`): the hand-written code keeps client-side state and calls these to reach the server."),
+             "#pragma once\n", "#include <cuda.h>\n", 'extern "C" {']
+    for n in sorted(funcs):
+        f = funcs[n]
+        if f.wrap:
+            lines.append(f"CUresult CUDAAPI rgpu_fwd_{n}({', '.join(p.decl for p in f.params) or 'void'});")
+    lines.append('}  // extern "C"')
+    return "\n".join(lines) + "\n"
+
+
 def emit_server_handlers_h(funcs) -> str:
     lines = [cpp_head("Handlers written by hand (annotation `custom`), in server/handlers/*.cpp."),
              "#pragma once\n", '#include "server/dispatch.h"\n', "namespace rgpu::server::handlers {\n"]
@@ -900,7 +920,7 @@ def emit_coverage(funcs) -> str:
            "", f"## generated ({len(gen)})"]
     for n in gen:
         f = funcs[n]
-        tags = (" oneway" if f.oneway else "") + "".join(
+        tags = (" oneway" if f.oneway else "") + (" wrap" if f.wrap else "") + "".join(
             f" mint={p.name}" for p in f.params if p.kind == "mint")
         out.append(n + tags)
     out += ["", f"## hand-written ({len(hand)})"]
@@ -929,6 +949,7 @@ def generate(header: Path, annotations: Path, op_ids: Path) -> tuple[dict[str, s
         "export.gen.h": emit_export_h(),
         "size_expr.gen.h": emit_size_expr_h(),
         "client_stubs.gen.cpp": emit_client_stubs(funcs),
+        "client_forward.gen.h": emit_client_forward_h(funcs),
         "server_handlers.gen.h": emit_server_handlers_h(funcs),
         "server_dispatch.gen.cpp": emit_server_dispatch(funcs),
         "client_exports.gen.h": emit_client_exports_h(),

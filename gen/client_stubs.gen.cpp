@@ -192,20 +192,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxAttach(CUcontext *pctx, unsigned in
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
-  rgpu::client::trace_call("cuCtxCreate");
-  rgpu::client::Call c(rgpu::op::cuCtxCreate, rgpu::client::kWaits);
-  c.args().put_u8(pctx != nullptr);
-  c.args().put<unsigned int>(flags);
-  c.args().put<CUdevice>(dev);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (pctx) *pctx = rgpu::client::handle_from<CUcontext>(c.reply().u64());
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
   rgpu::client::trace_call("cuCtxCreate_v2");
   rgpu::client::Call c(rgpu::op::cuCtxCreate_v2, rgpu::client::kWaits);
   c.args().put_u8(pctx != nullptr);
@@ -218,7 +205,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev) {
   rgpu::client::trace_call("cuCtxCreate_v3");
   const uint64_t paramsArray_n = rgpu::gen::sz_mul(static_cast<uint64_t>(numParams), uint64_t{sizeof(CUexecAffinityParam)});
   if (paramsArray_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
@@ -236,14 +223,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAf
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) {
-  rgpu::client::trace_call("cuCtxDestroy");
-  rgpu::client::Call c(rgpu::op::cuCtxDestroy, rgpu::client::kWaits);
-  c.args().put_u64(rgpu::client::handle_id(ctx));
-  return c.invoke();
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxDestroy_v2(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxDestroy_v2");
   rgpu::client::Call c(rgpu::op::cuCtxDestroy_v2, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(ctx));
@@ -307,17 +287,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfi
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
-  rgpu::client::trace_call("cuCtxGetCurrent");
-  rgpu::client::Call c(rgpu::op::cuCtxGetCurrent, rgpu::client::kWaits);
-  c.args().put_u8(pctx != nullptr);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (pctx) *pctx = rgpu::client::handle_from<CUcontext>(c.reply().u64());
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type) {
   rgpu::client::trace_call("cuCtxGetDevResource");
   rgpu::client::Call c(rgpu::op::cuCtxGetDevResource, rgpu::client::kWaits);
@@ -331,18 +300,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevResource(CUcontext hCtx, CUde
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
-  rgpu::client::trace_call("cuCtxGetDevice");
-  rgpu::client::Call c(rgpu::op::cuCtxGetDevice, rgpu::client::kWaits);
-  c.args().put_u8(device != nullptr);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (device) *device = c.reply().get<CUdevice>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
   rgpu::client::trace_call("cuCtxGetDevice_v2");
   rgpu::client::Call c(rgpu::op::cuCtxGetDevice_v2, rgpu::client::kWaits);
   c.args().put_u8(device != nullptr);
@@ -425,18 +383,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPr
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxPopCurrent(CUcontext *pctx) {
-  rgpu::client::trace_call("cuCtxPopCurrent");
-  rgpu::client::Call c(rgpu::op::cuCtxPopCurrent, rgpu::client::kWaits);
-  c.args().put_u8(pctx != nullptr);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (pctx) *pctx = rgpu::client::handle_from<CUcontext>(c.reply().u64());
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxPopCurrent_v2(CUcontext *pctx) {
   rgpu::client::trace_call("cuCtxPopCurrent_v2");
   rgpu::client::Call c(rgpu::op::cuCtxPopCurrent_v2, rgpu::client::kWaits);
   c.args().put_u8(pctx != nullptr);
@@ -447,14 +394,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx) {
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) {
-  rgpu::client::trace_call("cuCtxPushCurrent");
-  rgpu::client::Call c(rgpu::op::cuCtxPushCurrent, rgpu::client::kWaits);
-  c.args().put_u64(rgpu::client::handle_id(ctx));
-  return c.invoke();
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxPushCurrent_v2(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxPushCurrent_v2");
   rgpu::client::Call c(rgpu::op::cuCtxPushCurrent_v2, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(ctx));
@@ -482,7 +422,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config)
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxSetCurrent(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxSetCurrent");
   rgpu::client::Call c(rgpu::op::cuCtxSetCurrent, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(ctx));
@@ -778,7 +718,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxRetain");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRetain, rgpu::client::kWaits);
   c.args().put_u8(pctx != nullptr);

@@ -257,22 +257,6 @@ static void h_cuCtxAttach(rgpu::server::Dispatch& d) {
   if (a_pctx_has) d.reply.put_u64(a_pctx ? d.handles.id_for(a_pctx) : 0);
 }
 
-static void h_cuCtxCreate(rgpu::server::Dispatch& d) {
-  const uint8_t a_pctx_has = d.args.u8();
-  const unsigned int a_flags = d.args.get<unsigned int>();
-  const CUdevice a_dev = d.args.get<CUdevice>();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuCtxCreate) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUcontext a_pctx{};
-  const CUresult rc = d.drv.cuCtxCreate(a_pctx_has ? &a_pctx : nullptr, a_flags, a_dev);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pctx_has) d.reply.put_u64(a_pctx ? d.handles.id_for(a_pctx) : 0);
-}
-
 static void h_cuCtxCreate_v2(rgpu::server::Dispatch& d) {
   const uint8_t a_pctx_has = d.args.u8();
   const unsigned int a_flags = d.args.get<unsigned int>();
@@ -312,22 +296,6 @@ static void h_cuCtxCreate_v3(rgpu::server::Dispatch& d) {
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
   if (a_pctx_has) d.reply.put_u64(a_pctx ? d.handles.id_for(a_pctx) : 0);
-}
-
-static void h_cuCtxDestroy(rgpu::server::Dispatch& d) {
-  const uint64_t a_ctx_id = d.args.u64();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuCtxDestroy) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUcontext a_ctx{};
-  if (!d.handles.get(a_ctx_id, &a_ctx)) {
-    d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
-    return;
-  }
-  const CUresult rc = d.drv.cuCtxDestroy(a_ctx);
-  d.reply.put<int32_t>(rc);
 }
 
 static void h_cuCtxDestroy_v2(rgpu::server::Dispatch& d) {
@@ -449,20 +417,6 @@ static void h_cuCtxGetCacheConfig(rgpu::server::Dispatch& d) {
   if (a_pconfig_has) d.reply.put<CUfunc_cache>(a_pconfig);
 }
 
-static void h_cuCtxGetCurrent(rgpu::server::Dispatch& d) {
-  const uint8_t a_pctx_has = d.args.u8();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuCtxGetCurrent) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUcontext a_pctx{};
-  const CUresult rc = d.drv.cuCtxGetCurrent(a_pctx_has ? &a_pctx : nullptr);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pctx_has) d.reply.put_u64(a_pctx ? d.handles.id_for(a_pctx) : 0);
-}
-
 static void h_cuCtxGetDevResource(rgpu::server::Dispatch& d) {
   const uint64_t a_hCtx_id = d.args.u64();
   const uint8_t a_resource_has = d.args.u8();
@@ -482,20 +436,6 @@ static void h_cuCtxGetDevResource(rgpu::server::Dispatch& d) {
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
   if (a_resource_has) d.reply.put<CUdevResource>(a_resource);
-}
-
-static void h_cuCtxGetDevice(rgpu::server::Dispatch& d) {
-  const uint8_t a_device_has = d.args.u8();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuCtxGetDevice) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUdevice a_device{};
-  const CUresult rc = d.drv.cuCtxGetDevice(a_device_has ? &a_device : nullptr);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_device_has) d.reply.put<CUdevice>(a_device);
 }
 
 static void h_cuCtxGetDevice_v2(rgpu::server::Dispatch& d) {
@@ -613,20 +553,6 @@ static void h_cuCtxGetStreamPriorityRange(rgpu::server::Dispatch& d) {
   if (a_greatestPriority_has) d.reply.put<int>(a_greatestPriority);
 }
 
-static void h_cuCtxPopCurrent(rgpu::server::Dispatch& d) {
-  const uint8_t a_pctx_has = d.args.u8();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuCtxPopCurrent) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUcontext a_pctx{};
-  const CUresult rc = d.drv.cuCtxPopCurrent(a_pctx_has ? &a_pctx : nullptr);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pctx_has) d.reply.put_u64(a_pctx ? d.handles.id_for(a_pctx) : 0);
-}
-
 static void h_cuCtxPopCurrent_v2(rgpu::server::Dispatch& d) {
   const uint8_t a_pctx_has = d.args.u8();
   if (!d.args.ok()) return;
@@ -639,22 +565,6 @@ static void h_cuCtxPopCurrent_v2(rgpu::server::Dispatch& d) {
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
   if (a_pctx_has) d.reply.put_u64(a_pctx ? d.handles.id_for(a_pctx) : 0);
-}
-
-static void h_cuCtxPushCurrent(rgpu::server::Dispatch& d) {
-  const uint64_t a_ctx_id = d.args.u64();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuCtxPushCurrent) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUcontext a_ctx{};
-  if (!d.handles.get(a_ctx_id, &a_ctx)) {
-    d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
-    return;
-  }
-  const CUresult rc = d.drv.cuCtxPushCurrent(a_ctx);
-  d.reply.put<int32_t>(rc);
 }
 
 static void h_cuCtxPushCurrent_v2(rgpu::server::Dispatch& d) {
@@ -7019,10 +6929,8 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuArrayGetPlane: return &h_cuArrayGetPlane;
     case rgpu::op::cuArrayGetSparseProperties: return &h_cuArrayGetSparseProperties;
     case rgpu::op::cuCtxAttach: return &h_cuCtxAttach;
-    case rgpu::op::cuCtxCreate: return &h_cuCtxCreate;
     case rgpu::op::cuCtxCreate_v2: return &h_cuCtxCreate_v2;
     case rgpu::op::cuCtxCreate_v3: return &h_cuCtxCreate_v3;
-    case rgpu::op::cuCtxDestroy: return &h_cuCtxDestroy;
     case rgpu::op::cuCtxDestroy_v2: return &h_cuCtxDestroy_v2;
     case rgpu::op::cuCtxDetach: return &h_cuCtxDetach;
     case rgpu::op::cuCtxDisablePeerAccess: return &h_cuCtxDisablePeerAccess;
@@ -7030,9 +6938,7 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuCtxFromGreenCtx: return &h_cuCtxFromGreenCtx;
     case rgpu::op::cuCtxGetApiVersion: return &h_cuCtxGetApiVersion;
     case rgpu::op::cuCtxGetCacheConfig: return &h_cuCtxGetCacheConfig;
-    case rgpu::op::cuCtxGetCurrent: return &h_cuCtxGetCurrent;
     case rgpu::op::cuCtxGetDevResource: return &h_cuCtxGetDevResource;
-    case rgpu::op::cuCtxGetDevice: return &h_cuCtxGetDevice;
     case rgpu::op::cuCtxGetDevice_v2: return &h_cuCtxGetDevice_v2;
     case rgpu::op::cuCtxGetExecAffinity: return &h_cuCtxGetExecAffinity;
     case rgpu::op::cuCtxGetFlags: return &h_cuCtxGetFlags;
@@ -7040,9 +6946,7 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuCtxGetLimit: return &h_cuCtxGetLimit;
     case rgpu::op::cuCtxGetSharedMemConfig: return &h_cuCtxGetSharedMemConfig;
     case rgpu::op::cuCtxGetStreamPriorityRange: return &h_cuCtxGetStreamPriorityRange;
-    case rgpu::op::cuCtxPopCurrent: return &h_cuCtxPopCurrent;
     case rgpu::op::cuCtxPopCurrent_v2: return &h_cuCtxPopCurrent_v2;
-    case rgpu::op::cuCtxPushCurrent: return &h_cuCtxPushCurrent;
     case rgpu::op::cuCtxPushCurrent_v2: return &h_cuCtxPushCurrent_v2;
     case rgpu::op::cuCtxRecordEvent: return &h_cuCtxRecordEvent;
     case rgpu::op::cuCtxResetPersistingL2Cache: return &h_cuCtxResetPersistingL2Cache;

@@ -1,18 +1,46 @@
-// cuCtxCreate_v4, the version cuda.h 13 maps cuCtxCreate to. Its parameter struct holds
+// Contexts. The exported entry points keep the client's record of contexts and of each thread's
+// context stack (client/contexts.h) and forward the calls that change driver state through their
+// generated marshallers (gen/client_forward.gen.h); queries of that state are answered locally.
+//
+// cuCtxCreate_v4, the version cuda.h 13 maps cuCtxCreate to, has a parameter struct that holds
 // pointers, so it travels as the call it is equivalent to: cuCtxCreate_v3 with affinity
 // parameters, cuCtxCreate_v2 without. CIG (graphics interop) contexts cannot work remotely.
 #include <cuda.h>
 
 #include "client/call.h"
+#include "client/contexts.h"
+#include "client/runtime.h"
 #include "common/log.h"
+#include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
+
+namespace ctxs = rgpu::client::contexts;
 
 extern "C" {
 
+RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  CUresult rc = rgpu_fwd_cuCtxCreate_v2(pctx, flags, dev);
+  if (rc == CUDA_SUCCESS) {
+    ctxs::learn(*pctx, dev);
+    ctxs::push(*pctx);
+  }
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags,
+                                            CUdevice dev) {
+  CUresult rc = rgpu_fwd_cuCtxCreate_v3(pctx, params, n, flags, dev);
+  if (rc == CUDA_SUCCESS) {
+    ctxs::learn(*pctx, dev);
+    ctxs::push(*pctx);
+  }
+  return rc;
+}
+
 RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
                                             CUdevice dev) {
-  rgpu::client::trace_call("cuCtxCreate_v4");
   if (params && params->cigParams) {
+    rgpu::client::trace_call("cuCtxCreate_v4");
     rgpu::log::error("cuCtxCreate_v4: CIG contexts share a graphics API's state on the GPU host; rgpu cannot "
                      "create them (CUDA_ERROR_NOT_SUPPORTED)");
     return CUDA_ERROR_NOT_SUPPORTED;
@@ -20,6 +48,64 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* 
   if (params && params->numExecAffinityParams > 0)
     return cuCtxCreate_v3(pctx, params->execAffinityParams, params->numExecAffinityParams, flags, dev);
   return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+// The pre-3.2 name has the _v2 signature.
+RGPU_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+  CUresult rc = rgpu_fwd_cuCtxDestroy_v2(ctx);
+  if (rc == CUDA_SUCCESS) ctxs::forget(ctx);
+  return rc;
+}
+RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+
+RGPU_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  CUresult rc = rgpu_fwd_cuCtxSetCurrent(ctx);
+  if (rc == CUDA_SUCCESS) ctxs::set_current(ctx);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  CUresult rc = rgpu_fwd_cuCtxPushCurrent_v2(ctx);
+  if (rc == CUDA_SUCCESS) ctxs::push(ctx);
+  return rc;
+}
+RGPU_EXPORT CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+
+RGPU_EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
+  CUresult rc = rgpu_fwd_cuCtxPopCurrent_v2(pctx);
+  if (rc == CUDA_SUCCESS) ctxs::pop();
+  return rc;
+}
+RGPU_EXPORT CUresult CUDAAPI cuCtxPopCurrent(CUcontext* pctx) { return cuCtxPopCurrent_v2(pctx); }
+
+RGPU_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
+  rgpu::client::trace_call("cuCtxGetCurrent");
+  if (!rgpu::client::connection()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = ctxs::current();
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  rgpu::client::trace_call("cuCtxGetDevice_v2");
+  if (!rgpu::client::connection()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (!ctx) ctx = ctxs::current();
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctxs::device_of(ctx, device)) return CUDA_SUCCESS;
+  return rgpu_fwd_cuCtxGetDevice_v2(device, ctx);  // a context the client has not seen made
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) { return cuCtxGetDevice_v2(device, nullptr); }
+
+RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  CUresult rc = rgpu_fwd_cuDevicePrimaryCtxRetain(pctx, dev);
+  if (rc == CUDA_SUCCESS) ctxs::learn(*pctx, dev);
+  return rc;
 }
 
 }  // extern "C"

@@ -55,7 +55,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuConstScalars(const int * /*values*/) {
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCountInOut(size_t * /*count*/, int * /*other*/) { return rgpu::client::unsupported("cuCountInOut"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxGetCurrent(CUcontext *pctx) {
   rgpu::client::trace_call("cuCtxGetCurrent");
   rgpu::client::Call c(rgpu::op::cuCtxGetCurrent, rgpu::client::kWaits);
   c.args().put_u8(pctx != nullptr);
