@@ -91,8 +91,12 @@ fi
 
 echo "== driver_bench through rgpu (server --driver $DRIVER)"
 start_server
-env -u RGPU_TOKEN LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="127.0.0.1:$PORT" RGPU_BENCH_MODE=rgpu \
-  "$BUILD/bin/driver_bench" "$IMAGE" "$OUT/rgpu.json" $QUICK
+if ! env -u RGPU_TOKEN LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="127.0.0.1:$PORT" RGPU_BENCH_MODE=rgpu \
+  "$BUILD/bin/driver_bench" "$IMAGE" "$OUT/rgpu.json" $QUICK; then
+  echo "run_driver_bench: driver_bench through rgpu failed; the server's log ($OUT/rgpu-server.log) ends:" >&2
+  tail -n 20 "$OUT/rgpu-server.log" >&2
+  exit 1
+fi
 sleep 0.2 # let the server log the end of the session
 stop_server
 

@@ -1,13 +1,10 @@
-// cuGetProcAddress and cuGetExportTable.
+// cuGetProcAddress.
 //
 // cuGetProcAddress resolves a base name ("cuMemAlloc") to the variant a caller built for a given
 // CUDA version would use. This is the interim rule: prefer the per-thread-stream variant
 // (_ptsz, then _ptds) when the caller asks for per-thread default stream semantics, then the
 // highest _vN, then the bare name. The exact (name, version, flags) table read off the real
 // driver replaces it (issue 3).
-//
-// cuGetExportTable: the driver's private tables (shared/reference/dark-api.md) are not served
-// yet; every request is traced by UUID and refused, never answered with a guess.
 #include <cuda.h>
 
 #include <algorithm>
@@ -68,17 +65,6 @@ RGPU_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, in
   if (!p) return CUDA_ERROR_NOT_FOUND;  // *pfn left alone, as the real driver's v1 does
   *pfn = p;
   return CUDA_SUCCESS;
-}
-
-RGPU_EXPORT CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
-  if (!ppExportTable || !pExportTableId) return CUDA_ERROR_INVALID_VALUE;
-  char hex[33];
-  for (int i = 0; i < 16; ++i)
-    std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(pExportTableId->bytes[i]));
-  rgpu::client::trace_call("cuGetExportTable");
-  rgpu::log::warn("cuGetExportTable: table %s is not provided by rgpu yet (CUDA_ERROR_NOT_SUPPORTED)", hex);
-  *ppExportTable = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 }  // extern "C"
