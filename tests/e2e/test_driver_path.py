@@ -51,3 +51,30 @@ def test_missing_token_is_explained(token_server):
 def test_right_token_is_accepted(token_server):
     r = run_client([PROGRAM, IMAGE], token_server, token="correct horse battery staple")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_server_refuses_a_public_address_without_a_token():
+    import subprocess
+    from conftest import free_port
+    r = subprocess.run([str(BUILD / "bin/rgpu-server"), "--listen", f"0.0.0.0:{free_port()}", "--driver", "fake"],
+                       capture_output=True, text=True, timeout=10, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2
+    assert "without a token" in r.stderr and "--insecure" in r.stderr, r.stderr
+
+
+def test_server_refuses_its_own_shim_as_a_driver():
+    import subprocess
+    from conftest import free_port
+    r = subprocess.run([str(BUILD / "bin/rgpu-server"), "--listen", f"127.0.0.1:{free_port()}", "--driver",
+                        str(BUILD / "lib/libcuda.so.1")], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2
+    assert "rgpu's own client shim" in r.stderr, r.stderr
+
+
+def test_server_explains_a_missing_driver():
+    import subprocess
+    from conftest import free_port
+    r = subprocess.run([str(BUILD / "bin/rgpu-server"), "--listen", f"127.0.0.1:{free_port()}", "--driver",
+                        "/nonexistent/libcuda.so.1"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2
+    assert "cannot load the CUDA driver" in r.stderr and "--driver" in r.stderr, r.stderr
