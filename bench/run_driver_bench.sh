@@ -41,6 +41,21 @@ OUT="$(cd "$OUT" && pwd)"
 rm -f "$OUT"/tcp_baseline.json "$OUT"/local.json "$OUT"/rgpu.json
 
 SERVER_PID=""
+CHILD_PID=""
+# Runs a benchmark in the background and waits, so that INT/TERM reach the traps at once
+# instead of after the benchmark; the EXIT trap then ends it and the server.
+run() {
+  "$@" &
+  CHILD_PID=$!
+  local rc=0
+  wait "$CHILD_PID" || rc=$?
+  CHILD_PID=""
+  return "$rc"
+}
+cleanup() {
+  if [[ -n "$CHILD_PID" ]]; then kill "$CHILD_PID" 2>/dev/null || true; fi
+  stop_server
+}
 stop_server() {
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill "$SERVER_PID" 2>/dev/null || true
@@ -50,7 +65,7 @@ stop_server() {
   fi
   SERVER_PID=""
 }
-trap stop_server EXIT
+trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
@@ -79,11 +94,11 @@ start_server() {
 }
 
 echo "== tcp_baseline"
-"$BUILD/bin/tcp_baseline" "$OUT/tcp_baseline.json" $QUICK
+run "$BUILD/bin/tcp_baseline" "$OUT/tcp_baseline.json" $QUICK
 
 if [[ "$DRIVER" != "fake" ]]; then
   echo "== driver_bench local ($DRIVER)"
-  LD_LIBRARY_PATH="$(dirname "$DRIVER")" RGPU_BENCH_MODE=local \
+  run env LD_LIBRARY_PATH="$(dirname "$DRIVER")" RGPU_BENCH_MODE=local \
     "$BUILD/bin/driver_bench" "$IMAGE" "$OUT/local.json" $QUICK
 else
   echo "== driver_bench local: skipped (--driver fake: no real driver to compare with)"
@@ -91,7 +106,7 @@ fi
 
 echo "== driver_bench through rgpu (server --driver $DRIVER)"
 start_server
-if ! env -u RGPU_TOKEN LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="127.0.0.1:$PORT" RGPU_BENCH_MODE=rgpu \
+if ! run env -u RGPU_TOKEN LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="127.0.0.1:$PORT" RGPU_BENCH_MODE=rgpu \
   "$BUILD/bin/driver_bench" "$IMAGE" "$OUT/rgpu.json" $QUICK; then
   echo "run_driver_bench: driver_bench through rgpu failed; the server's log ($OUT/rgpu-server.log) ends:" >&2
   tail -n 20 "$OUT/rgpu-server.log" >&2

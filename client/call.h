@@ -83,6 +83,13 @@ uint64_t mint_handle();
 // generated stubs of everything the generator cannot marshal: one log line naming the call.
 CUresult unsupported(const char* name);
 
+// Device ordinals: the program sees only the devices CUDA_VISIBLE_DEVICES names, numbered from
+// 0; the server numbers all of its devices. server_device maps a client ordinal to the server's
+// (-1 for one the client cannot see, which the driver refuses); client_device maps back (-1 for
+// a device hidden from the client).
+CUdevice server_device(CUdevice client_ordinal);
+CUdevice client_device(CUdevice server_ordinal);
+
 // RGPU_TRACE: one line per call when tracing is on (cheap check when off).
 void trace_call(const char* name);
 

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <vector>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -49,6 +52,57 @@ void at_exit_flush() {
   if (g_conn) g_conn->flush();
 }
 
+// The server ordinals the program may see, in the order it sees them (CUDA_VISIBLE_DEVICES).
+std::vector<CUdevice> g_visible;
+
+std::string uuid_text(const std::array<uint8_t, 16>& u) {
+  std::string s = "GPU-";
+  static const char* kHex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += kHex[u[i] >> 4];
+    s += kHex[u[i] & 15];
+  }
+  return s;
+}
+
+// Applies CUDA_VISIBLE_DEVICES to the snapshot, as the driver does: entries are indices or
+// (prefixes of) UUIDs; the list ends at the first entry that names no device or repeats one.
+void apply_visible_devices() {
+  const env::Settings& s = env::get();
+  std::vector<proto::DeviceInfo> all = g_snapshot.devices;
+  g_visible.clear();
+  if (!s.has_visible_devices) {
+    for (size_t i = 0; i < all.size(); ++i) g_visible.push_back(static_cast<CUdevice>(i));
+    return;
+  }
+  size_t start = 0;
+  const std::string& list = s.visible_devices;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    while (!entry.empty() && entry.front() == ' ') entry.erase(0, 1);
+    while (!entry.empty() && entry.back() == ' ') entry.pop_back();
+    int found = -1;
+    if (!entry.empty() && std::isdigit(static_cast<unsigned char>(entry[0]))) {
+      char* end = nullptr;
+      long v = std::strtol(entry.c_str(), &end, 10);
+      if (*end == '\0' && v >= 0 && static_cast<size_t>(v) < all.size()) found = static_cast<int>(v);
+    } else if (entry.rfind("GPU-", 0) == 0 && entry.size() > 4) {
+      for (size_t i = 0; i < all.size(); ++i)
+        if (uuid_text(all[i].uuid).rfind(entry, 0) == 0) found = static_cast<int>(i);
+    }
+    bool repeat = false;
+    for (CUdevice d : g_visible) repeat |= d == found;
+    if (found < 0 || repeat) break;
+    g_visible.push_back(found);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  g_snapshot.devices.clear();
+  for (CUdevice d : g_visible) g_snapshot.devices.push_back(all[static_cast<size_t>(d)]);
+}
+
 CUresult fetch_snapshot() {
   Call c(proto::kOpSnapshot, kWaits);
   CUresult rc = c.invoke();
@@ -58,6 +112,8 @@ CUresult fetch_snapshot() {
                g_conn->server_name().c_str());
     return CUDA_ERROR_DEVICE_UNAVAILABLE;
   }
+  apply_visible_devices();
+  if (g_snapshot.init_result == CUDA_SUCCESS && g_snapshot.devices.empty()) return CUDA_ERROR_NO_DEVICE;
   return static_cast<CUresult>(g_snapshot.init_result);
 }
 
@@ -96,6 +152,17 @@ uint32_t thread_id() {
 bool batching() { return env::get().batch; }
 
 void count_call(uint16_t, bool) {}
+
+CUdevice server_device(CUdevice client_ordinal) {
+  if (client_ordinal < 0 || static_cast<size_t>(client_ordinal) >= g_visible.size()) return -1;
+  return g_visible[static_cast<size_t>(client_ordinal)];
+}
+
+CUdevice client_device(CUdevice server_ordinal) {
+  for (size_t i = 0; i < g_visible.size(); ++i)
+    if (g_visible[i] == server_ordinal) return static_cast<CUdevice>(i);
+  return -1;
+}
 
 uint64_t mint_handle() { return g_next_handle.fetch_add(1, std::memory_order_relaxed); }
 

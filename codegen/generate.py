@@ -652,7 +652,9 @@ def emit_client_stub(f: Func) -> list[str]:
     b.append(f"  rgpu::client::Call c(rgpu::op::{f.name}, rgpu::client::{kind});")
     for p in f.params:
         n = p.name
-        if p.kind == "scalar":
+        if p.kind == "scalar" and p.ctype == "CUdevice":  # client ordinals (CUDA_VISIBLE_DEVICES)
+            b.append(f"  c.args().put<CUdevice>(rgpu::client::server_device({n}));")
+        elif p.kind == "scalar":
             b.append(f"  c.args().put<{p.ctype}>({n});")
         elif p.kind == "handle_in":
             b.append(f"  c.args().put_u64(rgpu::client::handle_id({n}));")
@@ -684,7 +686,9 @@ def emit_client_stub(f: Func) -> list[str]:
     b.append("  if (rc != CUDA_SUCCESS) return rc;")
     for p in outs:
         n = p.name
-        if p.kind in ("out", "inout"):
+        if p.kind in ("out", "inout") and p.ctype == "CUdevice":
+            b.append(f"  if ({n}) *{n} = rgpu::client::client_device(c.reply().get<CUdevice>());")
+        elif p.kind in ("out", "inout"):
             b.append(f"  if ({n}) *{n} = c.reply().get<{p.ctype}>();")
         elif p.kind == "handle_out":
             b.append(f"  if ({n}) *{n} = rgpu::client::handle_from<{p.ctype}>(c.reply().u64());")

@@ -26,6 +26,10 @@ void read_all() {
   s.log = str("RGPU_LOG", "info");
   s.connect_timeout_s = std::atoi(str("RGPU_CONNECT_TIMEOUT", "10").c_str());
   if (s.connect_timeout_s <= 0) s.connect_timeout_s = 10;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    s.has_visible_devices = true;
+    s.visible_devices = v;
+  }
   g_settings = s;
 }
 

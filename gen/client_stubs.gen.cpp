@@ -127,7 +127,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetMemoryRequirements(CUDA_ARRAY_
   rgpu::client::Call c(rgpu::op::cuArrayGetMemoryRequirements, rgpu::client::kWaits);
   c.args().put_u8(memoryRequirements != nullptr);
   c.args().put_u64(rgpu::client::handle_id(array));
-  c.args().put<CUdevice>(device);
+  c.args().put<CUdevice>(rgpu::client::server_device(device));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (memoryRequirements) *memoryRequirements = c.reply().get<CUDA_ARRAY_MEMORY_REQUIREMENTS>();
@@ -197,7 +197,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned in
   rgpu::client::Call c(rgpu::op::cuCtxCreate_v2, rgpu::client::kWaits);
   c.args().put_u8(pctx != nullptr);
   c.args().put<unsigned int>(flags);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (pctx) *pctx = rgpu::client::handle_from<CUcontext>(c.reply().u64());
@@ -215,7 +215,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v3(CUcontext *pctx, CUexecAffin
   if (paramsArray) c.args().put_bytes(paramsArray, static_cast<size_t>(paramsArray_n));
   c.args().put<int>(numParams);
   c.args().put<unsigned int>(flags);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (pctx) *pctx = rgpu::client::handle_from<CUcontext>(c.reply().u64());
@@ -307,7 +307,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxGetDevice_v2(CUdevice *device, CUconte
   c.args().put_u64(rgpu::client::handle_id(ctx));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (device) *device = c.reply().get<CUdevice>();
+  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>());
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
@@ -508,8 +508,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer
   rgpu::client::trace_call("cuDeviceCanAccessPeer");
   rgpu::client::Call c(rgpu::op::cuDeviceCanAccessPeer, rgpu::client::kWaits);
   c.args().put_u8(canAccessPeer != nullptr);
-  c.args().put<CUdevice>(dev);
-  c.args().put<CUdevice>(peerDev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
+  c.args().put<CUdevice>(rgpu::client::server_device(peerDev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (canAccessPeer) *canAccessPeer = c.reply().get<int>();
@@ -521,7 +521,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *
   rgpu::client::trace_call("cuDeviceGetDefaultMemPool");
   rgpu::client::Call c(rgpu::op::cuDeviceGetDefaultMemPool, rgpu::client::kWaits);
   c.args().put_u8(pool_out != nullptr);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (pool_out) *pool_out = rgpu::client::handle_from<CUmemoryPool>(c.reply().u64());
@@ -532,7 +532,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type) {
   rgpu::client::trace_call("cuDeviceGetDevResource");
   rgpu::client::Call c(rgpu::op::cuDeviceGetDevResource, rgpu::client::kWaits);
-  c.args().put<CUdevice>(device);
+  c.args().put<CUdevice>(rgpu::client::server_device(device));
   c.args().put_u8(resource != nullptr);
   c.args().put<CUdevResourceType>(type);
   CUresult rc = c.invoke();
@@ -547,7 +547,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, 
   rgpu::client::Call c(rgpu::op::cuDeviceGetExecAffinitySupport, rgpu::client::kWaits);
   c.args().put_u8(pi != nullptr);
   c.args().put<CUexecAffinityType>(type);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (pi) *pi = c.reply().get<int>();
@@ -569,7 +569,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetHostAtomicCapabilities(unsign
   c.args().put_u8(operations != nullptr);
   if (operations) c.args().put_bytes(operations, static_cast<size_t>(operations_n));
   c.args().put<unsigned int>(count);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (capabilities) {
@@ -589,7 +589,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetLuid(char *luid, unsigned int
   c.args().put_u8(luid != nullptr);
   c.args().put_u64(luid_n);
   c.args().put_u8(deviceNodeMask != nullptr);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (luid) {
@@ -606,7 +606,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, C
   rgpu::client::trace_call("cuDeviceGetMemPool");
   rgpu::client::Call c(rgpu::op::cuDeviceGetMemPool, rgpu::client::kWaits);
   c.args().put_u8(pool != nullptr);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (pool) *pool = rgpu::client::handle_from<CUmemoryPool>(c.reply().u64());
@@ -628,8 +628,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetP2PAtomicCapabilities(unsigne
   c.args().put_u8(operations != nullptr);
   if (operations) c.args().put_bytes(operations, static_cast<size_t>(operations_n));
   c.args().put<unsigned int>(count);
-  c.args().put<CUdevice>(srcDevice);
-  c.args().put<CUdevice>(dstDevice);
+  c.args().put<CUdevice>(rgpu::client::server_device(srcDevice));
+  c.args().put<CUdevice>(rgpu::client::server_device(dstDevice));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (capabilities) {
@@ -646,8 +646,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUde
   rgpu::client::Call c(rgpu::op::cuDeviceGetP2PAttribute, rgpu::client::kWaits);
   c.args().put_u8(value != nullptr);
   c.args().put<CUdevice_P2PAttribute>(attrib);
-  c.args().put<CUdevice>(srcDevice);
-  c.args().put<CUdevice>(dstDevice);
+  c.args().put<CUdevice>(rgpu::client::server_device(srcDevice));
+  c.args().put<CUdevice>(rgpu::client::server_device(dstDevice));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (value) *value = c.reply().get<int>();
@@ -661,7 +661,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetTexture1DLinearMaxWidth(size_
   c.args().put_u8(maxWidthInElements != nullptr);
   c.args().put<CUarray_format>(format);
   c.args().put<unsigned int>(numChannels);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (maxWidthInElements) *maxWidthInElements = c.reply().get<size_t>();
@@ -672,14 +672,14 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetTexture1DLinearMaxWidth(size_
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
   rgpu::client::trace_call("cuDeviceGraphMemTrim");
   rgpu::client::Call c(rgpu::op::cuDeviceGraphMemTrim, rgpu::client::kWaits);
-  c.args().put<CUdevice>(device);
+  c.args().put<CUdevice>(rgpu::client::server_device(device));
   return c.invoke();
 }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
   rgpu::client::trace_call("cuDevicePrimaryCtxGetState");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxGetState, rgpu::client::kWaits);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put_u8(flags != nullptr);
   c.args().put_u8(active != nullptr);
   CUresult rc = c.invoke();
@@ -693,28 +693,28 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxRelease");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRelease, rgpu::client::kWaits);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxRelease_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRelease_v2, rgpu::client::kWaits);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxReset");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxReset, rgpu::client::kWaits);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxReset_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxReset_v2, rgpu::client::kWaits);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
@@ -722,7 +722,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, C
   rgpu::client::trace_call("cuDevicePrimaryCtxRetain");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRetain, rgpu::client::kWaits);
   c.args().put_u8(pctx != nullptr);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (pctx) *pctx = rgpu::client::handle_from<CUcontext>(c.reply().u64());
@@ -733,7 +733,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
   rgpu::client::trace_call("cuDevicePrimaryCtxSetFlags");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxSetFlags, rgpu::client::kWaits);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put<unsigned int>(flags);
   return c.invoke();
 }
@@ -741,7 +741,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   rgpu::client::trace_call("cuDevicePrimaryCtxSetFlags_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxSetFlags_v2, rgpu::client::kWaits);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put<unsigned int>(flags);
   return c.invoke();
 }
@@ -753,7 +753,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice /*
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   rgpu::client::trace_call("cuDeviceSetMemPool");
   rgpu::client::Call c(rgpu::op::cuDeviceSetMemPool, rgpu::client::kWaits);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put_u64(rgpu::client::handle_id(pool));
   return c.invoke();
 }
@@ -761,7 +761,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemor
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHandle callback) {
   rgpu::client::trace_call("cuDeviceUnregisterAsyncNotification");
   rgpu::client::Call c(rgpu::op::cuDeviceUnregisterAsyncNotification, rgpu::client::kWaits);
-  c.args().put<CUdevice>(device);
+  c.args().put<CUdevice>(rgpu::client::server_device(device));
   c.args().put_u64(rgpu::client::handle_id(callback));
   return c.invoke();
 }
@@ -1573,7 +1573,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx *phCtx, CUde
   rgpu::client::Call c(rgpu::op::cuGreenCtxCreate, rgpu::client::kWaits);
   c.args().put_u8(phCtx != nullptr);
   c.args().put_u64(rgpu::client::handle_id(desc));
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put<unsigned int>(flags);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
@@ -1723,7 +1723,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction
   c.args().put_u8(pi != nullptr);
   c.args().put<CUfunction_attribute>(attrib);
   c.args().put_u64(rgpu::client::handle_id(kernel));
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (pi) *pi = c.reply().get<int>();
@@ -1778,7 +1778,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribut
   c.args().put<CUfunction_attribute>(attrib);
   c.args().put<int>(val);
   c.args().put_u64(rgpu::client::handle_id(kernel));
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
@@ -1787,7 +1787,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, 
   rgpu::client::Call c(rgpu::op::cuKernelSetCacheConfig, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(kernel));
   c.args().put<CUfunc_cache>(config);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
@@ -1983,7 +1983,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t c
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUmem_advise>(advice);
-  c.args().put<CUdevice>(device);
+  c.args().put<CUdevice>(rgpu::client::server_device(device));
   return c.invoke();
 }
 
@@ -2391,7 +2391,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, s
   rgpu::client::Call c(rgpu::op::cuMemPrefetchAsync, rgpu::client::kWaits);
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
-  c.args().put<CUdevice>(dstDevice);
+  c.args().put<CUdevice>(rgpu::client::server_device(dstDevice));
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2401,7 +2401,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devP
   rgpu::client::Call c(rgpu::op::cuMemPrefetchAsync_ptsz, rgpu::client::kWaits);
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
-  c.args().put<CUdevice>(dstDevice);
+  c.args().put<CUdevice>(rgpu::client::server_device(dstDevice));
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3113,7 +3113,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayGetMemoryRequirements(CU
   rgpu::client::Call c(rgpu::op::cuMipmappedArrayGetMemoryRequirements, rgpu::client::kWaits);
   c.args().put_u8(memoryRequirements != nullptr);
   c.args().put_u64(rgpu::client::handle_id(mipmap));
-  c.args().put<CUdevice>(device);
+  c.args().put<CUdevice>(rgpu::client::server_device(device));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (memoryRequirements) *memoryRequirements = c.reply().get<CUDA_ARRAY_MEMORY_REQUIREMENTS>();
@@ -3222,7 +3222,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastAddDevice(CUmemGenericAllocat
   rgpu::client::trace_call("cuMulticastAddDevice");
   rgpu::client::Call c(rgpu::op::cuMulticastAddDevice, rgpu::client::kWaits);
   c.args().put<CUmemGenericAllocationHandle>(mcHandle);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
@@ -3280,7 +3280,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocation
   rgpu::client::trace_call("cuMulticastUnbind");
   rgpu::client::Call c(rgpu::op::cuMulticastUnbind, rgpu::client::kWaits);
   c.args().put<CUmemGenericAllocationHandle>(mcHandle);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put<size_t>(mcOffset);
   c.args().put<size_t>(size);
   return c.invoke();
@@ -3630,7 +3630,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUde
   c.args().put_u8(device != nullptr);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (device) *device = c.reply().get<CUdevice>();
+  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>());
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
@@ -3642,7 +3642,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream,
   c.args().put_u8(device != nullptr);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (device) *device = c.reply().get<CUdevice>();
+  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>());
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
