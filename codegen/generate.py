@@ -937,7 +937,45 @@ def emit_coverage(funcs) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def generate(header: Path, annotations: Path, op_ids: Path) -> tuple[dict[str, str], str]:
+def emit_proc_address(probe: Path, funcs) -> str:
+    """cuGetProcAddress's (name, flags, version) -> variant table, from the real driver's answers
+    (gen/proc_address.txt, written by codegen/probe/run_procaddr_probe.sh on the GPU machine)."""
+    rows = []
+    for line in probe.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, flags, version, sym = line.split()
+        if sym != "-" and sym not in funcs:
+            sym = "-"  # exported by the driver but not declared in cuda.h (GL/EGL/VDPAU interop)
+        rows.append((name, int(flags), int(version), sym))
+    rows.sort(key=lambda r: (r[0].encode(), r[1], r[2]))
+    lines = [cpp_head("cuGetProcAddress's answers, read off the real driver: for each base name and flags value\n"
+                      "// (0 default, 1 legacy stream, 2 per-thread stream), from which CUDA version on which variant\n"
+                      "// it returns. Sorted by (name, flags, version). From gen/proc_address.txt."),
+             '#include <cuda.h>\n', '#include "gen/proc_address.gen.h"\n', "namespace rgpu::client {\n",
+             "const ProcAddressEntry kProcAddress[] = {"]
+    for name, flags, version, sym in rows:
+        fn = "nullptr" if sym == "-" else f"reinterpret_cast<void*>(&::{sym})"
+        lines.append(f'    {{"{name}", {flags}, {version}, {fn}}},')
+    lines += ["};", f"const size_t kProcAddressCount = {len(rows)};\n", "}  // namespace rgpu::client"]
+    return "\n".join(lines) + "\n"
+
+
+def emit_proc_address_h() -> str:
+    return "\n".join([cpp_head("cuGetProcAddress's table (gen/proc_address.gen.cpp)."), "#pragma once\n",
+                      "#include <cstddef>\n", "namespace rgpu::client {\n",
+                      "struct ProcAddressEntry {",
+                      "  const char* name;     // base name, as callers ask for it",
+                      "  int flags;            // 0 default, 1 legacy stream, 2 per-thread default stream",
+                      "  int min_version;      // from this CUDA version on ...",
+                      "  void* fn;             // ... this entry point answers (nullptr: none)",
+                      "};",
+                      "extern const ProcAddressEntry kProcAddress[];",
+                      "extern const size_t kProcAddressCount;\n", "}  // namespace rgpu::client", ""])
+
+
+def generate(header: Path, annotations: Path, op_ids: Path,
+             proc_probe: Path | None = None) -> tuple[dict[str, str], str]:
     funcs = parse_header(header)
     anns = parse_annotations(annotations, funcs)
     for n in sorted(funcs):
@@ -960,6 +998,9 @@ def generate(header: Path, annotations: Path, op_ids: Path) -> tuple[dict[str, s
         "client_exports.gen.cpp": emit_client_exports_cpp(funcs),
         "coverage.txt": emit_coverage(funcs),
     }
+    if proc_probe and proc_probe.exists():
+        files["proc_address.gen.h"] = emit_proc_address_h()
+        files["proc_address.gen.cpp"] = emit_proc_address(proc_probe, funcs)
     return files, op_text
 
 
@@ -976,7 +1017,7 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if out/ or op ids are stale")
     a = ap.parse_args(argv)
     try:
-        files, op_text = generate(a.header, a.annotations, a.op_ids)
+        files, op_text = generate(a.header, a.annotations, a.op_ids, a.out / "proc_address.txt")
     except GenError as e:
         print(f"generate.py: error: {e}", file=sys.stderr)
         return 2

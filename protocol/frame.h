@@ -3,6 +3,7 @@
 // reason, never allocated.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ class FrameReader {
   explicit FrameReader(int fd, uint32_t max_payload, size_t buffer_bytes = 1 << 20)
       : fd_(fd), max_payload_(max_payload), buf_(buffer_bytes) {}
   ReadResult next(FrameHeader* h, std::vector<uint8_t>* payload, std::string* why);
+
+  // How long the reader polls an idle socket before it sleeps in read(2).
+  static constexpr std::chrono::microseconds kSpin{50};
 
  private:
   // Ensures at least n bytes are buffered (n <= buffer size). kClosed only at a frame boundary.

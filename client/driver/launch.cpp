@@ -48,6 +48,7 @@ std::shared_ptr<const rgpu::image::Kernel> layout(CUfunction f) {
 
 // Appends LaunchArgs. Returns CUDA_ERROR_INVALID_VALUE when the arguments cannot be read.
 CUresult put_args(rgpu::Writer& w, CUfunction f, void** kernelParams, void** extra) {
+  if (extra && kernelParams) return CUDA_ERROR_INVALID_VALUE;  // the driver's rule: one form only
   if (extra) {
     const void* buf = nullptr;
     const size_t* size = nullptr;
