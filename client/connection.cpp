@@ -1,7 +1,9 @@
 // Implementation of client/connection.h.
 #include "client/connection.h"
 
+#include <poll.h>
 #include <pwd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +12,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/wire.h"
 #include "protocol/frame.h"
 
 namespace rgpu::client {
@@ -67,6 +70,15 @@ Connection::~Connection() {
   }
   flush_cv_.notify_all();
   if (flusher_.joinable()) flusher_.join();
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    cb_stop_ = true;
+  }
+  cb_cv_.notify_all();
+  if (cb_thread_.joinable()) {
+    ::shutdown(fd_, SHUT_RD);  // a callback thread in read_one() returns
+    cb_thread_.join();
+  }
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -177,19 +189,22 @@ bool Connection::call(uint16_t op, uint32_t thread_id, const void* args, size_t 
       bool ok = read_one();
       lock.lock();
       reading_ = false;
-      if (!ok) {
-        for (auto& [rid, s] : pending_) {
-          s->failed = true;
-          s->done = true;
-        }
-        pending_.clear();
-      }
+      if (!ok) fail_pending_locked();
       recv_cv_.notify_all();
+      if (awaited_) cb_cv_.notify_one();  // the callback thread may take the reader role now
     } else {
       recv_cv_.wait(lock);
     }
   }
   return !slot->failed;
+}
+
+void Connection::fail_pending_locked() {
+  for (auto& [rid, s] : pending_) {
+    s->failed = true;
+    s->done = true;
+  }
+  pending_.clear();
 }
 
 bool Connection::read_one() {
@@ -199,6 +214,22 @@ bool Connection::read_one() {
   if (rr != proto::ReadResult::kOk) {
     mark_broken(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
     return false;
+  }
+  if (h.op == proto::kOpCallback && !(h.flags & proto::kReply)) {
+    uint8_t payload[16];
+    if (h.length != sizeof payload || net::read_full(fd_, payload, sizeof payload) != sizeof payload) {
+      mark_broken(log::format("the server sent a malformed host-callback frame (%u bytes)", h.length));
+      return false;
+    }
+    Reader r(payload, sizeof payload);
+    uint64_t id = r.u64();
+    int32_t status = r.get<int32_t>();
+    bool run = r.u32() != 0;
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    ready_.push_back({id, status, run});
+    if (awaited_) --awaited_;
+    cb_cv_.notify_one();
+    return true;
   }
   ReplySlot* slot = nullptr;
   {
@@ -228,6 +259,63 @@ bool Connection::read_one() {
   pending_.erase(h.request_id);
   slot->done = true;
   return true;
+}
+
+}  // namespace rgpu::client
+
+namespace rgpu::client {
+
+void Connection::set_callback_handler(CallbackHandler h) {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  cb_handler_ = h;
+}
+
+void Connection::expect_callback() {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  ++awaited_;
+  if (!cb_thread_.joinable()) cb_thread_ = std::thread([this] { callback_loop(); });
+  cb_cv_.notify_one();
+}
+
+bool Connection::send_control(uint16_t op, const void* payload, size_t len) {
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (broken_) return false;
+  proto::FrameHeader h = proto::make_header(op, proto::kNoReply, next_request_++, 0, len);
+  const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+  batch_.insert(batch_.end(), hp, hp + sizeof h);
+  const auto* pp = static_cast<const uint8_t*>(payload);
+  batch_.insert(batch_.end(), pp, pp + len);
+  return flush_locked();
+}
+
+void Connection::callback_loop() {
+  // How long the callback thread holds the reader role before it looks at its queue again.
+  constexpr int kPollMs = 20;
+  std::unique_lock<std::mutex> lock(recv_mu_);
+  while (!cb_stop_) {
+    if (!ready_.empty()) {
+      Notice n = ready_.front();
+      ready_.erase(ready_.begin());
+      CallbackHandler h = cb_handler_;
+      lock.unlock();
+      if (h) h(n.id, n.status, n.run);
+      lock.lock();
+      continue;
+    }
+    if (awaited_ && !reading_ && !broken_) {
+      reading_ = true;
+      lock.unlock();
+      bool ok = true;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, kPollMs) > 0) ok = read_one();
+      lock.lock();
+      reading_ = false;
+      if (!ok) fail_pending_locked();
+      recv_cv_.notify_all();
+      continue;
+    }
+    cb_cv_.wait(lock);
+  }
 }
 
 }  // namespace rgpu::client

@@ -9,6 +9,13 @@
 // becomes the reader, reads frames and hands each to the thread whose request it answers, until
 // its own reply arrives (a leader/follower scheme): a single-threaded program pays no thread
 // switch per call.
+// Host callbacks (protocol/messages.h kOpCallback) are the one kind of frame that may arrive
+// while no thread waits for a reply (a program may spin on a flag its callback sets). While a
+// callback is announced (expect_callback) and not yet delivered, the callback thread (started
+// at the first callback) takes the reader role whenever no waiting thread holds it, polling in
+// short slices so it gives the role back when the last announced callback has arrived. So the
+// reply fast path is untouched for programs with no callback in flight. Delivered callbacks run
+// on the callback thread, in arrival order, never on a reader (a reader must keep reading).
 #pragma once
 
 #include <sys/uio.h>
@@ -56,6 +63,14 @@ class Connection {
   // Sends everything queued now.
   bool flush();
 
+  // Host callbacks. The handler runs on the callback thread for each kOpCallback frame.
+  using CallbackHandler = void (*)(uint64_t id, int32_t status, bool run);
+  void set_callback_handler(CallbackHandler h);
+  // Announces one kOpCallback frame to come (call before sending the request that causes it).
+  void expect_callback();
+  // Sends a one-way control frame now, behind everything queued. False when the connection is gone.
+  bool send_control(uint16_t op, const void* payload, size_t len);
+
   const std::string& server_name() const { return server_name_; }
   bool broken() const { return broken_.load(); }
   uint64_t round_trips() const { return round_trips_.load(); }
@@ -72,6 +87,9 @@ class Connection {
   // Reads one reply frame and completes its slot. Called by the current reader only.
   bool read_one();
   void idle_flusher();
+  // Completes every pending slot as failed (the connection broke). recv_mu_ held.
+  void fail_pending_locked();
+  void callback_loop();
 
   int fd_ = -1;
   std::string server_name_;
@@ -88,6 +106,19 @@ class Connection {
   std::condition_variable recv_cv_;
   bool reading_ = false;
   std::unordered_map<uint32_t, ReplySlot*> pending_;
+
+  // Host callbacks; guarded by recv_mu_.
+  std::condition_variable cb_cv_;
+  struct Notice {
+    uint64_t id;
+    int32_t status;
+    bool run;
+  };
+  std::vector<Notice> ready_;  // delivered, not yet run
+  size_t awaited_ = 0;                               // announced, not yet delivered
+  bool cb_stop_ = false;
+  CallbackHandler cb_handler_ = nullptr;
+  std::thread cb_thread_;
 
   std::atomic<bool> broken_{false};
   std::atomic<uint64_t> round_trips_{0};

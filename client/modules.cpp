@@ -18,6 +18,23 @@ void ModuleRegistry::remove_module(uint64_t module_id) {
   modules_.erase(module_id);
 }
 
+bool ModuleRegistry::copy_module(uint64_t from, uint64_t to) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(from);
+  if (it == modules_.end()) return false;
+  Module copy = it->second;
+  modules_[to] = std::move(copy);
+  return true;
+}
+
+bool ModuleRegistry::kernels(uint64_t module_id, std::vector<image::Kernel>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(module_id);
+  if (it == modules_.end() || !it->second.parsed) return false;
+  *out = it->second.img.kernels;
+  return true;
+}
+
 int ModuleRegistry::find_kernel(uint64_t module_id, const std::string& name, image::Kernel* out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = modules_.find(module_id);

@@ -1,7 +1,8 @@
-// What the client knows about the code it loaded: for each module, the kernels parsed from its
-// image (common/cuda_image.h), and for each function handle it minted, that kernel's parameter
-// layout. This is what lets cuModuleGetFunction and the first cuLaunchKernel of a kernel go
-// without a round trip (DESIGN.md §3).
+// What the client knows about the code it loaded: for each module (and each library: same table,
+// keyed by the library's id), the kernels parsed from its image (common/cuda_image.h), and for
+// each function or kernel handle it minted, that kernel's parameter layout. This is what lets
+// cuModuleGetFunction, cuLibraryGetKernel and the first cuLaunchKernel of a kernel (a CUkernel
+// passed as the CUfunction included) go without a round trip (DESIGN.md §3).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/cuda_image.h"
 
@@ -22,6 +24,10 @@ class ModuleRegistry {
   // come from the server).
   void add_module(uint64_t module_id, image::Image img, bool parsed);
   void remove_module(uint64_t module_id);
+  // Records `to` as holding the same image as `from` (cuLibraryGetModule). False if from is unknown.
+  bool copy_module(uint64_t from, uint64_t to);
+  // The parsed kernels of a module or library; false for an unknown id or an unparsed image.
+  bool kernels(uint64_t module_id, std::vector<image::Kernel>* out);
   // Looks a kernel up by name. Returns 1 found, 0 not in the (parsed) image, -1 unknown module
   // or unparsed image.
   int find_kernel(uint64_t module_id, const std::string& name, image::Kernel* out);

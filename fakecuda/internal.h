@@ -131,6 +131,7 @@ struct Alloc {
   size_t size;
   CUctx_st* ctx;
   std::unique_ptr<uint8_t[]> data;
+  CUmemPoolHandle_st* pool = nullptr;  // stream-ordered allocations (memory.cpp)
 };
 // Device bytes [p, p + n), all inside one live allocation. hold keeps them alive while used.
 struct Span {

@@ -303,3 +303,225 @@ FAKE_API CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, siz
 FAKE_API CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream h) { return cuMemsetD8Async(d, v, n, h); }
 FAKE_API CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream h) { return cuMemsetD16Async(d, v, n, h); }
 FAKE_API CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream h) { return cuMemsetD32Async(d, v, n, h); }
+
+// ---------- stream-ordered allocation and pools ----------
+// An async allocation is made at the call (earlier than the stream would, never later); an async
+// free runs in stream order. Pools only keep their attributes: every allocation comes from the
+// one device window.
+
+struct CUmemPoolHandle_st {
+  uint64_t release_threshold = 0;
+  int reuse[3] = {1, 1, 1};
+  uint64_t used = 0, used_high = 0;
+};
+
+namespace {
+
+CUmemPoolHandle_st& g_default_pool = *new CUmemPoolHandle_st;
+std::unordered_map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>>& g_pools =
+    *new std::unordered_map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>>;
+
+bool pool_alive(CUmemoryPool p) { return p == &g_default_pool || g_pools.count(p); }
+
+CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream h) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard lk(g_mu);
+    std::shared_ptr<CUstream_st> s;
+    if (CUresult r = get_stream_locked(h, &s)) return r;
+  }
+  {
+    std::lock_guard lk(g_mem_mu);
+    if (!pool_alive(pool)) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  if (CUresult r = cuMemAlloc_v2(dptr, bytesize)) return r;
+  std::lock_guard lk(g_mem_mu);
+  pool->used += bytesize;
+  pool->used_high = std::max(pool->used_high, pool->used);
+  g_allocs[*dptr]->pool = pool;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return alloc_async(dptr, bytesize, &g_default_pool, hStream);
+}
+FAKE_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return alloc_async(dptr, bytesize, &g_default_pool, hStream);
+}
+FAKE_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+  return alloc_async(dptr, bytesize, pool, hStream);
+}
+FAKE_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                                       CUstream hStream) {
+  return alloc_async(dptr, bytesize, pool, hStream);
+}
+
+FAKE_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  {
+    std::lock_guard lk(g_mem_mu);
+    if (!g_allocs.count(dptr)) return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::lock_guard lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(hStream, &s)) return r;
+  submit_locked(s, [dptr] {
+    std::lock_guard lk(g_mem_mu);
+    auto it = g_allocs.find(dptr);
+    if (it == g_allocs.end()) return;
+    if (auto* pool = it->second->pool) pool->used -= it->second->size;
+    g_used -= it->second->size;
+    g_allocs.erase(it);
+  });
+  return CUDA_SUCCESS;
+}
+FAKE_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
+
+FAKE_API CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *pool = &g_default_pool;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (!pool || !props) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      props->location.id != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  auto p = std::make_unique<CUmemPoolHandle_st>();
+  std::lock_guard lk(g_mem_mu);
+  *pool = p.get();
+  g_pools.emplace(p.get(), std::move(p));
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mem_mu);
+  if (!g_pools.count(pool)) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& [base, a] : g_allocs)
+    if (a->pool == pool) a->pool = nullptr;  // the real driver frees them when they are freed
+  g_pools.erase(pool);
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mem_mu);
+  return pool_alive(pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_API CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mem_mu);
+  if (!pool_alive(pool)) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      *static_cast<int*>(value) = pool->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES];
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *static_cast<cuuint64_t*>(value) = pool->release_threshold; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = pool->used; return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *static_cast<cuuint64_t*>(value) = pool->used_high; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+FAKE_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mem_mu);
+  if (!pool_alive(pool)) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      pool->reuse[attr - CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES] = *static_cast<int*>(value);
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pool->release_threshold = *static_cast<cuuint64_t*>(value); return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;  // may only be reset
+      pool->used_high = pool->used;
+      return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// ---------- pointer attributes ----------
+// Device allocations only (pinned host ranges answer MEMORY_TYPE host); anything else is not a
+// CUDA pointer: cuPointerGetAttribute fails, cuPointerGetAttributes reports zeros.
+
+namespace {
+
+CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  Span s;
+  bool device = device_span(ptr, 1, &s);
+  bool pinned = !device && host_is_pinned(reinterpret_cast<void*>(ptr), 1);
+  if (!device && !pinned) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = device ? s.hold->ctx : current_ctx_locked(); break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = device ? s.hold->base : ptr; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = device ? s.hold->base : ptr; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = device ? s.hold->size : 1; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *static_cast<unsigned*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *static_cast<unsigned*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *static_cast<CUmemoryPool*>(data) = device ? s.hold->pool : nullptr; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);  // current_ctx_locked
+  return pointer_attribute(data, attribute, ptr);
+}
+
+FAKE_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes,
+                                                 void** data, CUdeviceptr ptr) {
+  if (!attributes || !data) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  for (unsigned i = 0; i < numAttributes; ++i) {
+    if (!data[i]) continue;
+    uint8_t tmp[16] = {};
+    pointer_attribute(tmp, attributes[i], ptr);  // not a CUDA pointer: zeros, and success
+    size_t n = attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS ? 16
+               : (attributes[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE || attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL ||
+                  attributes[i] == CU_POINTER_ATTRIBUTE_MAPPED || attributes[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED ||
+                  attributes[i] == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS || attributes[i] == CU_POINTER_ATTRIBUTE_ACCESS_FLAGS ||
+                  attributes[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE ||
+                  attributes[i] == CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE ||
+                  attributes[i] == CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE)
+                   ? 4
+                   : 8;
+    std::memcpy(data[i], tmp, n);
+  }
+  return CUDA_SUCCESS;
+}

@@ -300,3 +300,35 @@ FAKE_API CUresult CUDAAPI cuEventRecord_ptsz(CUevent e, CUstream h) { return cuE
 FAKE_API CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int f) {
   return cuEventRecordWithFlags(e, h, f);
 }
+
+// ---------- host functions ----------
+// Run on the stream's worker, in order: later work on the stream starts after the function
+// returns, as on the real driver. A poisoned context runs no more work, so a callback queued
+// behind a fault never runs (the real driver calls cuStreamAddCallback callbacks with the error;
+// the fake only reports it at the next synchronize).
+
+FAKE_API CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(hStream, &s)) return r;
+  submit_locked(s, [fn, userData] { fn(userData); });
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData,
+                                              unsigned int flags) {
+  if (!callback || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(hStream, &s)) return r;
+  submit_locked(s, [hStream, callback, userData] { callback(hStream, CUDA_SUCCESS, userData); });
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream h, CUhostFn fn, void* u) { return cuLaunchHostFunc(h, fn, u); }
+FAKE_API CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream h, CUstreamCallback cb, void* u, unsigned int f) {
+  return cuStreamAddCallback(h, cb, u, f);
+}

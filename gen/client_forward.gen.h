@@ -16,4 +16,8 @@ CUresult CUDAAPI rgpu_fwd_cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxSetCurrent(CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult CUDAAPI rgpu_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+CUresult CUDAAPI rgpu_fwd_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib);
+CUresult CUDAAPI rgpu_fwd_cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
+CUresult CUDAAPI rgpu_fwd_cuLibraryUnload(CUlibrary library);
 }  // extern "C"

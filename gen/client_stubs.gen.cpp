@@ -928,8 +928,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfuncti
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncGetName(const char ** /*name*/, CUfunction /*hfunc*/) { return rgpu::client::unsupported("cuFuncGetName"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function) {
   rgpu::client::trace_call("cuFuncIsLoaded");
   rgpu::client::Call c(rgpu::op::cuFuncIsLoaded, rgpu::client::kWaits);
@@ -1648,75 +1646,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuImportExternalMemory(CUexternalMemory 
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuImportExternalSemaphore(CUexternalSemaphore * /*extSem_out*/, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC * /*semHandleDesc*/) { return rgpu::client::unsupported("cuImportExternalSemaphore"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
-  rgpu::client::trace_call("cuIpcCloseMemHandle");
-  rgpu::client::Call c(rgpu::op::cuIpcCloseMemHandle, rgpu::client::kWaits);
-  c.args().put<CUdeviceptr>(dptr);
-  return c.invoke();
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) {
-  rgpu::client::trace_call("cuIpcGetEventHandle");
-  rgpu::client::Call c(rgpu::op::cuIpcGetEventHandle, rgpu::client::kWaits);
-  c.args().put_u8(pHandle != nullptr);
-  c.args().put_u64(rgpu::client::handle_id(event));
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (pHandle) *pHandle = c.reply().get<CUipcEventHandle>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
-  rgpu::client::trace_call("cuIpcGetMemHandle");
-  rgpu::client::Call c(rgpu::op::cuIpcGetMemHandle, rgpu::client::kWaits);
-  c.args().put_u8(pHandle != nullptr);
-  c.args().put<CUdeviceptr>(dptr);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (pHandle) *pHandle = c.reply().get<CUipcMemHandle>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle) {
-  rgpu::client::trace_call("cuIpcOpenEventHandle");
-  rgpu::client::Call c(rgpu::op::cuIpcOpenEventHandle, rgpu::client::kWaits);
-  c.args().put_u8(phEvent != nullptr);
-  c.args().put<CUipcEventHandle>(handle);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (phEvent) *phEvent = rgpu::client::handle_from<CUevent>(c.reply().u64());
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) {
-  rgpu::client::trace_call("cuIpcOpenMemHandle");
-  rgpu::client::Call c(rgpu::op::cuIpcOpenMemHandle, rgpu::client::kWaits);
-  c.args().put_u8(pdptr != nullptr);
-  c.args().put<CUipcMemHandle>(handle);
-  c.args().put<unsigned int>(Flags);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (pdptr) *pdptr = c.reply().get<CUdeviceptr>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) {
-  rgpu::client::trace_call("cuIpcOpenMemHandle_v2");
-  rgpu::client::Call c(rgpu::op::cuIpcOpenMemHandle_v2, rgpu::client::kWaits);
-  c.args().put_u8(pdptr != nullptr);
-  c.args().put<CUipcMemHandle>(handle);
-  c.args().put<unsigned int>(Flags);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (pdptr) *pdptr = c.reply().get<CUdeviceptr>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
   rgpu::client::trace_call("cuKernelGetAttribute");
   rgpu::client::Call c(rgpu::op::cuKernelGetAttribute, rgpu::client::kWaits);
@@ -1731,15 +1660,16 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
   rgpu::client::trace_call("cuKernelGetFunction");
-  rgpu::client::Call c(rgpu::op::cuKernelGetFunction, rgpu::client::kWaits);
-  c.args().put_u8(pFunc != nullptr);
+  if (!pFunc) return CUDA_ERROR_INVALID_VALUE;
+  rgpu::client::Call c(rgpu::op::cuKernelGetFunction, rgpu::client::kOneWay);
+  const uint64_t pFunc_id = rgpu::client::mint_handle();
+  c.args().put_u64(pFunc_id);
   c.args().put_u64(rgpu::client::handle_id(kernel));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (pFunc) *pFunc = rgpu::client::handle_from<CUfunction>(c.reply().u64());
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  *pFunc = rgpu::client::handle_from<CUfunction>(pFunc_id);
   return rc;
 }
 
@@ -1754,8 +1684,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetLibrary(CUlibrary *pLib, CUke
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetName(const char ** /*name*/, CUkernel /*hfunc*/) { return rgpu::client::unsupported("cuKernelGetName"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
   rgpu::client::trace_call("cuKernelGetParamInfo");
@@ -1819,12 +1747,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream /*hStream*/, CUhostFn /*fn*/, void * /*userData*/) { return rgpu::client::unsupported("cuLaunchHostFunc"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream /*hStream*/, CUhostFn /*fn*/, void * /*userData*/) { return rgpu::client::unsupported("cuLaunchHostFunc_ptsz"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel * /*kernels*/, unsigned int /*numKernels*/, CUlibrary /*lib*/) { return rgpu::client::unsupported("cuLibraryEnumerateKernels"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name) {
   rgpu::client::trace_call("cuLibraryGetGlobal");
   rgpu::client::Call c(rgpu::op::cuLibraryGetGlobal, rgpu::client::kWaits);
@@ -1841,21 +1763,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, si
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) {
-  rgpu::client::trace_call("cuLibraryGetKernel");
-  rgpu::client::Call c(rgpu::op::cuLibraryGetKernel, rgpu::client::kWaits);
-  c.args().put_u8(pKernel != nullptr);
-  c.args().put_u64(rgpu::client::handle_id(library));
-  c.args().put_u8(name != nullptr);
-  if (name) c.args().put_str(name);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (pKernel) *pKernel = rgpu::client::handle_from<CUkernel>(c.reply().u64());
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib) {
   rgpu::client::trace_call("cuLibraryGetKernelCount");
   rgpu::client::Call c(rgpu::op::cuLibraryGetKernelCount, rgpu::client::kWaits);
   c.args().put_u8(count != nullptr);
@@ -1883,27 +1791,24 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr *dptr, s
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuLibraryGetModule(CUmodule *pMod, CUlibrary library) {
   rgpu::client::trace_call("cuLibraryGetModule");
-  rgpu::client::Call c(rgpu::op::cuLibraryGetModule, rgpu::client::kWaits);
-  c.args().put_u8(pMod != nullptr);
+  if (!pMod) return CUDA_ERROR_INVALID_VALUE;
+  rgpu::client::Call c(rgpu::op::cuLibraryGetModule, rgpu::client::kOneWay);
+  const uint64_t pMod_id = rgpu::client::mint_handle();
+  c.args().put_u64(pMod_id);
   c.args().put_u64(rgpu::client::handle_id(library));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (pMod) *pMod = rgpu::client::handle_from<CUmodule>(c.reply().u64());
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  *pMod = rgpu::client::handle_from<CUmodule>(pMod_id);
   return rc;
 }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetUnifiedFunction(void ** /*fptr*/, CUlibrary /*library*/, const char * /*symbol*/) { return rgpu::client::unsupported("cuLibraryGetUnifiedFunction"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary * /*library*/, const void * /*code*/, CUjit_option * /*jitOptions*/, void ** /*jitOptionsValues*/, unsigned int /*numJitOptions*/, CUlibraryOption * /*libraryOptions*/, void ** /*libraryOptionValues*/, unsigned int /*numLibraryOptions*/) { return rgpu::client::unsupported("cuLibraryLoadData"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary * /*library*/, const char * /*fileName*/, CUjit_option * /*jitOptions*/, void ** /*jitOptionsValues*/, unsigned int /*numJitOptions*/, CUlibraryOption * /*libraryOptions*/, void ** /*libraryOptionValues*/, unsigned int /*numLibraryOptions*/) { return rgpu::client::unsupported("cuLibraryLoadFromFile"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuLibraryUnload(CUlibrary library) {
   rgpu::client::trace_call("cuLibraryUnload");
-  rgpu::client::Call c(rgpu::op::cuLibraryUnload, rgpu::client::kWaits);
+  rgpu::client::Call c(rgpu::op::cuLibraryUnload, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(library));
   return c.invoke();
 }
@@ -2063,23 +1968,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocHost(void ** /*pp*/, unsigned int /*bytesize*/) { return rgpu::client::unsupported("cuMemAllocHost"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void ** /*pp*/, size_t /*bytesize*/) { return rgpu::client::unsupported("cuMemAllocHost_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
-  rgpu::client::trace_call("cuMemAllocManaged");
-  rgpu::client::Call c(rgpu::op::cuMemAllocManaged, rgpu::client::kWaits);
-  c.args().put_u8(dptr != nullptr);
-  c.args().put<size_t>(bytesize);
-  c.args().put<unsigned int>(flags);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (dptr) *dptr = c.reply().get<CUdeviceptr>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes, unsigned int Height, unsigned int ElementSizeBytes) {
   rgpu::client::trace_call("cuMemAllocPitch");
   rgpu::client::Call c(rgpu::op::cuMemAllocPitch, rgpu::client::kWaits);
@@ -2162,8 +2050,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CU
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeHost(void * /*p*/) { return rgpu::client::unsupported("cuMemFreeHost"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   rgpu::client::trace_call("cuMemFree_v2");
@@ -2276,20 +2162,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetMemPool(CUmemoryPool *pool, CUme
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemHostAlloc(void ** /*pp*/, size_t /*bytesize*/, unsigned int /*Flags*/) { return rgpu::client::unsupported("cuMemHostAlloc"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr_v1 * /*pdptr*/, void * /*p*/, unsigned int /*Flags*/) { return rgpu::client::unsupported("cuMemHostGetDevicePointer"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr * /*pdptr*/, void * /*p*/, unsigned int /*Flags*/) { return rgpu::client::unsupported("cuMemHostGetDevicePointer_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int * /*pFlags*/, void * /*p*/) { return rgpu::client::unsupported("cuMemHostGetFlags"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemHostRegister(void * /*p*/, size_t /*bytesize*/, unsigned int /*Flags*/) { return rgpu::client::unsupported("cuMemHostRegister"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void * /*p*/, size_t /*bytesize*/, unsigned int /*Flags*/) { return rgpu::client::unsupported("cuMemHostRegister_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemHostUnregister(void * /*p*/) { return rgpu::client::unsupported("cuMemHostUnregister"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle * /*handle*/, void * /*osHandle*/, CUmemAllocationHandleType /*shHandleType*/) { return rgpu::client::unsupported("cuMemImportFromShareableHandle"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
@@ -2306,8 +2178,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, s
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemMapArrayAsync(CUarrayMapInfo * /*mapInfoList*/, unsigned int /*count*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemMapArrayAsync"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo * /*mapInfoList*/, unsigned int /*count*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemMapArrayAsync_ptsz"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool * /*pool*/, const CUmemPoolProps * /*poolProps*/) { return rgpu::client::unsupported("cuMemPoolCreate"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
   rgpu::client::trace_call("cuMemPoolDestroy");
@@ -2345,8 +2215,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *fl
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool /*pool*/, CUmemPool_attribute /*attr*/, void * /*value*/) { return rgpu::client::unsupported("cuMemPoolGetAttribute"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool * /*pool_out*/, void * /*handle*/, CUmemAllocationHandleType /*handleType*/, unsigned long long /*flags*/) { return rgpu::client::unsupported("cuMemPoolImportFromShareableHandle"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData) {
@@ -2375,8 +2243,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, co
   c.args().put<size_t>(count);
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool /*pool*/, CUmemPool_attribute /*attr*/, void * /*value*/) { return rgpu::client::unsupported("cuMemPoolSetAttribute"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   rgpu::client::trace_call("cuMemPoolTrimTo");
@@ -2480,8 +2346,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy(CUdeviceptr /*dst*/, CUdeviceptr /*src*/, size_t /*ByteCount*/) { return rgpu::client::unsupported("cuMemcpy"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D_v1 * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy2D"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 * /*pCopy*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy2DAsync"); }
@@ -2527,10 +2391,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy3D_v2"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy3D_v2_ptds"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr /*dst*/, CUdeviceptr /*src*/, size_t /*ByteCount*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpyAsync"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr /*dst*/, CUdeviceptr /*src*/, size_t /*ByteCount*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpyAsync_ptsz"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   rgpu::client::trace_call("cuMemcpyAtoA");
@@ -2759,8 +2619,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice,
   c.args().put<size_t>(ByteCount);
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr /*dst*/, CUdeviceptr /*src*/, size_t /*ByteCount*/) { return rgpu::client::unsupported("cuMemcpy_ptds"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N) {
   rgpu::client::trace_call("cuMemsetD16");
@@ -3329,8 +3187,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiproces
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int * /*numClusters*/, CUfunction /*func*/, const CUlaunchConfig * /*config*/) { return rgpu::client::unsupported("cuOccupancyMaxActiveClusters"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int * /*minGridSize*/, int * /*blockSize*/, CUfunction /*func*/, CUoccupancyB2DSize /*blockSizeToDynamicSMemSize*/, size_t /*dynamicSMemSize*/, int /*blockSizeLimit*/) { return rgpu::client::unsupported("cuOccupancyMaxPotentialBlockSize"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int * /*minGridSize*/, int * /*blockSize*/, CUfunction /*func*/, CUoccupancyB2DSize /*blockSizeToDynamicSMemSize*/, size_t /*dynamicSMemSize*/, int /*blockSizeLimit*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuOccupancyMaxPotentialBlockSizeWithFlags"); }
@@ -3374,19 +3230,11 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSeti(CUfunction hfunc, int offset
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSetv(CUfunction /*hfunc*/, int /*offset*/, void * /*ptr*/, unsigned int /*numbytes*/) { return rgpu::client::unsupported("cuParamSetv"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void * /*data*/, CUpointer_attribute /*attribute*/, CUdeviceptr /*ptr*/) { return rgpu::client::unsupported("cuPointerGetAttribute"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int /*numAttributes*/, CUpointer_attribute * /*attributes*/, void ** /*data*/, CUdeviceptr /*ptr*/) { return rgpu::client::unsupported("cuPointerGetAttributes"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuPointerSetAttribute(const void * /*value*/, CUpointer_attribute /*attribute*/, CUdeviceptr /*ptr*/) { return rgpu::client::unsupported("cuPointerSetAttribute"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuSignalExternalSemaphoresAsync(const CUexternalSemaphore * /*extSemArray*/, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS * /*paramsArray*/, unsigned int /*numExtSems*/, CUstream /*stream*/) { return rgpu::client::unsupported("cuSignalExternalSemaphoresAsync"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuSignalExternalSemaphoresAsync_ptsz(const CUexternalSemaphore * /*extSemArray*/, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS * /*paramsArray*/, unsigned int /*numExtSems*/, CUstream /*stream*/) { return rgpu::client::unsupported("cuSignalExternalSemaphoresAsync_ptsz"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAddCallback(CUstream /*hStream*/, CUstreamCallback /*callback*/, void * /*userData*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuStreamAddCallback"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream /*hStream*/, CUstreamCallback /*callback*/, void * /*userData*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuStreamAddCallback_ptsz"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags) {
   rgpu::client::trace_call("cuStreamAttachMemAsync");

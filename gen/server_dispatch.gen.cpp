@@ -2632,99 +2632,6 @@ static void h_cuGreenCtxWaitEvent(rgpu::server::Dispatch& d) {
   d.reply.put<int32_t>(rc);
 }
 
-static void h_cuIpcCloseMemHandle(rgpu::server::Dispatch& d) {
-  const CUdeviceptr a_dptr = d.args.get<CUdeviceptr>();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuIpcCloseMemHandle) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  const CUresult rc = d.drv.cuIpcCloseMemHandle(a_dptr);
-  d.reply.put<int32_t>(rc);
-}
-
-static void h_cuIpcGetEventHandle(rgpu::server::Dispatch& d) {
-  const uint8_t a_pHandle_has = d.args.u8();
-  const uint64_t a_event_id = d.args.u64();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuIpcGetEventHandle) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUipcEventHandle a_pHandle{};
-  CUevent a_event{};
-  if (!d.handles.get(a_event_id, &a_event)) {
-    d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
-    return;
-  }
-  const CUresult rc = d.drv.cuIpcGetEventHandle(a_pHandle_has ? &a_pHandle : nullptr, a_event);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pHandle_has) d.reply.put<CUipcEventHandle>(a_pHandle);
-}
-
-static void h_cuIpcGetMemHandle(rgpu::server::Dispatch& d) {
-  const uint8_t a_pHandle_has = d.args.u8();
-  const CUdeviceptr a_dptr = d.args.get<CUdeviceptr>();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuIpcGetMemHandle) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUipcMemHandle a_pHandle{};
-  const CUresult rc = d.drv.cuIpcGetMemHandle(a_pHandle_has ? &a_pHandle : nullptr, a_dptr);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pHandle_has) d.reply.put<CUipcMemHandle>(a_pHandle);
-}
-
-static void h_cuIpcOpenEventHandle(rgpu::server::Dispatch& d) {
-  const uint8_t a_phEvent_has = d.args.u8();
-  const CUipcEventHandle a_handle = d.args.get<CUipcEventHandle>();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuIpcOpenEventHandle) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUevent a_phEvent{};
-  const CUresult rc = d.drv.cuIpcOpenEventHandle(a_phEvent_has ? &a_phEvent : nullptr, a_handle);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_phEvent_has) d.reply.put_u64(a_phEvent ? d.handles.id_for(a_phEvent) : 0);
-}
-
-static void h_cuIpcOpenMemHandle(rgpu::server::Dispatch& d) {
-  const uint8_t a_pdptr_has = d.args.u8();
-  const CUipcMemHandle a_handle = d.args.get<CUipcMemHandle>();
-  const unsigned int a_Flags = d.args.get<unsigned int>();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuIpcOpenMemHandle) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUdeviceptr a_pdptr{};
-  const CUresult rc = d.drv.cuIpcOpenMemHandle(a_pdptr_has ? &a_pdptr : nullptr, a_handle, a_Flags);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pdptr_has) d.reply.put<CUdeviceptr>(a_pdptr);
-}
-
-static void h_cuIpcOpenMemHandle_v2(rgpu::server::Dispatch& d) {
-  const uint8_t a_pdptr_has = d.args.u8();
-  const CUipcMemHandle a_handle = d.args.get<CUipcMemHandle>();
-  const unsigned int a_Flags = d.args.get<unsigned int>();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuIpcOpenMemHandle_v2) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUdeviceptr a_pdptr{};
-  const CUresult rc = d.drv.cuIpcOpenMemHandle_v2(a_pdptr_has ? &a_pdptr : nullptr, a_handle, a_Flags);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pdptr_has) d.reply.put<CUdeviceptr>(a_pdptr);
-}
-
 static void h_cuKernelGetAttribute(rgpu::server::Dispatch& d) {
   const uint8_t a_pi_has = d.args.u8();
   const CUfunction_attribute a_attrib = d.args.get<CUfunction_attribute>();
@@ -2748,7 +2655,7 @@ static void h_cuKernelGetAttribute(rgpu::server::Dispatch& d) {
 }
 
 static void h_cuKernelGetFunction(rgpu::server::Dispatch& d) {
-  const uint8_t a_pFunc_has = d.args.u8();
+  const uint64_t a_pFunc_id = d.args.u64();
   const uint64_t a_kernel_id = d.args.u64();
   if (!d.args.ok()) return;
   if (!d.drv.cuKernelGetFunction) {
@@ -2761,10 +2668,9 @@ static void h_cuKernelGetFunction(rgpu::server::Dispatch& d) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
     return;
   }
-  const CUresult rc = d.drv.cuKernelGetFunction(a_pFunc_has ? &a_pFunc : nullptr, a_kernel);
+  CUresult rc = d.drv.cuKernelGetFunction(&a_pFunc, a_kernel);
+  if (rc == CUDA_SUCCESS && !d.handles.bind(a_pFunc_id, a_pFunc)) rc = CUDA_ERROR_INVALID_VALUE;
   d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pFunc_has) d.reply.put_u64(a_pFunc ? d.handles.id_for(a_pFunc) : 0);
 }
 
 static void h_cuKernelGetLibrary(rgpu::server::Dispatch& d) {
@@ -2931,28 +2837,6 @@ static void h_cuLibraryGetGlobal(rgpu::server::Dispatch& d) {
   if (a_bytes_has) d.reply.put<size_t>(a_bytes);
 }
 
-static void h_cuLibraryGetKernel(rgpu::server::Dispatch& d) {
-  const uint8_t a_pKernel_has = d.args.u8();
-  const uint64_t a_library_id = d.args.u64();
-  const uint8_t a_name_has = d.args.u8();
-  const std::string a_name = a_name_has ? d.args.str() : std::string();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuLibraryGetKernel) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUkernel a_pKernel{};
-  CUlibrary a_library{};
-  if (!d.handles.get(a_library_id, &a_library)) {
-    d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
-    return;
-  }
-  const CUresult rc = d.drv.cuLibraryGetKernel(a_pKernel_has ? &a_pKernel : nullptr, a_library, a_name_has ? a_name.c_str() : nullptr);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pKernel_has) d.reply.put_u64(a_pKernel ? d.handles.id_for(a_pKernel) : 0);
-}
-
 static void h_cuLibraryGetKernelCount(rgpu::server::Dispatch& d) {
   const uint8_t a_count_has = d.args.u8();
   const uint64_t a_lib_id = d.args.u64();
@@ -2999,7 +2883,7 @@ static void h_cuLibraryGetManaged(rgpu::server::Dispatch& d) {
 }
 
 static void h_cuLibraryGetModule(rgpu::server::Dispatch& d) {
-  const uint8_t a_pMod_has = d.args.u8();
+  const uint64_t a_pMod_id = d.args.u64();
   const uint64_t a_library_id = d.args.u64();
   if (!d.args.ok()) return;
   if (!d.drv.cuLibraryGetModule) {
@@ -3012,10 +2896,9 @@ static void h_cuLibraryGetModule(rgpu::server::Dispatch& d) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
     return;
   }
-  const CUresult rc = d.drv.cuLibraryGetModule(a_pMod_has ? &a_pMod : nullptr, a_library);
+  CUresult rc = d.drv.cuLibraryGetModule(&a_pMod, a_library);
+  if (rc == CUDA_SUCCESS && !d.handles.bind(a_pMod_id, a_pMod)) rc = CUDA_ERROR_INVALID_VALUE;
   d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_pMod_has) d.reply.put_u64(a_pMod ? d.handles.id_for(a_pMod) : 0);
 }
 
 static void h_cuLibraryUnload(rgpu::server::Dispatch& d) {
@@ -3031,6 +2914,7 @@ static void h_cuLibraryUnload(rgpu::server::Dispatch& d) {
     return;
   }
   const CUresult rc = d.drv.cuLibraryUnload(a_library);
+  if (rc == CUDA_SUCCESS) d.handles.unbind(a_library_id);
   d.reply.put<int32_t>(rc);
 }
 
@@ -3245,22 +3129,6 @@ static void h_cuMemAllocFromPoolAsync_ptsz(rgpu::server::Dispatch& d) {
     return;
   }
   const CUresult rc = d.drv.cuMemAllocFromPoolAsync_ptsz(a_dptr_has ? &a_dptr : nullptr, a_bytesize, a_pool, a_hStream);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_dptr_has) d.reply.put<CUdeviceptr>(a_dptr);
-}
-
-static void h_cuMemAllocManaged(rgpu::server::Dispatch& d) {
-  const uint8_t a_dptr_has = d.args.u8();
-  const size_t a_bytesize = d.args.get<size_t>();
-  const unsigned int a_flags = d.args.get<unsigned int>();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuMemAllocManaged) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUdeviceptr a_dptr{};
-  const CUresult rc = d.drv.cuMemAllocManaged(a_dptr_has ? &a_dptr : nullptr, a_bytesize, a_flags);
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
   if (a_dptr_has) d.reply.put<CUdeviceptr>(a_dptr);
@@ -6998,6 +6866,7 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuFlushGPUDirectRDMAWrites: return &h_cuFlushGPUDirectRDMAWrites;
     case rgpu::op::cuFuncGetAttribute: return &h_cuFuncGetAttribute;
     case rgpu::op::cuFuncGetModule: return &h_cuFuncGetModule;
+    case rgpu::op::cuFuncGetName: return &rgpu::server::handlers::cuFuncGetName;
     case rgpu::op::cuFuncGetParamInfo: return &rgpu::server::handlers::cuFuncGetParamInfo;
     case rgpu::op::cuFuncIsLoaded: return &h_cuFuncIsLoaded;
     case rgpu::op::cuFuncLoad: return &h_cuFuncLoad;
@@ -7054,15 +6923,10 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuGreenCtxRecordEvent: return &h_cuGreenCtxRecordEvent;
     case rgpu::op::cuGreenCtxStreamCreate: return &h_cuGreenCtxStreamCreate;
     case rgpu::op::cuGreenCtxWaitEvent: return &h_cuGreenCtxWaitEvent;
-    case rgpu::op::cuIpcCloseMemHandle: return &h_cuIpcCloseMemHandle;
-    case rgpu::op::cuIpcGetEventHandle: return &h_cuIpcGetEventHandle;
-    case rgpu::op::cuIpcGetMemHandle: return &h_cuIpcGetMemHandle;
-    case rgpu::op::cuIpcOpenEventHandle: return &h_cuIpcOpenEventHandle;
-    case rgpu::op::cuIpcOpenMemHandle: return &h_cuIpcOpenMemHandle;
-    case rgpu::op::cuIpcOpenMemHandle_v2: return &h_cuIpcOpenMemHandle_v2;
     case rgpu::op::cuKernelGetAttribute: return &h_cuKernelGetAttribute;
     case rgpu::op::cuKernelGetFunction: return &h_cuKernelGetFunction;
     case rgpu::op::cuKernelGetLibrary: return &h_cuKernelGetLibrary;
+    case rgpu::op::cuKernelGetName: return &rgpu::server::handlers::cuKernelGetName;
     case rgpu::op::cuKernelGetParamInfo: return &h_cuKernelGetParamInfo;
     case rgpu::op::cuKernelSetAttribute: return &h_cuKernelSetAttribute;
     case rgpu::op::cuKernelSetCacheConfig: return &h_cuKernelSetCacheConfig;
@@ -7071,15 +6935,18 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuLaunchCooperativeKernel_ptsz: return &rgpu::server::handlers::cuLaunchCooperativeKernel_ptsz;
     case rgpu::op::cuLaunchGrid: return &h_cuLaunchGrid;
     case rgpu::op::cuLaunchGridAsync: return &h_cuLaunchGridAsync;
+    case rgpu::op::cuLaunchHostFunc: return &rgpu::server::handlers::cuLaunchHostFunc;
+    case rgpu::op::cuLaunchHostFunc_ptsz: return &rgpu::server::handlers::cuLaunchHostFunc_ptsz;
     case rgpu::op::cuLaunchKernel: return &rgpu::server::handlers::cuLaunchKernel;
     case rgpu::op::cuLaunchKernelEx: return &rgpu::server::handlers::cuLaunchKernelEx;
     case rgpu::op::cuLaunchKernelEx_ptsz: return &rgpu::server::handlers::cuLaunchKernelEx_ptsz;
     case rgpu::op::cuLaunchKernel_ptsz: return &rgpu::server::handlers::cuLaunchKernel_ptsz;
     case rgpu::op::cuLibraryGetGlobal: return &h_cuLibraryGetGlobal;
-    case rgpu::op::cuLibraryGetKernel: return &h_cuLibraryGetKernel;
+    case rgpu::op::cuLibraryGetKernel: return &rgpu::server::handlers::cuLibraryGetKernel;
     case rgpu::op::cuLibraryGetKernelCount: return &h_cuLibraryGetKernelCount;
     case rgpu::op::cuLibraryGetManaged: return &h_cuLibraryGetManaged;
     case rgpu::op::cuLibraryGetModule: return &h_cuLibraryGetModule;
+    case rgpu::op::cuLibraryLoadData: return &rgpu::server::handlers::cuLibraryLoadData;
     case rgpu::op::cuLibraryUnload: return &h_cuLibraryUnload;
     case rgpu::op::cuLinkDestroy: return &h_cuLinkDestroy;
     case rgpu::op::cuLogsCurrent: return &h_cuLogsCurrent;
@@ -7093,7 +6960,6 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuMemAllocAsync_ptsz: return &h_cuMemAllocAsync_ptsz;
     case rgpu::op::cuMemAllocFromPoolAsync: return &h_cuMemAllocFromPoolAsync;
     case rgpu::op::cuMemAllocFromPoolAsync_ptsz: return &h_cuMemAllocFromPoolAsync_ptsz;
-    case rgpu::op::cuMemAllocManaged: return &h_cuMemAllocManaged;
     case rgpu::op::cuMemAllocPitch: return &h_cuMemAllocPitch;
     case rgpu::op::cuMemAllocPitch_v2: return &h_cuMemAllocPitch_v2;
     case rgpu::op::cuMemAlloc_v2: return &h_cuMemAlloc_v2;
@@ -7109,11 +6975,14 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuMemGetInfo_v2: return &h_cuMemGetInfo_v2;
     case rgpu::op::cuMemGetMemPool: return &h_cuMemGetMemPool;
     case rgpu::op::cuMemMap: return &h_cuMemMap;
+    case rgpu::op::cuMemPoolCreate: return &rgpu::server::handlers::cuMemPoolCreate;
     case rgpu::op::cuMemPoolDestroy: return &h_cuMemPoolDestroy;
     case rgpu::op::cuMemPoolExportPointer: return &h_cuMemPoolExportPointer;
     case rgpu::op::cuMemPoolGetAccess: return &h_cuMemPoolGetAccess;
+    case rgpu::op::cuMemPoolGetAttribute: return &rgpu::server::handlers::cuMemPoolGetAttribute;
     case rgpu::op::cuMemPoolImportPointer: return &h_cuMemPoolImportPointer;
     case rgpu::op::cuMemPoolSetAccess: return &h_cuMemPoolSetAccess;
+    case rgpu::op::cuMemPoolSetAttribute: return &rgpu::server::handlers::cuMemPoolSetAttribute;
     case rgpu::op::cuMemPoolTrimTo: return &h_cuMemPoolTrimTo;
     case rgpu::op::cuMemPrefetchAsync: return &h_cuMemPrefetchAsync;
     case rgpu::op::cuMemPrefetchAsync_ptsz: return &h_cuMemPrefetchAsync_ptsz;
@@ -7210,10 +7079,15 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuOccupancyAvailableDynamicSMemPerBlock: return &h_cuOccupancyAvailableDynamicSMemPerBlock;
     case rgpu::op::cuOccupancyMaxActiveBlocksPerMultiprocessor: return &h_cuOccupancyMaxActiveBlocksPerMultiprocessor;
     case rgpu::op::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: return &h_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags;
+    case rgpu::op::cuOccupancyMaxActiveClusters: return &rgpu::server::handlers::cuOccupancyMaxActiveClusters;
     case rgpu::op::cuParamSetSize: return &h_cuParamSetSize;
     case rgpu::op::cuParamSetTexRef: return &h_cuParamSetTexRef;
     case rgpu::op::cuParamSetf: return &h_cuParamSetf;
     case rgpu::op::cuParamSeti: return &h_cuParamSeti;
+    case rgpu::op::cuPointerGetAttribute: return &rgpu::server::handlers::cuPointerGetAttribute;
+    case rgpu::op::cuPointerGetAttributes: return &rgpu::server::handlers::cuPointerGetAttributes;
+    case rgpu::op::cuStreamAddCallback: return &rgpu::server::handlers::cuStreamAddCallback;
+    case rgpu::op::cuStreamAddCallback_ptsz: return &rgpu::server::handlers::cuStreamAddCallback_ptsz;
     case rgpu::op::cuStreamAttachMemAsync: return &h_cuStreamAttachMemAsync;
     case rgpu::op::cuStreamAttachMemAsync_ptsz: return &h_cuStreamAttachMemAsync_ptsz;
     case rgpu::op::cuStreamBeginCapture: return &h_cuStreamBeginCapture;

@@ -8,13 +8,22 @@
 
 namespace rgpu::server::handlers {
 
+void cuFuncGetName(Dispatch& d);
 void cuFuncGetParamInfo(Dispatch& d);
+void cuKernelGetName(Dispatch& d);
 void cuLaunchCooperativeKernel(Dispatch& d);
 void cuLaunchCooperativeKernel_ptsz(Dispatch& d);
+void cuLaunchHostFunc(Dispatch& d);
+void cuLaunchHostFunc_ptsz(Dispatch& d);
 void cuLaunchKernel(Dispatch& d);
 void cuLaunchKernelEx(Dispatch& d);
 void cuLaunchKernelEx_ptsz(Dispatch& d);
 void cuLaunchKernel_ptsz(Dispatch& d);
+void cuLibraryGetKernel(Dispatch& d);
+void cuLibraryLoadData(Dispatch& d);
+void cuMemPoolCreate(Dispatch& d);
+void cuMemPoolGetAttribute(Dispatch& d);
+void cuMemPoolSetAttribute(Dispatch& d);
 void cuMemcpyDtoH(Dispatch& d);
 void cuMemcpyDtoHAsync(Dispatch& d);
 void cuMemcpyDtoHAsync_v2(Dispatch& d);
@@ -33,5 +42,10 @@ void cuModuleLoadData(Dispatch& d);
 void cuModuleLoadDataEx(Dispatch& d);
 void cuModuleLoadFatBinary(Dispatch& d);
 void cuModuleUnload(Dispatch& d);
+void cuOccupancyMaxActiveClusters(Dispatch& d);
+void cuPointerGetAttribute(Dispatch& d);
+void cuPointerGetAttributes(Dispatch& d);
+void cuStreamAddCallback(Dispatch& d);
+void cuStreamAddCallback_ptsz(Dispatch& d);
 
 }  // namespace rgpu::server::handlers

@@ -78,6 +78,22 @@ enum Op : uint16_t {
   kOpSnapshot = 16,
   // Request: nothing, no reply wanted; the server stops this session's work and closes.
   kOpGoodbye = 17,
+  // Host callbacks (cuLaunchHostFunc, cuStreamAddCallback): the function runs in the client
+  // process, in stream order. The client sends the call (one-way) with a callback id it chose;
+  // the server queues a host function on the real stream that, when the stream reaches it, sends
+  //   server -> client: op kOpCallback, flags 0, request_id 0, thread_id 0;
+  //                     u64 callback id, i32 stream status (CUresult), u32 run
+  // and then holds the stream until the client answers
+  //   client -> server: op kOpCallbackDone, flags kNoReply; u64 callback id
+  // once the function has returned, so work queued behind the callback starts after it, as on
+  // the real driver. kOpCallback is the only frame a server sends that is not a reply; a client
+  // reads it whether or not any thread is waiting for a reply (client/connection.h). run = 0
+  // means the server could not queue the callback (the call's error is deferred as usual): the
+  // client forgets the id, runs nothing and answers nothing. The server
+  // handles kOpCallbackDone on its reading thread (not in a client thread's call order); an id
+  // it is not waiting for is ignored with a log line.
+  kOpCallback = 18,
+  kOpCallbackDone = 19,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

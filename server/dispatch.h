@@ -18,12 +18,25 @@
 
 namespace rgpu::server {
 
+// Host callbacks (protocol/messages.h kOpCallback): what a handler needs to run a function in
+// the client process. Implemented by the session.
+class ClientCallbacks {
+ public:
+  virtual ~ClientCallbacks() = default;
+  // Sends kOpCallback (run = 1) and blocks until the client answers kOpCallbackDone for id, or
+  // the session ends. Called on the driver's host-function thread.
+  virtual void run(uint64_t id, int32_t status) = 0;
+  // Sends kOpCallback with run = 0: the callback was not queued, the client forgets it.
+  virtual void drop(uint64_t id, int32_t status) = 0;
+};
+
 struct Dispatch {
   const DriverTable& drv;
   HandleMap& handles;
   Reader& args;
   Writer& reply;
   uint16_t op;
+  ClientCallbacks* callbacks = nullptr;  // nullptr where there is no client to call (fuzzing)
 };
 
 using Handler = void (*)(Dispatch&);

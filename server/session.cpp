@@ -82,7 +82,7 @@ class Worker {
   std::thread thread_;
 };
 
-class Session {
+class Session : public ClientCallbacks {
  public:
   Session(int fd, const SessionOptions& o) : fd_(fd), opt_(o) {}
 
@@ -100,6 +100,19 @@ class Session {
         break;
       }
       if (f.h.op == proto::kOpGoodbye) break;
+      if (f.h.op == proto::kOpCallbackDone) {
+        // Answered here, not by a worker: the worker of that client thread may be the one
+        // blocked behind the callback.
+        Reader r(f.payload.data(), f.payload.size());
+        uint64_t id = r.u64();
+        if (!r.ok() || f.payload.size() != sizeof id) {
+          hostile("a malformed host-callback answer");
+          status = 1;
+          break;
+        }
+        callback_done(id);
+        continue;
+      }
       if (f.h.flags & proto::kReply) {
         hostile("the client sent a reply frame");
         status = 1;
@@ -120,6 +133,7 @@ class Session {
     }
     // The client is gone: its process's GPU state goes with ours. Exit without waiting for
     // workers that may be blocked in the driver.
+    end();
     log::info("session for %s ended after %llu calls", opt_.identity.c_str(), static_cast<unsigned long long>(calls_));
     return failed_.load() ? 1 : status;
   }
@@ -145,7 +159,50 @@ class Session {
   const DriverTable& driver() const { return *opt_.driver; }
   HandleMap& handles() { return handles_; }
 
+  void run(uint64_t id, int32_t status) override {
+    {
+      std::lock_guard<std::mutex> lock(cb_mu_);
+      cb_waiting_[id] = false;
+    }
+    notify(id, status, 1);
+    std::unique_lock<std::mutex> lock(cb_mu_);
+    cb_cv_.wait(lock, [&] { return cb_waiting_[id] || failed_.load() || ended_; });
+    cb_waiting_.erase(id);
+  }
+  void drop(uint64_t id, int32_t status) override { notify(id, status, 0); }
+
+  // The session is over: release host functions waiting for answers that will not come.
+  void end() {
+    std::lock_guard<std::mutex> lock(cb_mu_);
+    ended_ = true;
+    cb_cv_.notify_all();
+  }
+
  private:
+  void notify(uint64_t id, int32_t status, uint32_t run) {
+    std::vector<uint8_t> payload;
+    Writer w(&payload);
+    w.put_u64(id);
+    w.put<int32_t>(status);
+    w.put_u32(run);
+    proto::FrameHeader h = proto::make_header(proto::kOpCallback, 0, 0, 0, payload.size());
+    iovec iov[2] = {{&h, sizeof h}, {payload.data(), payload.size()}};
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
+  }
+
+  void callback_done(uint64_t id) {
+    std::lock_guard<std::mutex> lock(cb_mu_);
+    auto it = cb_waiting_.find(id);
+    if (it == cb_waiting_.end()) {
+      log::warn("the client answered host callback %llu, which is not waiting; ignoring it",
+                static_cast<unsigned long long>(id));
+      return;
+    }
+    it->second = true;
+    cb_cv_.notify_all();
+  }
+
   Worker* worker(uint32_t tid) {
     auto it = workers_.find(tid);
     if (it != workers_.end()) return it->second.get();
@@ -163,6 +220,11 @@ class Session {
   std::atomic<bool> failed_{false};
   uint64_t calls_ = 0;
   std::unordered_map<uint32_t, std::unique_ptr<Worker>> workers_;
+  // Host callbacks waiting for the client's answer: id -> answered.
+  std::mutex cb_mu_;
+  std::condition_variable cb_cv_;
+  std::unordered_map<uint64_t, bool> cb_waiting_;
+  bool ended_ = false;
 };
 
 void Worker::loop() {
@@ -199,7 +261,7 @@ void Worker::loop() {
                 name ? name : "unknown op", f.h.op);
       out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     } else {
-      Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op};
+      Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_};
       h(d);
       if (!in.ok() || body.size() < sizeof(int32_t)) {
         const char* name = op::name(f.h.op);

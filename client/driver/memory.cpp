@@ -9,12 +9,20 @@
 // - cuMemcpyHtoDAsync copies the source before it returns (legal for pageable memory), is
 //   one-way, and runs in stream order on the server.
 // - cuMemcpyDtoHAsync must land in the caller's buffer by the synchronize that covers it; here
-//   the call waits for the data (stronger than needed, never wrong).
+//   the call waits for the data (stronger than needed, never wrong). Both hold for pinned memory
+//   (client/host_memory.h) too: pinned is a promise about the client's memory only.
+// - cuMemcpy / cuMemcpyAsync (unified addressing): each address is host memory of this process
+//   when it lies in a pinned range of ours or when the server's driver does not know it as device
+//   memory (one cuPointerGetAttributes round trip for an address outside the pinned ranges);
+//   then the copy runs as HtoD, DtoH or DtoD. Host to host copies run here, after the stream
+//   (async) or the context (sync) has finished the work before them.
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "client/call.h"
+#include "client/host_memory.h"
 #include "client/runtime.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
@@ -63,9 +71,67 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
   return CUDA_SUCCESS;
 }
 
+// True when p is device memory: not in a client pinned range, and the server's driver says so.
+bool is_device(CUdeviceptr p) {
+  if (rgpu::client::find_host_range(reinterpret_cast<void*>(p), 0, nullptr)) return false;
+  unsigned type = 0;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  void* data[1] = {&type};
+  if (cuPointerGetAttributes(1, &attr, data, p) != CUDA_SUCCESS) return false;
+  return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || type == CU_MEMORYTYPE_UNIFIED;
+}
+
+struct UnifiedOps {
+  uint16_t htod, dtoh;
+  CUresult (*dtod)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*dtod_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*sync)(CUstream);  // for host-to-host copies
+};
+
+CUresult unified(const UnifiedOps& ops, bool async, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream) {
+  if (n == 0) return CUDA_SUCCESS;
+  bool dst_dev = is_device(dst), src_dev = is_device(src);
+  if (dst_dev && src_dev) return async ? ops.dtod_async(dst, src, n, stream) : ops.dtod(dst, src, n);
+  if (dst_dev) return htod(ops.htod, async, dst, reinterpret_cast<const void*>(src), n, stream);
+  if (src_dev) return dtoh(ops.dtoh, async, reinterpret_cast<void*>(dst), src, n, stream);
+  if (CUresult rc = ops.sync(stream)) return rc;
+  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  return CUDA_SUCCESS;
+}
+
+CUresult ctx_sync(CUstream) { return cuCtxSynchronize(); }
+
 }  // namespace
 
 extern "C" {
+
+RGPU_EXPORT CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  rgpu::client::trace_call("cuMemcpy");
+  static const UnifiedOps ops{rgpu::op::cuMemcpyHtoD_v2, rgpu::op::cuMemcpyDtoH_v2, cuMemcpyDtoD_v2,
+                              cuMemcpyDtoDAsync_v2, ctx_sync};
+  return unified(ops, false, dst, src, n, nullptr);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  rgpu::client::trace_call("cuMemcpy_ptds");
+  static const UnifiedOps ops{rgpu::op::cuMemcpyHtoD_v2_ptds, rgpu::op::cuMemcpyDtoH_v2_ptds, cuMemcpyDtoD_v2_ptds,
+                              cuMemcpyDtoDAsync_v2_ptsz, ctx_sync};
+  return unified(ops, false, dst, src, n, nullptr);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  rgpu::client::trace_call("cuMemcpyAsync");
+  static const UnifiedOps ops{rgpu::op::cuMemcpyHtoDAsync_v2, rgpu::op::cuMemcpyDtoHAsync_v2, cuMemcpyDtoD_v2,
+                              cuMemcpyDtoDAsync_v2, cuStreamSynchronize};
+  return unified(ops, true, dst, src, n, s);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  rgpu::client::trace_call("cuMemcpyAsync_ptsz");
+  static const UnifiedOps ops{rgpu::op::cuMemcpyHtoDAsync_v2_ptsz, rgpu::op::cuMemcpyDtoHAsync_v2_ptsz,
+                              cuMemcpyDtoD_v2_ptds, cuMemcpyDtoDAsync_v2_ptsz, cuStreamSynchronize_ptsz};
+  return unified(ops, true, dst, src, n, s);
+}
 
 #define RGPU_HTOD(name)                                                                   \
   RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr dst, const void* src, size_t n) {                     \

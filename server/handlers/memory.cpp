@@ -3,11 +3,13 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
 #include "gen/server_handlers.gen.h"
 #include "protocol/messages.h"
+#include "protocol/pointer_attributes.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
@@ -80,7 +82,51 @@ void dtoh(Dispatch& d, SyncDtoH sync_fn, AsyncDtoH async_fn, bool async) {
   if (rc != CUDA_SUCCESS) body.resize(at + sizeof(int32_t));
 }
 
+// Pointer attributes (wire layout in client/driver/host_memory.cpp). `each`: one driver call per
+// attribute (cuPointerGetAttribute); otherwise one cuPointerGetAttributes for all.
+void pointer_attributes(Dispatch& d, bool each) {
+  uint64_t ptr = d.args.u64();
+  uint32_t n = d.args.u32();
+  if (n == 0 || n > proto::kMaxPointerAttributes || (each && n != 1)) {
+    d.args.fail();
+    return;
+  }
+  std::vector<CUpointer_attribute> attrs(n);
+  for (auto& a : attrs) a = static_cast<CUpointer_attribute>(d.args.i32());
+  if (!d.args.ok()) return;
+  for (auto a : attrs)
+    if (proto::pointer_attribute_size(a) == 0) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  if (each ? !d.drv.cuPointerGetAttribute : !d.drv.cuPointerGetAttributes) return not_supported(d);
+  std::vector<std::array<uint8_t, 16>> values(n);
+  std::vector<CUresult> results(n, CUDA_SUCCESS);
+  if (each) {
+    results[0] = d.drv.cuPointerGetAttribute(values[0].data(), attrs[0], ptr);
+  } else {
+    std::vector<void*> data(n);
+    for (uint32_t i = 0; i < n; ++i) data[i] = values[i].data();
+    CUresult rc = d.drv.cuPointerGetAttributes(n, attrs.data(), data.data(), ptr);
+    if (rc != CUDA_SUCCESS) return d.reply.put<int32_t>(rc);
+  }
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t size = proto::pointer_attribute_size(attrs[i]);
+    if (results[i] == CUDA_SUCCESS &&
+        (attrs[i] == proto::kPointerAttributeContext || attrs[i] == proto::kPointerAttributeMempool)) {
+      void* real;
+      std::memcpy(&real, values[i].data(), sizeof real);
+      uint64_t id = real ? d.handles.id_for(real) : 0;
+      std::memcpy(values[i].data(), &id, sizeof id);
+    }
+    d.reply.put<int32_t>(results[i]);
+    d.reply.put_u32(size);
+    d.reply.append(values[i].data(), size);
+  }
+}
+
 }  // namespace
+
+void cuPointerGetAttribute(Dispatch& d) { pointer_attributes(d, true); }
+void cuPointerGetAttributes(Dispatch& d) { pointer_attributes(d, false); }
 
 void cuMemcpyHtoD_v2(Dispatch& d) { htod(d, d.drv.cuMemcpyHtoD_v2); }
 void cuMemcpyHtoD_v2_ptds(Dispatch& d) { htod(d, d.drv.cuMemcpyHtoD_v2_ptds); }

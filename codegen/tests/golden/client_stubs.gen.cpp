@@ -74,7 +74,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUd
   rgpu::client::Call c(rgpu::op::cuDeviceGetName, rgpu::client::kWaits);
   c.args().put_u8(name != nullptr);
   c.args().put<int>(len);
-  c.args().put<CUdevice>(dev);
+  c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (name && len > 0) {

@@ -1,0 +1,117 @@
+// Host callbacks: cuLaunchHostFunc and cuStreamAddCallback run the user's function in this
+// process, in stream order (protocol/messages.h, kOpCallback). The call is one-way: the client
+// picks a callback id, remembers the function under it, and announces the notification to the
+// connection (so it is read even if no thread ever waits for a reply). When the server's stream
+// reaches the callback, the server sends kOpCallback and holds the stream; the connection's
+// callback thread runs the function and answers kOpCallbackDone, which releases the stream.
+//
+// Wire (cuLaunchHostFunc[_ptsz]): u64 stream, u64 callback id. One-way.
+// Wire (cuStreamAddCallback[_ptsz]): u64 stream, u64 callback id, u32 flags. One-way.
+// If the server cannot queue the callback, it sends kOpCallback with run = 0 and the error is
+// reported with the next reply on this thread, as for any one-way call.
+#include <cuda.h>
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+#include "client/call.h"
+#include "client/runtime.h"
+#include "common/log.h"
+#include "gen/export.gen.h"
+#include "gen/ops.gen.h"
+#include "protocol/messages.h"
+
+namespace {
+
+using rgpu::client::Call;
+using rgpu::client::handle_id;
+
+struct Callback {
+  CUhostFn host_fn = nullptr;           // cuLaunchHostFunc
+  CUstreamCallback stream_fn = nullptr;  // cuStreamAddCallback
+  void* user = nullptr;
+  CUstream stream = nullptr;
+};
+
+std::mutex g_mu;
+std::unordered_map<uint64_t, Callback> g_callbacks;
+std::atomic<uint64_t> g_next_id{1};
+
+// Runs on the connection's callback thread. status: the stream's status (cuStreamAddCallback);
+// run = false: the server could not queue the callback; forget it, run nothing, answer nothing.
+void deliver(uint64_t id, int32_t status, bool run) {
+  Callback cb;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_callbacks.find(id);
+    if (it == g_callbacks.end()) {
+      rgpu::log::warn("rgpu-server announced host callback %llu, which this process never queued; ignoring it",
+                      static_cast<unsigned long long>(id));
+      return;
+    }
+    cb = it->second;
+    g_callbacks.erase(it);
+  }
+  if (!run) return;
+  if (cb.host_fn) cb.host_fn(cb.user);
+  else if (cb.stream_fn) cb.stream_fn(cb.stream, static_cast<CUresult>(status), cb.user);
+  uint8_t ack[8];
+  for (int i = 0; i < 8; ++i) ack[i] = static_cast<uint8_t>(id >> (8 * i));  // u64, little-endian
+  if (auto* conn = rgpu::client::connection()) conn->send_control(rgpu::proto::kOpCallbackDone, ack, sizeof ack);
+}
+
+CUresult add(uint16_t op, const char* name, CUstream stream, const Callback& cb, bool with_flags, unsigned flags) {
+  rgpu::client::trace_call(name);
+  if (!cb.host_fn && !cb.stream_fn) return CUDA_ERROR_INVALID_VALUE;
+  if (with_flags && flags != 0) return CUDA_ERROR_INVALID_VALUE;  // reserved, must be 0
+  rgpu::client::Connection* conn = rgpu::client::connection();
+  if (!conn) return CUDA_ERROR_NOT_INITIALIZED;
+  static std::once_flag once;
+  std::call_once(once, [conn] { conn->set_callback_handler(deliver); });
+  uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_callbacks[id] = cb;
+  }
+  conn->expect_callback();
+  Call c(op, rgpu::client::kOneWay);
+  c.args().put_u64(handle_id(stream));
+  c.args().put_u64(id);
+  if (with_flags) c.args().put_u32(flags);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) {
+    // Not sent (or an earlier failure was reported): the server will not announce it. Only a
+    // send that failed leaves it unsent; then the connection is gone and nothing is awaited.
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_callbacks.erase(id);
+  }
+  return rc;
+}
+
+}  // namespace
+
+extern "C" {
+
+RGPU_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  return add(rgpu::op::cuLaunchHostFunc, "cuLaunchHostFunc", hStream, {fn, nullptr, userData, hStream}, false, 0);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
+  return add(rgpu::op::cuLaunchHostFunc_ptsz, "cuLaunchHostFunc_ptsz", hStream, {fn, nullptr, userData, hStream},
+             false, 0);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData,
+                                                 unsigned int flags) {
+  return add(rgpu::op::cuStreamAddCallback, "cuStreamAddCallback", hStream, {nullptr, callback, userData, hStream},
+             true, flags);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void* userData,
+                                                      unsigned int flags) {
+  return add(rgpu::op::cuStreamAddCallback_ptsz, "cuStreamAddCallback_ptsz", hStream,
+             {nullptr, callback, userData, hStream}, true, flags);
+}
+
+}  // extern "C"

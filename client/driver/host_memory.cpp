@@ -1,0 +1,295 @@
+// Pinned host memory, pointer attributes, and the calls refused because they cannot work across
+// a network. Pinned memory is allocated or registered in the client process (page-aligned,
+// tracked in client/host_memory.h); the server is not told. What the real driver adds to pinned
+// memory is a device mapping (a kernel reading host memory through a pointer): that cannot reach
+// the client's memory across the network, so cuMemHostGetDevicePointer and the DEVICEMAP flags
+// are refused with one line naming the call and the reason, as are managed memory and IPC.
+//
+// Wire (cuPointerGetAttribute, cuPointerGetAttributes; only for pointers outside the client's
+// pinned ranges): u64 ptr, u32 n, n × i32 attribute. Reply: CUresult, then n × (i32 result,
+// u32 size, size bytes); sizes from protocol/pointer_attributes.h, handles as ids.
+#include "client/host_memory.h"
+
+#include <cuda.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "client/call.h"
+#include "client/contexts.h"
+#include "client/runtime.h"
+#include "common/log.h"
+#include "gen/export.gen.h"
+#include "gen/ops.gen.h"
+#include "protocol/pointer_attributes.h"
+
+namespace rgpu::client {
+namespace {
+
+std::mutex g_mu;
+std::map<uintptr_t, HostRange> g_ranges;  // by base
+std::atomic<uint64_t> g_next_id{1};
+
+size_t page_size() {
+  static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+}  // namespace
+
+bool find_host_range(const void* p, size_t n, HostRange* out) {
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_ranges.upper_bound(u);
+  if (it == g_ranges.begin()) return false;
+  --it;
+  const HostRange& r = it->second;
+  if (u < r.base || u - r.base >= r.size || n > r.size - (u - r.base)) return false;
+  if (out) *out = r;
+  return true;
+}
+
+}  // namespace rgpu::client
+
+namespace {
+
+using rgpu::client::Call;
+using rgpu::client::HostRange;
+
+// One line naming the call and why it cannot work through rgpu.
+CUresult refuse(const char* call, const char* why) {
+  rgpu::client::trace_call(call);
+  rgpu::log::error("%s is not supported by rgpu: %s", call, why);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+constexpr const char* kMappedWhy =
+    "mapped host memory lets a kernel read host memory through a pointer, and the GPU cannot reach this "
+    "process's memory across the network; copy the data with cuMemcpyHtoD(Async) instead";
+constexpr const char* kManagedWhy =
+    "managed memory migrates pages between the host and the GPU on demand, which cannot work across the "
+    "network; use cuMemAlloc and explicit copies";
+constexpr const char* kIpcWhy =
+    "IPC handles share GPU memory between processes of one machine, and this process's GPU is on "
+    "another machine";
+
+CUresult check_init() { return rgpu::client::connection() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED; }
+
+CUresult host_alloc(const char* call, void** pp, size_t bytesize, unsigned flags) {
+  rgpu::client::trace_call(call);
+  if (CUresult rc = check_init()) return rc;
+  if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~unsigned(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (flags & CU_MEMHOSTALLOC_DEVICEMAP) return refuse("cuMemHostAlloc (CU_MEMHOSTALLOC_DEVICEMAP)", kMappedWhy);
+  size_t page = rgpu::client::page_size();
+  if (bytesize > SIZE_MAX - page) return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t size = (bytesize + page - 1) / page * page;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  HostRange r{reinterpret_cast<uintptr_t>(p), size, flags, false, rgpu::client::g_next_id.fetch_add(1)};
+  {
+    std::lock_guard<std::mutex> lock(rgpu::client::g_mu);
+    rgpu::client::g_ranges[r.base] = r;
+  }
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+// A client pinned range answers locally. Returns NOT_SUPPORTED (without logging) for the device
+// pointer of host memory: the caller decides whether that is an error.
+CUresult host_attribute(const HostRange& r, CUdeviceptr ptr, CUpointer_attribute attr, void* data) {
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = rgpu::client::contexts::current(); break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_HOST; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data) = reinterpret_cast<void*>(ptr); break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = r.id; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
+      CUdevice dev = 0;
+      CUcontext ctx = rgpu::client::contexts::current();
+      if (ctx) rgpu::client::contexts::device_of(ctx, &dev);
+      *static_cast<int*>(data) = dev;
+      break;
+    }
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = r.base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = r.size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
+    default: {
+      uint32_t n = rgpu::proto::pointer_attribute_size(attr);
+      if (n == 0) return CUDA_ERROR_INVALID_VALUE;
+      std::memset(data, 0, n);  // managed, IPC, RDMA, pools...: none of these apply
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// Asks the server for attributes of a pointer outside the client's ranges. results[i] gets each
+// attribute's own CUresult; the return value is the call's.
+CUresult server_attributes(uint16_t op, CUdeviceptr ptr, unsigned n, const CUpointer_attribute* attrs, void** data,
+                           CUresult* results) {
+  Call c(op, rgpu::client::kWaits);
+  c.args().put_u64(ptr);
+  c.args().put_u32(n);
+  for (unsigned i = 0; i < n; ++i) c.args().put<int32_t>(attrs[i]);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  for (unsigned i = 0; i < n; ++i) {
+    int32_t r = c.reply().get<int32_t>();
+    uint32_t size = c.reply().u32();
+    if (size != rgpu::proto::pointer_attribute_size(attrs[i])) return CUDA_ERROR_UNKNOWN;
+    const uint8_t* bytes = c.reply().view(size);
+    if (!c.reply().ok())
+      return CUDA_ERROR_UNKNOWN;
+    results[i] = static_cast<CUresult>(r);
+    if (r == CUDA_SUCCESS && data[i]) std::memcpy(data[i], bytes, size);  // handles arrive as client ids
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+RGPU_EXPORT CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  return host_alloc("cuMemHostAlloc", pp, bytesize, Flags);
+}
+RGPU_EXPORT CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  return host_alloc("cuMemAllocHost_v2", pp, bytesize, 0);
+}
+RGPU_EXPORT CUresult CUDAAPI cuMemAllocHost(void** pp, unsigned int bytesize) {
+  return host_alloc("cuMemAllocHost", pp, bytesize, 0);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemFreeHost(void* p) {
+  rgpu::client::trace_call("cuMemFreeHost");
+  if (CUresult rc = check_init()) return rc;
+  HostRange r;
+  {
+    std::lock_guard<std::mutex> lock(rgpu::client::g_mu);
+    auto it = rgpu::client::g_ranges.find(reinterpret_cast<uintptr_t>(p));
+    if (it == rgpu::client::g_ranges.end() || it->second.registered) return CUDA_ERROR_INVALID_VALUE;
+    r = it->second;
+    rgpu::client::g_ranges.erase(it);
+  }
+  // Copies from this memory were consumed when they were issued, and copies into it landed
+  // before their call returned (client/driver/memory.cpp), so nothing in flight still uses it.
+  munmap(reinterpret_cast<void*>(r.base), r.size);
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  rgpu::client::trace_call("cuMemHostRegister_v2");
+  if (CUresult rc = check_init()) return rc;
+  if (!p || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (Flags & ~unsigned(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
+                        CU_MEMHOSTREGISTER_READ_ONLY))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (Flags & CU_MEMHOSTREGISTER_DEVICEMAP) return refuse("cuMemHostRegister (CU_MEMHOSTREGISTER_DEVICEMAP)", kMappedWhy);
+  if (Flags & CU_MEMHOSTREGISTER_IOMEMORY)
+    return refuse("cuMemHostRegister (CU_MEMHOSTREGISTER_IOMEMORY)",
+                  "I/O memory of this machine cannot be mapped for a GPU on another machine");
+  uintptr_t base = reinterpret_cast<uintptr_t>(p);
+  if (bytesize > UINTPTR_MAX - base) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(rgpu::client::g_mu);
+  auto it = rgpu::client::g_ranges.lower_bound(base);
+  if (it != rgpu::client::g_ranges.end() && it->first < base + bytesize)
+    return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (it != rgpu::client::g_ranges.begin()) {
+    --it;
+    if (it->second.base + it->second.size > base) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  }
+  rgpu::client::g_ranges[base] = HostRange{base, bytesize, Flags, true, rgpu::client::g_next_id.fetch_add(1)};
+  return CUDA_SUCCESS;
+}
+RGPU_EXPORT CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags) {
+  return cuMemHostRegister_v2(p, bytesize, Flags);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemHostUnregister(void* p) {
+  rgpu::client::trace_call("cuMemHostUnregister");
+  if (CUresult rc = check_init()) return rc;
+  std::lock_guard<std::mutex> lock(rgpu::client::g_mu);
+  auto it = rgpu::client::g_ranges.find(reinterpret_cast<uintptr_t>(p));
+  if (it == rgpu::client::g_ranges.end() || !it->second.registered) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  rgpu::client::g_ranges.erase(it);
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int* pFlags, void* p) {
+  rgpu::client::trace_call("cuMemHostGetFlags");
+  if (CUresult rc = check_init()) return rc;
+  if (!pFlags) return CUDA_ERROR_INVALID_VALUE;
+  HostRange r;
+  if (!rgpu::client::find_host_range(p, 0, &r)) return CUDA_ERROR_INVALID_VALUE;
+  *pFlags = r.flags;
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr*, void*, unsigned int) {
+  return refuse("cuMemHostGetDevicePointer", kMappedWhy);
+}
+RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr_v1*, void*, unsigned int) {
+  return refuse("cuMemHostGetDevicePointer", kMappedWhy);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr*, size_t, unsigned int) {
+  return refuse("cuMemAllocManaged", kManagedWhy);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle*, CUevent) { return refuse("cuIpcGetEventHandle", kIpcWhy); }
+RGPU_EXPORT CUresult CUDAAPI cuIpcOpenEventHandle(CUevent*, CUipcEventHandle) {
+  return refuse("cuIpcOpenEventHandle", kIpcWhy);
+}
+RGPU_EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle*, CUdeviceptr) { return refuse("cuIpcGetMemHandle", kIpcWhy); }
+RGPU_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned int) {
+  return refuse("cuIpcOpenMemHandle", kIpcWhy);
+}
+RGPU_EXPORT CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr*, CUipcMemHandle, unsigned int) {
+  return refuse("cuIpcOpenMemHandle", kIpcWhy);
+}
+RGPU_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr) { return refuse("cuIpcCloseMemHandle", kIpcWhy); }
+
+RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  rgpu::client::trace_call("cuPointerGetAttribute");
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  if (rgpu::proto::pointer_attribute_size(attribute) == 0) return CUDA_ERROR_INVALID_VALUE;
+  HostRange r;
+  if (rgpu::client::find_host_range(reinterpret_cast<void*>(ptr), 0, &r)) {
+    CUresult rc = host_attribute(r, ptr, attribute, data);
+    if (rc == CUDA_ERROR_NOT_SUPPORTED) return refuse("cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_POINTER)", kMappedWhy);
+    return rc;
+  }
+  CUresult result = CUDA_SUCCESS;
+  void* out[1] = {data};
+  CUresult rc = server_attributes(rgpu::op::cuPointerGetAttribute, ptr, 1, &attribute, out, &result);
+  return rc != CUDA_SUCCESS ? rc : result;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes,
+                                                    void** data, CUdeviceptr ptr) {
+  rgpu::client::trace_call("cuPointerGetAttributes");
+  if (!attributes || !data || numAttributes == 0 || numAttributes > rgpu::proto::kMaxPointerAttributes)
+    return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < numAttributes; ++i)
+    if (rgpu::proto::pointer_attribute_size(attributes[i]) == 0) return CUDA_ERROR_INVALID_VALUE;
+  HostRange r;
+  if (rgpu::client::find_host_range(reinterpret_cast<void*>(ptr), 0, &r)) {
+    for (unsigned i = 0; i < numAttributes; ++i) {
+      if (!data[i]) continue;
+      // No device pointer for host memory: reported as 0, as the driver does for an attribute
+      // that does not apply (cuPointerGetAttributes never fails for one).
+      if (host_attribute(r, ptr, attributes[i], data[i]) != CUDA_SUCCESS)
+        std::memset(data[i], 0, rgpu::proto::pointer_attribute_size(attributes[i]));
+    }
+    return CUDA_SUCCESS;
+  }
+  CUresult results[rgpu::proto::kMaxPointerAttributes];
+  return server_attributes(rgpu::op::cuPointerGetAttributes, ptr, numAttributes, attributes, data, results);
+}
+
+}  // extern "C"

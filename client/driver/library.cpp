@@ -1,0 +1,249 @@
+// Libraries and kernels (cuLibrary*, cuKernel*): how cudart 13 loads all code. As for modules
+// (module.cpp), the client parses each image it sends, so cuLibraryGetKernel, cuKernelGetFunction,
+// cuLibraryGetModule, the kernel count, enumeration and names are answered with client-minted
+// handles and no round trip, and a launch of a CUkernel (passed as the CUfunction) knows its
+// parameter layout: the layout is recorded under the kernel's id in the ModuleRegistry.
+//
+// Wire (cuLibraryLoadData; cuLibraryLoadFromFile travels as it):
+//   u64 library id (client-minted), u64 n, n bytes of image. Reply: CUresult.
+//   JIT and library options are not sent: they carry host pointers (log buffers, the host
+//   function table) that mean nothing on the server.
+// cuLibraryGetKernel: u64 kernel id (client-minted), u64 library id, str name. One-way when the
+//   client found the kernel in the parsed image; waiting otherwise. Reply: CUresult.
+// cuKernelGetName, cuFuncGetName (only when the client does not know the name):
+//   u64 kernel or function id. Reply: CUresult, str name.
+// cuOccupancyMaxActiveClusters: u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes,
+//   u64 stream, u32 n attrs, n × CUlaunchAttribute. Reply: CUresult, i32 clusters.
+#include <cuda.h>
+
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "client/call.h"
+#include "client/modules.h"
+#include "client/runtime.h"
+#include "common/cuda_image.h"
+#include "common/log.h"
+#include "gen/client_forward.gen.h"
+#include "gen/export.gen.h"
+#include "gen/ops.gen.h"
+#include "protocol/messages.h"
+
+namespace {
+
+using rgpu::client::Call;
+using rgpu::client::handle_from;
+using rgpu::client::handle_id;
+using rgpu::client::ModuleRegistry;
+
+// The real driver returns the same CUkernel for the same (library, name): so do we, and a
+// repeated cuLibraryGetKernel sends nothing.
+std::mutex g_mu;
+std::map<std::pair<uint64_t, std::string>, uint64_t> g_kernels;
+// Names handed out by cuKernelGetName/cuFuncGetName live as long as the process.
+std::set<std::string> g_names;
+
+const char* intern(const std::string& s) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_names.insert(s).first->c_str();
+}
+
+CUresult load(const char* name, CUlibrary* library, const void* code, size_t max_len) {
+  rgpu::client::trace_call(name);
+  if (!library || !code) return CUDA_ERROR_INVALID_VALUE;
+  // A fatbin wrapper (what nvcc registers) points at the fatbin in this process: send that.
+  if (rgpu::image::detect(code, max_len) == rgpu::image::Kind::kFatbinWrapper) {
+    code = rgpu::image::fatbin_wrapper_data(code, max_len);
+    max_len = SIZE_MAX;
+    if (!code) return CUDA_ERROR_INVALID_IMAGE;
+  }
+  size_t n = rgpu::image::image_size(code, max_len);
+  if (n == 0) {
+    rgpu::log::error("%s: the image is not a cubin, fatbin or PTX that rgpu can measure; cannot send it", name);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  if (n > rgpu::proto::kMaxPayload - 64) {
+    rgpu::log::error("%s: the image is %zu bytes, over rgpu's limit of %u", name, n, rgpu::proto::kMaxPayload - 64);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  uint64_t id = rgpu::client::mint_handle();
+  Call c(rgpu::op::cuLibraryLoadData, rgpu::client::kWaits);
+  c.args().put_u64(id);
+  c.args().put_u64(n);
+  c.attach(code, n);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  rgpu::image::Image img;
+  std::string err;
+  bool parsed = rgpu::image::parse(code, n, &img, &err);
+  if (!parsed) rgpu::log::debug("%s: cannot read kernel layouts from the image (%s); asking the server", name, err.c_str());
+  ModuleRegistry::get().add_module(id, std::move(img), parsed);
+  *library = handle_from<CUlibrary>(id);
+  return CUDA_SUCCESS;
+}
+
+// Asks the server for the name of a kernel or function handle the client has no image for.
+CUresult name_from_server(uint16_t op, uint64_t id, const char** name) {
+  Call c(op, rgpu::client::kWaits);
+  c.args().put_u64(id);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  std::string s = c.reply().str(4096);
+  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  *name = intern(s);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+RGPU_EXPORT CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
+                                               CUlibraryOption*, void**, unsigned int) {
+  return load("cuLibraryLoadData", library, code, SIZE_MAX);
+}
+
+// The file names a client path: read here, sent as cuLibraryLoadData.
+RGPU_EXPORT CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option*, void**,
+                                                   unsigned int, CUlibraryOption*, void**, unsigned int) {
+  rgpu::client::trace_call("cuLibraryLoadFromFile");
+  if (!library || !fileName) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream f(fileName, std::ios::binary);
+  if (!f) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  bytes.push_back('\0');  // PTX text files are not NUL-terminated on disk
+  return load("cuLibraryLoadFromFile", library, bytes.data(), bytes.size());
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
+  if (!library) return CUDA_ERROR_INVALID_HANDLE;
+  CUresult rc = rgpu_fwd_cuLibraryUnload(library);
+  if (rc != CUDA_SUCCESS) return rc;
+  ModuleRegistry::get().remove_module(handle_id(library));
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (auto it = g_kernels.begin(); it != g_kernels.end();) {
+    if (it->first.first == handle_id(library)) it = g_kernels.erase(it);
+    else ++it;
+  }
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary library, const char* name) {
+  rgpu::client::trace_call("cuLibraryGetKernel");
+  if (!pKernel || !name) return CUDA_ERROR_INVALID_VALUE;
+  if (!library) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_kernels.find({handle_id(library), name});
+    if (it != g_kernels.end()) {
+      *pKernel = handle_from<CUkernel>(it->second);
+      return CUDA_SUCCESS;
+    }
+  }
+  rgpu::image::Kernel k;
+  int found = ModuleRegistry::get().find_kernel(handle_id(library), name, &k);
+  if (found == 0) return CUDA_ERROR_NOT_FOUND;
+  uint64_t id = rgpu::client::mint_handle();
+  Call c(rgpu::op::cuLibraryGetKernel, found == 1 ? rgpu::client::kOneWay : rgpu::client::kWaits);
+  c.args().put_u64(id);
+  c.args().put_u64(handle_id(library));
+  c.args().put_str(name);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  if (found == 1) ModuleRegistry::get().set_function(id, k);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_kernels[{handle_id(library), name}] = id;
+  }
+  *pKernel = handle_from<CUkernel>(id);
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int* count, CUlibrary lib) {
+  std::vector<rgpu::image::Kernel> ks;
+  if (count && lib && ModuleRegistry::get().kernels(handle_id(lib), &ks)) {
+    rgpu::client::trace_call("cuLibraryGetKernelCount");
+    *count = static_cast<unsigned>(ks.size());
+    return CUDA_SUCCESS;
+  }
+  return rgpu_fwd_cuLibraryGetKernelCount(count, lib);
+}
+
+// Kernels in image order (the driver documents no order). Each is bound as cuLibraryGetKernel.
+RGPU_EXPORT CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int numKernels, CUlibrary lib) {
+  rgpu::client::trace_call("cuLibraryEnumerateKernels");
+  if (!kernels) return CUDA_ERROR_INVALID_VALUE;
+  if (!lib) return CUDA_ERROR_INVALID_HANDLE;
+  std::vector<rgpu::image::Kernel> ks;
+  if (!ModuleRegistry::get().kernels(handle_id(lib), &ks)) {
+    rgpu::log::error("cuLibraryEnumerateKernels: rgpu could not read this library's image, so it cannot list its "
+                     "kernels; look them up by name with cuLibraryGetKernel");
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  for (unsigned i = 0; i < numKernels && i < ks.size(); ++i) {
+    if (CUresult rc = cuLibraryGetKernel(&kernels[i], lib, ks[i].name.c_str())) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuLibraryGetModule(CUmodule* pMod, CUlibrary library) {
+  CUresult rc = rgpu_fwd_cuLibraryGetModule(pMod, library);
+  if (rc == CUDA_SUCCESS) ModuleRegistry::get().copy_module(handle_id(library), handle_id(*pMod));
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
+  CUresult rc = rgpu_fwd_cuKernelGetFunction(pFunc, kernel);
+  if (rc != CUDA_SUCCESS) return rc;
+  if (auto k = ModuleRegistry::get().function(handle_id(kernel))) ModuleRegistry::get().set_function(handle_id(*pFunc), *k);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) {
+  rgpu::client::trace_call("cuKernelGetName");
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  if (!hfunc) return CUDA_ERROR_INVALID_HANDLE;
+  if (auto k = ModuleRegistry::get().function(handle_id(hfunc)); k && !k->name.empty()) {
+    *name = intern(k->name);
+    return CUDA_SUCCESS;
+  }
+  return name_from_server(rgpu::op::cuKernelGetName, handle_id(hfunc), name);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {
+  rgpu::client::trace_call("cuFuncGetName");
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  if (!hfunc) return CUDA_ERROR_INVALID_HANDLE;
+  if (auto k = ModuleRegistry::get().function(handle_id(hfunc)); k && !k->name.empty()) {
+    *name = intern(k->name);
+    return CUDA_SUCCESS;
+  }
+  return name_from_server(rgpu::op::cuFuncGetName, handle_id(hfunc), name);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
+                                                          const CUlaunchConfig* config) {
+  rgpu::client::trace_call("cuOccupancyMaxActiveClusters");
+  if (!numClusters || !config) return CUDA_ERROR_INVALID_VALUE;
+  if (!func) return CUDA_ERROR_INVALID_HANDLE;
+  if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
+  Call c(rgpu::op::cuOccupancyMaxActiveClusters, rgpu::client::kWaits);
+  c.args().put_u64(handle_id(func));
+  for (unsigned v : {config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                     config->blockDimZ, config->sharedMemBytes})
+    c.args().put_u32(v);
+  c.args().put_u64(handle_id(config->hStream));
+  c.args().put_u32(config->numAttrs);
+  for (unsigned i = 0; i < config->numAttrs; ++i) c.args().put(config->attrs[i]);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  *numClusters = c.reply().get<int32_t>();
+  return c.reply().ok() ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+}  // extern "C"

@@ -1,0 +1,24 @@
+// The client's pinned host memory: ranges allocated (cuMemHostAlloc, cuMemAllocHost) or
+// registered (cuMemHostRegister) in this process. Pinning is a promise about the client's own
+// memory, so it is kept here; the server is not told. Copies use these ranges to tell host
+// addresses from device ones (cuMemcpy with unified addressing), and pointer attributes of these
+// ranges are answered without the network.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rgpu::client {
+
+struct HostRange {
+  uintptr_t base = 0;
+  size_t size = 0;
+  unsigned flags = 0;      // as given to cuMemHostAlloc / cuMemHostRegister
+  bool registered = false;  // cuMemHostRegister (else allocated by us)
+  uint64_t id = 0;          // unique per range, for CU_POINTER_ATTRIBUTE_BUFFER_ID
+};
+
+// True when [p, p + n) lies inside one pinned range (n = 0: p inside one); fills *out.
+bool find_host_range(const void* p, size_t n, HostRange* out);
+
+}  // namespace rgpu::client

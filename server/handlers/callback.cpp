@@ -1,0 +1,58 @@
+// Host callbacks (wire layouts in client/driver/host_callback.cpp; the protocol in
+// protocol/messages.h, kOpCallback). The real stream gets a host function of ours that asks the
+// client to run the user's function and holds the stream until the client says it has returned.
+#include <cuda.h>
+
+#include "gen/server_handlers.gen.h"
+#include "server/dispatch.h"
+
+namespace rgpu::server::handlers {
+namespace {
+
+struct Pending {
+  ClientCallbacks* callbacks;
+  uint64_t id;
+};
+
+void CUDA_CB host_fn(void* p) {
+  auto* c = static_cast<Pending*>(p);
+  c->callbacks->run(c->id, CUDA_SUCCESS);
+  delete c;
+}
+
+void CUDA_CB stream_fn(CUstream, CUresult status, void* p) {
+  auto* c = static_cast<Pending*>(p);
+  c->callbacks->run(c->id, status);
+  delete c;
+}
+
+using LaunchHostFn = CUresult (*)(CUstream, CUhostFn, void*);
+using AddCallbackFn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);
+
+// Reads u64 stream, u64 id[, u32 flags]; queues the callback; tells the client when it is not.
+void add(Dispatch& d, LaunchHostFn launch_fn, AddCallbackFn add_fn, bool with_flags) {
+  uint64_t stream_id = d.args.u64();
+  uint64_t id = d.args.u64();
+  unsigned flags = with_flags ? d.args.u32() : 0;
+  if (!d.args.ok()) return;
+  CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
+  CUstream stream = nullptr;
+  if (!d.handles.get(stream_id, &stream)) {
+    rc = CUDA_ERROR_INVALID_HANDLE;
+  } else if (d.callbacks && (with_flags ? add_fn != nullptr : launch_fn != nullptr)) {
+    auto* p = new Pending{d.callbacks, id};
+    rc = with_flags ? add_fn(stream, stream_fn, p, flags) : launch_fn(stream, host_fn, p);
+    if (rc != CUDA_SUCCESS) delete p;
+  }
+  if (rc != CUDA_SUCCESS && d.callbacks) d.callbacks->drop(id, rc);
+  d.reply.put<int32_t>(rc);
+}
+
+}  // namespace
+
+void cuLaunchHostFunc(Dispatch& d) { add(d, d.drv.cuLaunchHostFunc, nullptr, false); }
+void cuLaunchHostFunc_ptsz(Dispatch& d) { add(d, d.drv.cuLaunchHostFunc_ptsz, nullptr, false); }
+void cuStreamAddCallback(Dispatch& d) { add(d, nullptr, d.drv.cuStreamAddCallback, true); }
+void cuStreamAddCallback_ptsz(Dispatch& d) { add(d, nullptr, d.drv.cuStreamAddCallback_ptsz, true); }
+
+}  // namespace rgpu::server::handlers
