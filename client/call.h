@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "client/connection.h"
 #include "common/wire.h"
 
 namespace rgpu::client {
@@ -50,10 +51,15 @@ class Call {
   // Sends the call. Returns the call's CUresult (for one-way calls, CUDA_SUCCESS once queued), or
   // an error deferred from an earlier one-way call on this thread, or a connection error.
   CUresult invoke();
+  // invoke() in two halves, for pipelining several waiting calls (bulk copies): submit() sends,
+  // finish() waits for the reply and returns what invoke() would. Waiting calls only.
+  CUresult submit();
+  CUresult finish();
   // The handler's output after its CUresult (waiting calls only, after invoke()).
   Reader& reply() { return reply_reader_; }
   // Bytes the sink received.
   size_t sink_received() const { return sink_received_; }
+  size_t sink_cap() const { return sink_cap_; }
 
  private:
   uint16_t op_;
@@ -68,6 +74,8 @@ class Call {
   size_t sink_received_ = 0;
   std::vector<uint8_t> reply_buf_;
   Reader reply_reader_;
+  ReplySlot slot_;
+  uint32_t id_ = 0;
 };
 
 // Client handles (protocol/messages.h "Handles on the wire").

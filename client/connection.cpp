@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -48,7 +50,6 @@ Connection* Connection::open(const std::string& server, const std::string& token
     *err += "; is the server running? see rgpu-server --help";
     return nullptr;
   }
-  net::set_buffers(fd, 4 << 20);
   net::set_recv_timeout(fd, env::get().connect_timeout_s);
   auto* c = new Connection();
   c->fd_ = fd;
@@ -147,12 +148,19 @@ void Connection::idle_flusher() {
 
 bool Connection::call(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra,
                       size_t extra_len, ReplySlot* slot) {
+  uint32_t id = submit(op, thread_id, args, args_len, extra, extra_len, slot);
+  return id != 0 && wait(id, slot);
+}
+
+uint32_t Connection::submit(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra,
+                            size_t extra_len, ReplySlot* slot) {
   round_trips_.fetch_add(1, std::memory_order_relaxed);
   uint32_t id;
   {
     std::lock_guard<std::mutex> lock(send_mu_);
-    if (broken_) return false;
+    if (broken_) return 0;
     id = next_request_++;
+    if (id == 0) id = next_request_++;  // 0 means "not sent"
     {
       std::lock_guard<std::mutex> rlock(recv_mu_);
       pending_[id] = slot;
@@ -173,10 +181,13 @@ bool Connection::call(uint16_t op, uint32_t thread_id, const void* args, size_t 
       mark_broken("sending failed (the server closed the connection or the network is down)");
       std::lock_guard<std::mutex> rlock(recv_mu_);
       pending_.erase(id);
-      return false;
+      return 0;
     }
   }
+  return id;
+}
 
+bool Connection::wait(uint32_t id, ReplySlot* slot) {
   std::unique_lock<std::mutex> lock(recv_mu_);
   while (!slot->done) {
     if (broken_) {
@@ -207,17 +218,66 @@ void Connection::fail_pending_locked() {
   pending_.clear();
 }
 
+bool Connection::fill_some() {
+  if (rbeg_ == rend_) rbeg_ = rend_ = 0;
+  if (rend_ == rbuf_.size()) {
+    std::memmove(rbuf_.data(), rbuf_.data() + rbeg_, rend_ - rbeg_);
+    rend_ -= rbeg_;
+    rbeg_ = 0;
+  }
+  // Busy-poll a little before sleeping in read(2): a small call's reply usually arrives within
+  // tens of microseconds, and a sleeping reader adds a wake-up to every round trip.
+  auto deadline = std::chrono::steady_clock::now() + kReplySpin;
+  for (int polls = 0;; ++polls) {
+    ssize_t r = ::recv(fd_, rbuf_.data() + rend_, rbuf_.size() - rend_, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if ((polls & 63) != 63 || std::chrono::steady_clock::now() < deadline) continue;
+      r = ::read(fd_, rbuf_.data() + rend_, rbuf_.size() - rend_);
+    }
+    if (r > 0) {
+      rend_ += static_cast<size_t>(r);
+      return true;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+bool Connection::recv_exact(void* dst, size_t n) {
+  auto* out = static_cast<uint8_t*>(dst);
+  size_t have = std::min(n, rend_ - rbeg_);
+  std::memcpy(out, rbuf_.data() + rbeg_, have);
+  rbeg_ += have;
+  if (have == n) return true;
+  // Large remainders (bulk data) go straight to their destination.
+  if (n - have >= rbuf_.size() / 2) return net::read_full(fd_, out + have, n - have) == static_cast<ssize_t>(n - have);
+  while (have < n) {
+    if (!fill_some()) return false;
+    size_t take = std::min(n - have, rend_ - rbeg_);
+    std::memcpy(out + have, rbuf_.data() + rbeg_, take);
+    rbeg_ += take;
+    have += take;
+  }
+  return true;
+}
+
 bool Connection::read_one() {
   proto::FrameHeader h{};
-  std::string why;
-  proto::ReadResult rr = proto::read_header(fd_, proto::kMaxPayload, &h, &why);
-  if (rr != proto::ReadResult::kOk) {
-    mark_broken(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
+  if (rbeg_ == rend_ && !fill_some()) {
+    mark_broken("the server closed the connection");
+    return false;
+  }
+  if (!recv_exact(&h, sizeof h)) {
+    mark_broken("the connection broke in the middle of a frame header");
+    return false;
+  }
+  if (h.length > proto::kMaxPayload) {
+    mark_broken(log::format("the server sent a frame of %u bytes, over the limit of %u", h.length, proto::kMaxPayload));
     return false;
   }
   if (h.op == proto::kOpCallback && !(h.flags & proto::kReply)) {
     uint8_t payload[16];
-    if (h.length != sizeof payload || net::read_full(fd_, payload, sizeof payload) != sizeof payload) {
+    if (h.length != sizeof payload || !recv_exact(payload, sizeof payload)) {
       mark_broken(log::format("the server sent a malformed host-callback frame (%u bytes)", h.length));
       return false;
     }
@@ -249,8 +309,7 @@ bool Connection::read_one() {
     return false;
   }
   slot->payload.resize(head);
-  if ((head && net::read_full(fd_, slot->payload.data(), head) != static_cast<ssize_t>(head)) ||
-      (tail && net::read_full(fd_, slot->sink, tail) != static_cast<ssize_t>(tail))) {
+  if ((head && !recv_exact(slot->payload.data(), head)) || (tail && !recv_exact(slot->sink, tail))) {
     mark_broken("the connection broke in the middle of a reply");
     return false;
   }
@@ -307,7 +366,7 @@ void Connection::callback_loop() {
       lock.unlock();
       bool ok = true;
       pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, kPollMs) > 0) ok = read_one();
+      if (rend_ > rbeg_ || ::poll(&p, 1, kPollMs) > 0) ok = read_one();
       lock.lock();
       reading_ = false;
       if (!ok) fail_pending_locked();

@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -60,6 +61,11 @@ class Connection {
   // `extra` is sent without copying. Returns false when the connection broke.
   bool call(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra, size_t extra_len,
             ReplySlot* slot);
+  // The two halves of call(), for pipelining: submit sends and returns the request id (0 when the
+  // connection broke); wait waits for that request's reply. The slot must outlive the wait.
+  uint32_t submit(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra,
+                  size_t extra_len, ReplySlot* slot);
+  bool wait(uint32_t id, ReplySlot* slot);
   // Sends everything queued now.
   bool flush();
 
@@ -77,6 +83,8 @@ class Connection {
   uint64_t oneway_calls() const { return oneway_calls_.load(); }
 
   static constexpr size_t kFlushBytes = 256 << 10;
+  // How long a waiting thread polls the socket before it sleeps in read(2).
+  static constexpr std::chrono::microseconds kReplySpin{50};
   // One-way payloads at least this large are written at once instead of copied into the batch.
   static constexpr size_t kDirectSendBytes = 64 << 10;
 
@@ -86,6 +94,10 @@ class Connection {
   void mark_broken(const std::string& why);
   // Reads one reply frame and completes its slot. Called by the current reader only.
   bool read_one();
+  // The reader's buffered receive (current reader only): fill_some reads what has arrived
+  // (polling briefly before blocking); recv_exact takes n bytes from the buffer and the socket.
+  bool fill_some();
+  bool recv_exact(void* dst, size_t n);
   void idle_flusher();
   // Completes every pending slot as failed (the connection broke). recv_mu_ held.
   void fail_pending_locked();
@@ -105,6 +117,8 @@ class Connection {
   std::mutex recv_mu_;
   std::condition_variable recv_cv_;
   bool reading_ = false;
+  std::vector<uint8_t> rbuf_ = std::vector<uint8_t>(64 << 10);
+  size_t rbeg_ = 0, rend_ = 0;
   std::unordered_map<uint32_t, ReplySlot*> pending_;
 
   // Host callbacks; guarded by recv_mu_.

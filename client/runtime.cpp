@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "client/call.h"
+#include "client/contexts.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "gen/ops.gen.h"
@@ -164,6 +165,17 @@ CUdevice client_device(CUdevice server_ordinal) {
   return -1;
 }
 
+uint32_t image_arch() {
+  if (!g_conn || g_snapshot.devices.empty()) return 0;
+  CUdevice dev = 0;
+  if (CUcontext c = contexts::current()) contexts::device_of(c, &dev);
+  if (dev < 0 || static_cast<size_t>(dev) >= g_snapshot.devices.size()) dev = 0;
+  const auto& attrs = g_snapshot.devices[static_cast<size_t>(dev)].attrs;
+  if (attrs.size() <= CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) return 0;
+  return static_cast<uint32_t>(attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR].value * 10 +
+                               attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR].value);
+}
+
 uint64_t mint_handle() { return g_next_handle.fetch_add(1, std::memory_order_relaxed); }
 
 void trace_call(const char* name) {
@@ -193,14 +205,25 @@ CUresult Call::invoke() {
       return CUDA_ERROR_DEVICE_UNAVAILABLE;
     return CUDA_SUCCESS;
   }
-  ReplySlot slot;
-  slot.sink = sink_;
-  slot.sink_prefix = sink_ ? sizeof(proto::ReplyPrefix) + sink_prefix_ : 0;
-  slot.sink_cap = sink_cap_;
-  if (!conn->call(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_, &slot))
-    return CUDA_ERROR_DEVICE_UNAVAILABLE;
-  reply_buf_ = std::move(slot.payload);
-  sink_received_ = slot.sink_got;
+  CUresult rc = submit();
+  return rc == CUDA_SUCCESS ? finish() : rc;
+}
+
+CUresult Call::submit() {
+  Connection* conn = g_conn;
+  if (!conn) return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
+  slot_.sink = sink_;
+  slot_.sink_prefix = sink_ ? sizeof(proto::ReplyPrefix) + sink_prefix_ : 0;
+  slot_.sink_cap = sink_cap_;
+  id_ = conn->submit(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_, &slot_);
+  return id_ ? CUDA_SUCCESS : CUDA_ERROR_DEVICE_UNAVAILABLE;
+}
+
+CUresult Call::finish() {
+  Connection* conn = g_conn;
+  if (!conn || !id_ || !conn->wait(id_, &slot_)) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  reply_buf_ = std::move(slot_.payload);
+  sink_received_ = slot_.sink_got;
   Reader r(reply_buf_.data(), reply_buf_.size());
   proto::ReplyPrefix prefix = r.get<proto::ReplyPrefix>();
   int32_t own = r.get<int32_t>();

@@ -26,6 +26,10 @@ uint32_t thread_id();
 // False when RGPU_BATCH=0: every call then waits for its reply.
 bool batching();
 
+// The architecture (e.g. 90 for compute capability 9.0) whose code the driver will load from a
+// fatbin: that of the current context's device, else of device 0; 0 before cuInit.
+uint32_t image_arch();
+
 // Call statistics, for RGPU_STATS.
 void count_call(uint16_t op, bool waited);
 

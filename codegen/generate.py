@@ -67,6 +67,8 @@ class Param:
     expr: list | None = None  # parsed size expression (in/out buffers), or the outstr length param
     pointee: str = ""  # for buffers: the pointee type as written (with const)
     destroys: bool = False
+    # Enums: (lo, hi) bounds C++ allows beyond the underlying type's own (None: no bound); see enum_range().
+    enum_range: tuple[int | None, int | None] | None = None
 
 
 @dataclass
@@ -147,6 +149,36 @@ def is_handle(t: ci.Type) -> bool:
 
 def is_scalar(t: ci.Type) -> bool:
     return t.get_canonical().kind in SCALAR_KINDS
+
+
+def enum_range(t: ci.Type) -> tuple[int | None, int | None] | None:
+    """For an enum type, the values a C++ program may hold in it: the smallest two's-complement
+    bit-field that fits every enumerator. The server refuses other values from the wire before
+    they become an enum (holding one is undefined behaviour)."""
+    c = t.get_canonical()
+    if c.kind != ci.TypeKind.ENUM:
+        return None
+    values = [ch.enum_value for ch in c.get_declaration().get_children()
+              if ch.kind == ci.CursorKind.ENUM_CONSTANT_DECL]
+    if not values:
+        return None
+    lo, hi = min(values), max(values)
+    ut = c.get_declaration().enum_type.get_canonical()
+    size = ut.get_size() * 8
+    unsigned = ut.kind in (ci.TypeKind.UINT, ci.TypeKind.ULONG, ci.TypeKind.ULONGLONG, ci.TypeKind.USHORT,
+                           ci.TypeKind.UCHAR)
+    type_lo, type_hi = (0, (1 << size) - 1) if unsigned else (-(1 << (size - 1)), (1 << (size - 1)) - 1)
+    bits = 1
+    if lo >= 0:
+        while hi >= (1 << bits):
+            bits += 1
+        r_lo, r_hi = 0, (1 << bits) - 1
+    else:
+        while hi >= (1 << (bits - 1)) or lo < -(1 << (bits - 1)):
+            bits += 1
+        r_lo, r_hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    # Only the bounds tighter than the underlying type's own need checking.
+    return (r_lo if r_lo > type_lo else None, r_hi if r_hi < type_hi else None)
 
 
 def plain_record(t: ci.Type, seen=None) -> bool:
@@ -386,6 +418,7 @@ def _classify(f: Func, ann: Annotation | None) -> None:
             continue
         if is_scalar(t):
             p.kind, p.ctype = "scalar", unqual(t.spelling)
+            p.enum_range = enum_range(t)
             continue
         if c.kind == ci.TypeKind.RECORD:
             if not plain_record(t):
@@ -412,6 +445,7 @@ def _classify(f: Func, ann: Annotation | None) -> None:
             if const or not (is_scalar(pt) or plain_record(pt)):
                 raise GenError(f"{where}: inout `{p.name}` must point to a non-const scalar or plain struct")
             p.kind, p.ctype = "inout", unqual(pt.spelling)
+            p.enum_range = enum_range(pt)
             continue
         if const:
             if unqual(pt.spelling) == "char" and pc.kind in (ci.TypeKind.CHAR_S, ci.TypeKind.SCHAR):
@@ -720,10 +754,16 @@ def emit_server_handler(f: Func) -> list[str]:
     # 1. Decode, in the client's order.
     for p in f.params:
         a = f"a_{p.name}"
-        if p.kind == "scalar":
+        if p.kind == "scalar" and p.enum_range:
+            b.append(f"  const auto {a}_raw = d.args.get<std::underlying_type_t<{p.ctype}>>();")
+        elif p.kind == "scalar":
             b.append(f"  const {p.ctype} {a} = d.args.get<{p.ctype}>();")
         elif p.kind in ("handle_in", "mint"):
             b.append(f"  const uint64_t {a}_id = d.args.u64();")
+        elif p.kind == "inout" and p.enum_range:
+            b.append(f"  const uint8_t {a}_has = d.args.u8();")
+            b.append(f"  std::underlying_type_t<{p.ctype}> {a}_raw{{}};")
+            b.append(f"  if ({a}_has) {a}_raw = d.args.get<std::underlying_type_t<{p.ctype}>>();")
         elif p.kind in ("struct_in", "inout"):
             b.append(f"  const uint8_t {a}_has = d.args.u8();")
             b.append(f"  {p.ctype} {a}{{}};")
@@ -754,6 +794,22 @@ def emit_server_handler(f: Func) -> list[str]:
             b.append("    d.args.fail();")
             b.append("    return;")
             b.append("  }")
+    # 3. Enum values outside what the type can hold are refused before they become enums.
+    for p in f.params:
+        a = f"a_{p.name}"
+        if p.kind in ("scalar", "inout") and p.enum_range:
+            lo, hi = p.enum_range
+            conds = ([f"{a}_raw < {lo}"] if lo is not None else []) + ([f"{a}_raw > {hi}"] if hi is not None else [])
+            if conds:
+                cond = " || ".join(conds)
+                if p.kind == "inout":
+                    cond = f"{a}_has && ({cond})"
+                b.append(f"  if ({cond}) {{")
+                b.append("    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);")
+                b.append("    return;")
+                b.append("  }")
+            const = "const " if p.kind == "scalar" else ""
+            b.append(f"  {const}{p.ctype} {a} = static_cast<{p.ctype}>({a}_raw);")
     b.append(f"  if (!d.drv.{f.name}) {{")
     b.append("    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);")
     b.append("    return;")
@@ -867,7 +923,7 @@ def emit_server_dispatch(funcs) -> str:
     lines = [cpp_head("Server handlers of the generated calls, and find_handler over every op the server\n"
                       "// answers (generated and `custom`); `local` and unsupported ops have none."),
              "#include <cuda.h>\n", "#include <cstdint>", "#include <cstring>", "#include <string>",
-             "#include <string_view>", "#include <vector>\n", '#include "gen/ops.gen.h"',
+             "#include <string_view>", "#include <type_traits>", "#include <vector>\n", '#include "gen/ops.gen.h"',
              '#include "gen/server_handlers.gen.h"', '#include "gen/size_expr.gen.h"',
              '#include "server/dispatch.h"', ""]
     for n in sorted(funcs):
@@ -1005,6 +1061,9 @@ def generate(header: Path, annotations: Path, op_ids: Path,
 
 
 def is_ours(name: str) -> bool:
+    # gen/nvml_* belong to codegen/generate_nvml.py.
+    if name.startswith("nvml_"):
+        return False
     return ".gen." in name or name in ("coverage.txt", "entry_points.txt")
 
 

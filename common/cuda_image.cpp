@@ -365,14 +365,23 @@ bool inflate(Bytes src, uint64_t flags, uint64_t want, std::vector<uint8_t>* out
   return true;
 }
 
-bool parse_fatbin(Bytes b, Image* out, std::string* err) {
+// Appends the kernels of `from` that `to` lacks (kernels with one name have one layout).
+void merge_kernels(Image& to, Image&& from) {
+  for (Kernel& k : from.kernels)
+    if (!to.find(k.name)) to.kernels.push_back(std::move(k));
+}
+
+// With sm != 0, the kernels of every ELF entry built for that architecture (a library's fatbin
+// spreads its kernels over several), else PTX (what the driver would JIT), else the first ELF
+// entry of any architecture. With sm == 0, the first ELF entry, else PTX.
+bool parse_fatbin(Bytes b, Image* out, std::string* err, uint32_t sm) {
   if (!b.has(0, 16)) return fail(err, "truncated fatbin header");
   uint16_t hsize = b.at<uint16_t>(6);
   uint64_t psize = b.at<uint64_t>(8), end;
   if (hsize < 16 || add_overflows(hsize, psize, &end) || end > b.n) return fail(err, "fatbin payload lies past the end of the image");
   std::string first_err;
-  bool have_ptx = false;
-  Image ptx_img;
+  bool have_ptx = false, have_elf = false;
+  Image ptx_img, matched;
   for (uint64_t pos = hsize; pos < end;) {
     if (end - pos < 16) return fail(err, "truncated fatbin entry header");
     uint16_t kind = b.at<uint16_t>(pos);
@@ -385,7 +394,9 @@ bool parse_fatbin(Bytes b, Image* out, std::string* err) {
     std::vector<uint8_t> inflated;
     std::string e;
     bool ok = true;
-    if ((kind == kEntryElf || (kind == kEntryPtx && !have_ptx)) && (flags & (kFlagLz4 | kFlagZstd))) {
+    uint32_t arch = ehsize >= 32 ? b.at<uint32_t>(pos + 28) : 0;
+    bool wanted = kind == kEntryElf && (sm == 0 ? !have_elf : arch == sm);
+    if ((wanted || (kind == kEntryPtx && !have_ptx && !have_elf)) && (flags & (kFlagLz4 | kFlagZstd))) {
       if (ehsize < 64) {
         ok = fail(&e, "compressed fatbin entry with a short header");
       } else {
@@ -395,22 +406,28 @@ bool parse_fatbin(Bytes b, Image* out, std::string* err) {
         payload = Bytes{inflated.data(), inflated.size()};
       }
     }
-    if (ok && kind == kEntryElf) {
+    if (ok && wanted) {
       Image img;
       if (parse_cubin(payload, &img, &e)) {
-        *out = std::move(img);
-        return true;
+        merge_kernels(matched, std::move(img));
+        have_elf = true;
+        if (sm == 0) break;
       }
-    } else if (ok && kind == kEntryPtx && !have_ptx) {
+    } else if (ok && kind == kEntryPtx && !have_ptx && !have_elf) {
       have_ptx = parse_ptx(ptx_text(payload), &ptx_img, &e);
     }
     if (!e.empty() && first_err.empty()) first_err = e;
     pos = next;
   }
+  if (have_elf) {
+    *out = std::move(matched);
+    return true;
+  }
   if (have_ptx) {
     *out = std::move(ptx_img);
     return true;
   }
+  if (sm != 0) return parse_fatbin(b, out, err, 0);  // no entry for this GPU: any layout will do
   return fail(err, first_err.empty() ? "fatbin holds no cubin or PTX entry" : "no usable fatbin entry: " + first_err);
 }
 
@@ -491,10 +508,12 @@ const void* fatbin_wrapper_data(const void* data, size_t max_len) {
   return p;
 }
 
-bool parse(const void* data, size_t len, Image* out, std::string* err) {
+bool parse(const void* data, size_t len, Image* out, std::string* err) { return parse(data, len, 0, out, err); }
+
+bool parse(const void* data, size_t len, uint32_t sm, Image* out, std::string* err) {
   Bytes b{static_cast<const uint8_t*>(data), data ? len : 0};
   switch (detect(data, b.n)) {
-    case Kind::kFatbin: return parse_fatbin(b, out, err);
+    case Kind::kFatbin: return parse_fatbin(b, out, err, sm);
     case Kind::kCubin: return parse_cubin(b, out, err);
     case Kind::kPtx: return parse_ptx(ptx_text(b), out, err);
     case Kind::kFatbinWrapper: return fail(err, "a fatbin wrapper holds a pointer: parse the fatbin it points to");

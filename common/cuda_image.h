@@ -61,5 +61,8 @@ const void* fatbin_wrapper_data(const void* data, size_t max_len);
 // zstd compressed entries are decompressed), else the first PTX entry. Returns false with a
 // one-line reason in *err (when err is not null) for malformed input or a wrapper.
 bool parse(const void* data, size_t len, Image* out, std::string* err);
+// The same for a GPU of compute capability sm (90 for 9.0): from a fatbin, the kernels of every
+// cubin built for that architecture (libraries spread theirs over several entries).
+bool parse(const void* data, size_t len, uint32_t sm, Image* out, std::string* err);
 
 }  // namespace rgpu::image

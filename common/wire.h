@@ -13,10 +13,34 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace rgpu {
+
+// An allocator whose vectors leave new bytes uninitialised on resize: bulk buffers (8 MiB copy
+// chunks) are about to be overwritten, and zeroing them first costs as much as a copy.
+template <class T>
+struct NoInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = NoInitAllocator<U>;
+  };
+  NoInitAllocator() = default;
+  template <class U>
+  NoInitAllocator(const NoInitAllocator<U>&) {}
+  template <class U>
+  void construct(U* p) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using Bytes = std::vector<uint8_t, NoInitAllocator<uint8_t>>;
 
 static_assert(std::endian::native == std::endian::little, "rgpu's wire format assumes a little-endian host");
 

@@ -28,13 +28,27 @@ CUmod_st* lib_module_locked(CUlibrary lib) {
 
 CUfunction as_func(CUkernel k) { return reinterpret_cast<CUfunction>(k); }
 
+// Libraries belong to no context on the real driver (cudart loads them before making one
+// current): with none current, load into device 0's primary context.
+template <class F>
+CUresult load_without_context(F load) {
+  CUcontext cur = nullptr;
+  if (cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur) return load();
+  CUcontext primary = nullptr;
+  if (CUresult r = cuDevicePrimaryCtxRetain(&primary, 0)) return r;
+  cuCtxPushCurrent_v2(primary);
+  CUresult r = load();
+  cuCtxPopCurrent_v2(&cur);
+  return r;
+}
+
 }  // namespace
 
 FAKE_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
                                             CUlibraryOption*, void**, unsigned int) {
   if (!library || !code) return CUDA_ERROR_INVALID_VALUE;
   CUmodule m = nullptr;
-  if (CUresult r = cuModuleLoadData(&m, code)) return r;
+  if (CUresult r = load_without_context([&] { return cuModuleLoadData(&m, code); })) return r;
   auto lib = std::make_unique<CUlib_st>();
   lib->mod = m;
   std::lock_guard lk(g_mu);
@@ -47,7 +61,7 @@ FAKE_API CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* 
                                                 unsigned int, CUlibraryOption*, void**, unsigned int) {
   if (!library || !fileName) return CUDA_ERROR_INVALID_VALUE;
   CUmodule m = nullptr;
-  if (CUresult r = cuModuleLoad(&m, fileName)) return r;
+  if (CUresult r = load_without_context([&] { return cuModuleLoad(&m, fileName); })) return r;
   auto lib = std::make_unique<CUlib_st>();
   lib->mod = m;
   std::lock_guard lk(g_mu);

@@ -67,6 +67,13 @@ FAKE_API CUresult CUDAAPI cuModuleLoad(CUmodule* module, const char* fname) {
   return load(module, bytes.data(), bytes.size());
 }
 
+// Lazy, as the real driver's default is since CUDA 12.2; the fake loads eagerly either way.
+FAKE_API CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  *mode = CU_MODULE_LAZY_LOADING;
+  return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
   if (CUresult r = check_init()) return r;
   std::lock_guard lk(g_mu);

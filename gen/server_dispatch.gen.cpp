@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "gen/ops.gen.h"
@@ -420,8 +421,13 @@ static void h_cuCtxGetCacheConfig(rgpu::server::Dispatch& d) {
 static void h_cuCtxGetDevResource(rgpu::server::Dispatch& d) {
   const uint64_t a_hCtx_id = d.args.u64();
   const uint8_t a_resource_has = d.args.u8();
-  const CUdevResourceType a_type = d.args.get<CUdevResourceType>();
+  const auto a_type_raw = d.args.get<std::underlying_type_t<CUdevResourceType>>();
   if (!d.args.ok()) return;
+  if (a_type_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUdevResourceType a_type = static_cast<CUdevResourceType>(a_type_raw);
   if (!d.drv.cuCtxGetDevResource) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -460,8 +466,13 @@ static void h_cuCtxGetDevice_v2(rgpu::server::Dispatch& d) {
 
 static void h_cuCtxGetExecAffinity(rgpu::server::Dispatch& d) {
   const uint8_t a_pExecAffinity_has = d.args.u8();
-  const CUexecAffinityType a_type = d.args.get<CUexecAffinityType>();
+  const auto a_type_raw = d.args.get<std::underlying_type_t<CUexecAffinityType>>();
   if (!d.args.ok()) return;
+  if (a_type_raw > 1) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUexecAffinityType a_type = static_cast<CUexecAffinityType>(a_type_raw);
   if (!d.drv.cuCtxGetExecAffinity) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -509,8 +520,13 @@ static void h_cuCtxGetId(rgpu::server::Dispatch& d) {
 
 static void h_cuCtxGetLimit(rgpu::server::Dispatch& d) {
   const uint8_t a_pvalue_has = d.args.u8();
-  const CUlimit a_limit = d.args.get<CUlimit>();
+  const auto a_limit_raw = d.args.get<std::underlying_type_t<CUlimit>>();
   if (!d.args.ok()) return;
+  if (a_limit_raw > 15) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUlimit a_limit = static_cast<CUlimit>(a_limit_raw);
   if (!d.drv.cuCtxGetLimit) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -616,8 +632,13 @@ static void h_cuCtxResetPersistingL2Cache(rgpu::server::Dispatch& d) {
 }
 
 static void h_cuCtxSetCacheConfig(rgpu::server::Dispatch& d) {
-  const CUfunc_cache a_config = d.args.get<CUfunc_cache>();
+  const auto a_config_raw = d.args.get<std::underlying_type_t<CUfunc_cache>>();
   if (!d.args.ok()) return;
+  if (a_config_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfunc_cache a_config = static_cast<CUfunc_cache>(a_config_raw);
   if (!d.drv.cuCtxSetCacheConfig) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -654,9 +675,14 @@ static void h_cuCtxSetFlags(rgpu::server::Dispatch& d) {
 }
 
 static void h_cuCtxSetLimit(rgpu::server::Dispatch& d) {
-  const CUlimit a_limit = d.args.get<CUlimit>();
+  const auto a_limit_raw = d.args.get<std::underlying_type_t<CUlimit>>();
   const size_t a_value = d.args.get<size_t>();
   if (!d.args.ok()) return;
+  if (a_limit_raw > 15) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUlimit a_limit = static_cast<CUlimit>(a_limit_raw);
   if (!d.drv.cuCtxSetLimit) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -666,8 +692,13 @@ static void h_cuCtxSetLimit(rgpu::server::Dispatch& d) {
 }
 
 static void h_cuCtxSetSharedMemConfig(rgpu::server::Dispatch& d) {
-  const CUsharedconfig a_config = d.args.get<CUsharedconfig>();
+  const auto a_config_raw = d.args.get<std::underlying_type_t<CUsharedconfig>>();
   if (!d.args.ok()) return;
+  if (a_config_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUsharedconfig a_config = static_cast<CUsharedconfig>(a_config_raw);
   if (!d.drv.cuCtxSetSharedMemConfig) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -813,8 +844,13 @@ static void h_cuDeviceGetDefaultMemPool(rgpu::server::Dispatch& d) {
 static void h_cuDeviceGetDevResource(rgpu::server::Dispatch& d) {
   const CUdevice a_device = d.args.get<CUdevice>();
   const uint8_t a_resource_has = d.args.u8();
-  const CUdevResourceType a_type = d.args.get<CUdevResourceType>();
+  const auto a_type_raw = d.args.get<std::underlying_type_t<CUdevResourceType>>();
   if (!d.args.ok()) return;
+  if (a_type_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUdevResourceType a_type = static_cast<CUdevResourceType>(a_type_raw);
   if (!d.drv.cuDeviceGetDevResource) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -828,9 +864,14 @@ static void h_cuDeviceGetDevResource(rgpu::server::Dispatch& d) {
 
 static void h_cuDeviceGetExecAffinitySupport(rgpu::server::Dispatch& d) {
   const uint8_t a_pi_has = d.args.u8();
-  const CUexecAffinityType a_type = d.args.get<CUexecAffinityType>();
+  const auto a_type_raw = d.args.get<std::underlying_type_t<CUexecAffinityType>>();
   const CUdevice a_dev = d.args.get<CUdevice>();
   if (!d.args.ok()) return;
+  if (a_type_raw > 1) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUexecAffinityType a_type = static_cast<CUexecAffinityType>(a_type_raw);
   if (!d.drv.cuDeviceGetExecAffinitySupport) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -953,10 +994,15 @@ static void h_cuDeviceGetP2PAtomicCapabilities(rgpu::server::Dispatch& d) {
 
 static void h_cuDeviceGetP2PAttribute(rgpu::server::Dispatch& d) {
   const uint8_t a_value_has = d.args.u8();
-  const CUdevice_P2PAttribute a_attrib = d.args.get<CUdevice_P2PAttribute>();
+  const auto a_attrib_raw = d.args.get<std::underlying_type_t<CUdevice_P2PAttribute>>();
   const CUdevice a_srcDevice = d.args.get<CUdevice>();
   const CUdevice a_dstDevice = d.args.get<CUdevice>();
   if (!d.args.ok()) return;
+  if (a_attrib_raw > 7) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUdevice_P2PAttribute a_attrib = static_cast<CUdevice_P2PAttribute>(a_attrib_raw);
   if (!d.drv.cuDeviceGetP2PAttribute) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -970,10 +1016,15 @@ static void h_cuDeviceGetP2PAttribute(rgpu::server::Dispatch& d) {
 
 static void h_cuDeviceGetTexture1DLinearMaxWidth(rgpu::server::Dispatch& d) {
   const uint8_t a_maxWidthInElements_has = d.args.u8();
-  const CUarray_format a_format = d.args.get<CUarray_format>();
+  const auto a_format_raw = d.args.get<std::underlying_type_t<CUarray_format>>();
   const unsigned int a_numChannels = d.args.get<unsigned int>();
   const CUdevice a_dev = d.args.get<CUdevice>();
   if (!d.args.ok()) return;
+  if (a_format_raw > 2147483647) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUarray_format a_format = static_cast<CUarray_format>(a_format_raw);
   if (!d.drv.cuDeviceGetTexture1DLinearMaxWidth) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -1400,9 +1451,19 @@ static void h_cuExternalMemoryGetMappedMipmappedArray(rgpu::server::Dispatch& d)
 }
 
 static void h_cuFlushGPUDirectRDMAWrites(rgpu::server::Dispatch& d) {
-  const CUflushGPUDirectRDMAWritesTarget a_target = d.args.get<CUflushGPUDirectRDMAWritesTarget>();
-  const CUflushGPUDirectRDMAWritesScope a_scope = d.args.get<CUflushGPUDirectRDMAWritesScope>();
+  const auto a_target_raw = d.args.get<std::underlying_type_t<CUflushGPUDirectRDMAWritesTarget>>();
+  const auto a_scope_raw = d.args.get<std::underlying_type_t<CUflushGPUDirectRDMAWritesScope>>();
   if (!d.args.ok()) return;
+  if (a_target_raw > 1) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUflushGPUDirectRDMAWritesTarget a_target = static_cast<CUflushGPUDirectRDMAWritesTarget>(a_target_raw);
+  if (a_scope_raw > 255) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUflushGPUDirectRDMAWritesScope a_scope = static_cast<CUflushGPUDirectRDMAWritesScope>(a_scope_raw);
   if (!d.drv.cuFlushGPUDirectRDMAWrites) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -1413,9 +1474,14 @@ static void h_cuFlushGPUDirectRDMAWrites(rgpu::server::Dispatch& d) {
 
 static void h_cuFuncGetAttribute(rgpu::server::Dispatch& d) {
   const uint8_t a_pi_has = d.args.u8();
-  const CUfunction_attribute a_attrib = d.args.get<CUfunction_attribute>();
+  const auto a_attrib_raw = d.args.get<std::underlying_type_t<CUfunction_attribute>>();
   const uint64_t a_hfunc_id = d.args.u64();
   if (!d.args.ok()) return;
+  if (a_attrib_raw > 31) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfunction_attribute a_attrib = static_cast<CUfunction_attribute>(a_attrib_raw);
   if (!d.drv.cuFuncGetAttribute) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -1490,9 +1556,14 @@ static void h_cuFuncLoad(rgpu::server::Dispatch& d) {
 
 static void h_cuFuncSetAttribute(rgpu::server::Dispatch& d) {
   const uint64_t a_hfunc_id = d.args.u64();
-  const CUfunction_attribute a_attrib = d.args.get<CUfunction_attribute>();
+  const auto a_attrib_raw = d.args.get<std::underlying_type_t<CUfunction_attribute>>();
   const int a_value = d.args.get<int>();
   if (!d.args.ok()) return;
+  if (a_attrib_raw > 31) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfunction_attribute a_attrib = static_cast<CUfunction_attribute>(a_attrib_raw);
   if (!d.drv.cuFuncSetAttribute) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -1527,8 +1598,13 @@ static void h_cuFuncSetBlockShape(rgpu::server::Dispatch& d) {
 
 static void h_cuFuncSetCacheConfig(rgpu::server::Dispatch& d) {
   const uint64_t a_hfunc_id = d.args.u64();
-  const CUfunc_cache a_config = d.args.get<CUfunc_cache>();
+  const auto a_config_raw = d.args.get<std::underlying_type_t<CUfunc_cache>>();
   if (!d.args.ok()) return;
+  if (a_config_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfunc_cache a_config = static_cast<CUfunc_cache>(a_config_raw);
   if (!d.drv.cuFuncSetCacheConfig) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -1544,8 +1620,13 @@ static void h_cuFuncSetCacheConfig(rgpu::server::Dispatch& d) {
 
 static void h_cuFuncSetSharedMemConfig(rgpu::server::Dispatch& d) {
   const uint64_t a_hfunc_id = d.args.u64();
-  const CUsharedconfig a_config = d.args.get<CUsharedconfig>();
+  const auto a_config_raw = d.args.get<std::underlying_type_t<CUsharedconfig>>();
   if (!d.args.ok()) return;
+  if (a_config_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUsharedconfig a_config = static_cast<CUsharedconfig>(a_config_raw);
   if (!d.drv.cuFuncSetSharedMemConfig) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -2528,8 +2609,13 @@ static void h_cuGreenCtxDestroy(rgpu::server::Dispatch& d) {
 static void h_cuGreenCtxGetDevResource(rgpu::server::Dispatch& d) {
   const uint64_t a_hCtx_id = d.args.u64();
   const uint8_t a_resource_has = d.args.u8();
-  const CUdevResourceType a_type = d.args.get<CUdevResourceType>();
+  const auto a_type_raw = d.args.get<std::underlying_type_t<CUdevResourceType>>();
   if (!d.args.ok()) return;
+  if (a_type_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUdevResourceType a_type = static_cast<CUdevResourceType>(a_type_raw);
   if (!d.drv.cuGreenCtxGetDevResource) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -2634,10 +2720,15 @@ static void h_cuGreenCtxWaitEvent(rgpu::server::Dispatch& d) {
 
 static void h_cuKernelGetAttribute(rgpu::server::Dispatch& d) {
   const uint8_t a_pi_has = d.args.u8();
-  const CUfunction_attribute a_attrib = d.args.get<CUfunction_attribute>();
+  const auto a_attrib_raw = d.args.get<std::underlying_type_t<CUfunction_attribute>>();
   const uint64_t a_kernel_id = d.args.u64();
   const CUdevice a_dev = d.args.get<CUdevice>();
   if (!d.args.ok()) return;
+  if (a_attrib_raw > 31) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfunction_attribute a_attrib = static_cast<CUfunction_attribute>(a_attrib_raw);
   if (!d.drv.cuKernelGetAttribute) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -2718,11 +2809,16 @@ static void h_cuKernelGetParamInfo(rgpu::server::Dispatch& d) {
 }
 
 static void h_cuKernelSetAttribute(rgpu::server::Dispatch& d) {
-  const CUfunction_attribute a_attrib = d.args.get<CUfunction_attribute>();
+  const auto a_attrib_raw = d.args.get<std::underlying_type_t<CUfunction_attribute>>();
   const int a_val = d.args.get<int>();
   const uint64_t a_kernel_id = d.args.u64();
   const CUdevice a_dev = d.args.get<CUdevice>();
   if (!d.args.ok()) return;
+  if (a_attrib_raw > 31) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfunction_attribute a_attrib = static_cast<CUfunction_attribute>(a_attrib_raw);
   if (!d.drv.cuKernelSetAttribute) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -2738,9 +2834,14 @@ static void h_cuKernelSetAttribute(rgpu::server::Dispatch& d) {
 
 static void h_cuKernelSetCacheConfig(rgpu::server::Dispatch& d) {
   const uint64_t a_kernel_id = d.args.u64();
-  const CUfunc_cache a_config = d.args.get<CUfunc_cache>();
+  const auto a_config_raw = d.args.get<std::underlying_type_t<CUfunc_cache>>();
   const CUdevice a_dev = d.args.get<CUdevice>();
   if (!d.args.ok()) return;
+  if (a_config_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfunc_cache a_config = static_cast<CUfunc_cache>(a_config_raw);
   if (!d.drv.cuKernelSetCacheConfig) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -2998,9 +3099,14 @@ static void h_cuMemAddressReserve(rgpu::server::Dispatch& d) {
 static void h_cuMemAdvise(rgpu::server::Dispatch& d) {
   const CUdeviceptr a_devPtr = d.args.get<CUdeviceptr>();
   const size_t a_count = d.args.get<size_t>();
-  const CUmem_advise a_advice = d.args.get<CUmem_advise>();
+  const auto a_advice_raw = d.args.get<std::underlying_type_t<CUmem_advise>>();
   const CUdevice a_device = d.args.get<CUdevice>();
   if (!d.args.ok()) return;
+  if (a_advice_raw > 7) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUmem_advise a_advice = static_cast<CUmem_advise>(a_advice_raw);
   if (!d.drv.cuMemAdvise) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -3012,9 +3118,14 @@ static void h_cuMemAdvise(rgpu::server::Dispatch& d) {
 static void h_cuMemAdvise_v2(rgpu::server::Dispatch& d) {
   const CUdeviceptr a_devPtr = d.args.get<CUdeviceptr>();
   const size_t a_count = d.args.get<size_t>();
-  const CUmem_advise a_advice = d.args.get<CUmem_advise>();
+  const auto a_advice_raw = d.args.get<std::underlying_type_t<CUmem_advise>>();
   const CUmemLocation a_location = d.args.get<CUmemLocation>();
   if (!d.args.ok()) return;
+  if (a_advice_raw > 7) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUmem_advise a_advice = static_cast<CUmem_advise>(a_advice_raw);
   if (!d.drv.cuMemAdvise_v2) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -3304,8 +3415,13 @@ static void h_cuMemGetDefaultMemPool(rgpu::server::Dispatch& d) {
   const uint8_t a_location_has = d.args.u8();
   CUmemLocation a_location{};
   if (a_location_has) a_location = d.args.get<CUmemLocation>();
-  const CUmemAllocationType a_type = d.args.get<CUmemAllocationType>();
+  const auto a_type_raw = d.args.get<std::underlying_type_t<CUmemAllocationType>>();
   if (!d.args.ok()) return;
+  if (a_type_raw > 2147483647) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUmemAllocationType a_type = static_cast<CUmemAllocationType>(a_type_raw);
   if (!d.drv.cuMemGetDefaultMemPool) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -3357,8 +3473,13 @@ static void h_cuMemGetMemPool(rgpu::server::Dispatch& d) {
   const uint8_t a_location_has = d.args.u8();
   CUmemLocation a_location{};
   if (a_location_has) a_location = d.args.get<CUmemLocation>();
-  const CUmemAllocationType a_type = d.args.get<CUmemAllocationType>();
+  const auto a_type_raw = d.args.get<std::underlying_type_t<CUmemAllocationType>>();
   if (!d.args.ok()) return;
+  if (a_type_raw > 2147483647) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUmemAllocationType a_type = static_cast<CUmemAllocationType>(a_type_raw);
   if (!d.drv.cuMemGetMemPool) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -3621,9 +3742,14 @@ static void h_cuMemSetMemPool(rgpu::server::Dispatch& d) {
   const uint8_t a_location_has = d.args.u8();
   CUmemLocation a_location{};
   if (a_location_has) a_location = d.args.get<CUmemLocation>();
-  const CUmemAllocationType a_type = d.args.get<CUmemAllocationType>();
+  const auto a_type_raw = d.args.get<std::underlying_type_t<CUmemAllocationType>>();
   const uint64_t a_pool_id = d.args.u64();
   if (!d.args.ok()) return;
+  if (a_type_raw > 2147483647) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUmemAllocationType a_type = static_cast<CUmemAllocationType>(a_type_raw);
   if (!d.drv.cuMemSetMemPool) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -4829,8 +4955,13 @@ static void h_cuMulticastGetGranularity(rgpu::server::Dispatch& d) {
   const uint8_t a_prop_has = d.args.u8();
   CUmulticastObjectProp a_prop{};
   if (a_prop_has) a_prop = d.args.get<CUmulticastObjectProp>();
-  const CUmulticastGranularity_flags a_option = d.args.get<CUmulticastGranularity_flags>();
+  const auto a_option_raw = d.args.get<std::underlying_type_t<CUmulticastGranularity_flags>>();
   if (!d.args.ok()) return;
+  if (a_option_raw > 1) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUmulticastGranularity_flags a_option = static_cast<CUmulticastGranularity_flags>(a_option_raw);
   if (!d.drv.cuMulticastGetGranularity) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -5071,8 +5202,13 @@ static void h_cuStreamBeginCapture_ptsz(rgpu::server::Dispatch& d) {
 
 static void h_cuStreamBeginCapture_v2(rgpu::server::Dispatch& d) {
   const uint64_t a_hStream_id = d.args.u64();
-  const CUstreamCaptureMode a_mode = d.args.get<CUstreamCaptureMode>();
+  const auto a_mode_raw = d.args.get<std::underlying_type_t<CUstreamCaptureMode>>();
   if (!d.args.ok()) return;
+  if (a_mode_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUstreamCaptureMode a_mode = static_cast<CUstreamCaptureMode>(a_mode_raw);
   if (!d.drv.cuStreamBeginCapture_v2) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -5088,8 +5224,13 @@ static void h_cuStreamBeginCapture_v2(rgpu::server::Dispatch& d) {
 
 static void h_cuStreamBeginCapture_v2_ptsz(rgpu::server::Dispatch& d) {
   const uint64_t a_hStream_id = d.args.u64();
-  const CUstreamCaptureMode a_mode = d.args.get<CUstreamCaptureMode>();
+  const auto a_mode_raw = d.args.get<std::underlying_type_t<CUstreamCaptureMode>>();
   if (!d.args.ok()) return;
+  if (a_mode_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUstreamCaptureMode a_mode = static_cast<CUstreamCaptureMode>(a_mode_raw);
   if (!d.drv.cuStreamBeginCapture_v2_ptsz) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -6505,8 +6646,13 @@ static void h_cuTexRefSetAddress2D_v3(rgpu::server::Dispatch& d) {
 static void h_cuTexRefSetAddressMode(rgpu::server::Dispatch& d) {
   const uint64_t a_hTexRef_id = d.args.u64();
   const int a_dim = d.args.get<int>();
-  const CUaddress_mode a_am = d.args.get<CUaddress_mode>();
+  const auto a_am_raw = d.args.get<std::underlying_type_t<CUaddress_mode>>();
   if (!d.args.ok()) return;
+  if (a_am_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUaddress_mode a_am = static_cast<CUaddress_mode>(a_am_raw);
   if (!d.drv.cuTexRefSetAddressMode) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -6591,8 +6737,13 @@ static void h_cuTexRefSetBorderColor(rgpu::server::Dispatch& d) {
 
 static void h_cuTexRefSetFilterMode(rgpu::server::Dispatch& d) {
   const uint64_t a_hTexRef_id = d.args.u64();
-  const CUfilter_mode a_fm = d.args.get<CUfilter_mode>();
+  const auto a_fm_raw = d.args.get<std::underlying_type_t<CUfilter_mode>>();
   if (!d.args.ok()) return;
+  if (a_fm_raw > 1) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfilter_mode a_fm = static_cast<CUfilter_mode>(a_fm_raw);
   if (!d.drv.cuTexRefSetFilterMode) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -6625,9 +6776,14 @@ static void h_cuTexRefSetFlags(rgpu::server::Dispatch& d) {
 
 static void h_cuTexRefSetFormat(rgpu::server::Dispatch& d) {
   const uint64_t a_hTexRef_id = d.args.u64();
-  const CUarray_format a_fmt = d.args.get<CUarray_format>();
+  const auto a_fmt_raw = d.args.get<std::underlying_type_t<CUarray_format>>();
   const int a_NumPackedComponents = d.args.get<int>();
   if (!d.args.ok()) return;
+  if (a_fmt_raw > 2147483647) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUarray_format a_fmt = static_cast<CUarray_format>(a_fmt_raw);
   if (!d.drv.cuTexRefSetFormat) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -6660,8 +6816,13 @@ static void h_cuTexRefSetMaxAnisotropy(rgpu::server::Dispatch& d) {
 
 static void h_cuTexRefSetMipmapFilterMode(rgpu::server::Dispatch& d) {
   const uint64_t a_hTexRef_id = d.args.u64();
-  const CUfilter_mode a_fm = d.args.get<CUfilter_mode>();
+  const auto a_fm_raw = d.args.get<std::underlying_type_t<CUfilter_mode>>();
   if (!d.args.ok()) return;
+  if (a_fm_raw > 1) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUfilter_mode a_fm = static_cast<CUfilter_mode>(a_fm_raw);
   if (!d.drv.cuTexRefSetMipmapFilterMode) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -6735,9 +6896,14 @@ static void h_cuTexRefSetMipmappedArray(rgpu::server::Dispatch& d) {
 
 static void h_cuThreadExchangeStreamCaptureMode(rgpu::server::Dispatch& d) {
   const uint8_t a_mode_has = d.args.u8();
-  CUstreamCaptureMode a_mode{};
-  if (a_mode_has) a_mode = d.args.get<CUstreamCaptureMode>();
+  std::underlying_type_t<CUstreamCaptureMode> a_mode_raw{};
+  if (a_mode_has) a_mode_raw = d.args.get<std::underlying_type_t<CUstreamCaptureMode>>();
   if (!d.args.ok()) return;
+  if (a_mode_has && (a_mode_raw > 3)) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  CUstreamCaptureMode a_mode = static_cast<CUstreamCaptureMode>(a_mode_raw);
   if (!d.drv.cuThreadExchangeStreamCaptureMode) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;

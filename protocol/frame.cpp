@@ -20,7 +20,8 @@ ReadResult read_header(int fd, uint32_t max_payload, FrameHeader* h, std::string
   ssize_t r = net::read_full(fd, h, sizeof *h);
   if (r == 0) return ReadResult::kClosed;
   if (r < 0) {
-    *why = "connection broke in the middle of a frame header";
+    *why = (errno == EAGAIN || errno == EWOULDBLOCK) ? "timed out waiting for the peer to send a message"
+                                                     : "connection broke in the middle of a frame header";
     return ReadResult::kError;
   }
   if (h->length > max_payload) {
@@ -85,7 +86,7 @@ ReadResult FrameReader::fill(size_t n, bool at_boundary, std::string* why) {
   return ReadResult::kOk;
 }
 
-ReadResult FrameReader::next(FrameHeader* h, std::vector<uint8_t>* payload, std::string* why) {
+ReadResult FrameReader::next(FrameHeader* h, Bytes* payload, std::string* why) {
   ReadResult rr = fill(sizeof *h, true, why);
   if (rr != ReadResult::kOk) return rr;
   std::memcpy(h, buf_.data() + begin_, sizeof *h);

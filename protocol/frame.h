@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/wire.h"
 #include "protocol/messages.h"
 
 namespace rgpu::proto {
@@ -40,7 +41,7 @@ class FrameReader {
  public:
   explicit FrameReader(int fd, uint32_t max_payload, size_t buffer_bytes = 1 << 20)
       : fd_(fd), max_payload_(max_payload), buf_(buffer_bytes) {}
-  ReadResult next(FrameHeader* h, std::vector<uint8_t>* payload, std::string* why);
+  ReadResult next(FrameHeader* h, Bytes* payload, std::string* why);
 
   // How long the reader polls an idle socket before it sleeps in read(2).
   static constexpr std::chrono::microseconds kSpin{50};

@@ -97,7 +97,15 @@ enum Op : uint16_t {
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
+  // NVML calls (rgpu's libnvidia-ml.so.1, client/nvml/) are numbered from here, from the
+  // append-only registry codegen/nvml_op_ids.txt (gen/nvml_ops.gen.h); CUDA ops stay below it.
+  // They travel on a connection of their own, with the same frames, handshake and ReplyPrefix;
+  // the reply's result is an nvmlReturn_t. Handles (nvmlDevice_t, ...) are ids the server hands
+  // out. Arrays carry at most kNvmlMaxArray elements, output strings at most kNvmlMaxString bytes.
+  kFirstNvmlOp = 8192,
 };
+inline constexpr uint32_t kNvmlMaxArray = 4096;
+inline constexpr uint32_t kNvmlMaxString = 4096;
 
 // Every reply payload begins with this. deferred_result is 0 (CUDA_SUCCESS) when no one-way call
 // on this thread failed since the last reply; otherwise it is the first such failure and

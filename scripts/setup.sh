@@ -26,6 +26,13 @@ if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
   exit 1
 fi
 export PATH="$CUDA_HOME/bin:$PATH"
+# nvml.h (NVML shim, fake NVML, server handlers): the toolkit's, or the matching PyPI package's.
+if [ ! -f "$CUDA_HOME/include/nvml.h" ] && [ ! -f "$CUDA_HOME/targets/x86_64-linux/include/nvml.h" ] &&
+  ! python3 -c "import sysconfig,os,sys; sys.exit(not os.path.isfile(sysconfig.get_paths()['purelib']+'/nvidia/cu13/include/nvml.h'))"; then
+  echo "setup: installing nvml.h (nvidia-nvml-dev)"
+  python3 -m pip install -q nvidia-nvml-dev==13.0.87 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages nvidia-nvml-dev==13.0.87
+fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build

@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 python3 codegen/generate.py --check
+python3 codegen/generate_nvml.py --check
 cd build
 ctest --output-on-failure -j2 "$@"

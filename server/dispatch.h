@@ -37,6 +37,9 @@ struct Dispatch {
   Writer& reply;
   uint16_t op;
   ClientCallbacks* callbacks = nullptr;  // nullptr where there is no client to call (fuzzing)
+  // Bytes sent after the handler's reply without being copied into it (device-to-host data);
+  // nullptr where the caller has none to offer (then handlers write bulk data into `reply`).
+  Bytes* bulk = nullptr;
 };
 
 using Handler = void (*)(Dispatch&);

@@ -12,11 +12,13 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "common/log.h"
 #include "common/net.h"
 #include "gen/driver_table.gen.h"
 #include "protocol/handshake.h"
+#include "server/nvml/nvml_server.h"
 #include "server/session.h"
 
 namespace {
@@ -54,12 +56,16 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:9713";
   std::string driver = "libcuda.so.1";
   std::string token_file;
+  std::string nvml;
   bool insecure = false;
   std::string log_level = "info";
   app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9713, loopback only)");
   app.add_option("--driver", driver,
                  "path of the CUDA driver library to serve (default: the system's libcuda.so.1), or 'fake' for "
                  "rgpu's fake driver (tests, machines without a GPU)");
+  app.add_option("--nvml", nvml,
+                 "path of the NVML library that answers clients' NVML calls (default: the system's libnvidia-ml.so.1, "
+                 "or rgpu's fake NVML with --driver fake)");
   app.add_option("--token-file", token_file, "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
   app.add_flag("--insecure", insecure, "allow listening on a non-loopback address without a token");
   app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
@@ -94,6 +100,8 @@ int main(int argc, char** argv) {
   }
 
   std::string driver_path = driver == "fake" ? exe_dir() + "/../lib/libfakecuda.so" : driver;
+  if (nvml.empty()) nvml = driver == "fake" ? exe_dir() + "/../lib/libfakenvml.so" : "libnvidia-ml.so.1";
+  rgpu::server::nvml::set_library(nvml);  // opened by each session at its first NVML call
   void* lib = dlopen(driver_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     rgpu::log::error("cannot load the CUDA driver '%s': %s. Give the real driver with --driver PATH, or --driver fake",
@@ -114,7 +122,20 @@ int main(int argc, char** argv) {
     rgpu::log::error("%s; is another rgpu-server already running there?", err.c_str());
     return 2;
   }
-  signal(SIGCHLD, SIG_IGN);  // sessions are reaped by the kernel
+  // Reap session processes, and say so when one dies of a signal: its client was cut off.
+  std::thread([] {
+    for (;;) {
+      int st = 0;
+      pid_t pid = waitpid(-1, &st, 0);
+      if (pid < 0) {
+        if (errno == ECHILD) sleep(1);
+        continue;
+      }
+      if (WIFSIGNALED(st))
+        rgpu::log::error("session process %d died of signal %d (%s); its client was disconnected", static_cast<int>(pid),
+                         WTERMSIG(st), strsignal(WTERMSIG(st)));
+    }
+  }).detach();
   signal(SIGPIPE, SIG_IGN);
   rgpu::log::info("listening on %s, driver %s (%d entry points)%s", addr.str().c_str(), driver_path.c_str(), found,
                   token.empty() ? ", no token" : ", token required");
@@ -142,7 +163,6 @@ int main(int argc, char** argv) {
     std::string peer = rgpu::net::peer_name(fd);
     rgpu::log::set_prefix(rgpu::log::format("rgpu-server[%d]", static_cast<int>(getpid())));
     rgpu::net::set_nodelay(fd);
-    rgpu::net::set_buffers(fd, 4 << 20);
     rgpu::net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
     rgpu::proto::ServerHandshakeResult hs;
     if (!rgpu::proto::server_handshake(fd, token, &hs, &err)) {

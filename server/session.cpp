@@ -1,6 +1,7 @@
 // Implementation of server/session.h.
 #include "server/session.h"
 
+#include <malloc.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "server/dispatch.h"
 #include "server/handle_map.h"
 #include "server/handlers/control.h"
+#include "server/nvml/nvml_server.h"
 
 namespace rgpu::server {
 namespace {
@@ -32,10 +34,12 @@ namespace {
 constexpr size_t kMaxClientThreads = 1024;
 // How long an idle worker spins before it sleeps.
 constexpr auto kSpin = std::chrono::microseconds(50);
+// How many payload bytes one client thread may have queued before the reader waits for it.
+constexpr size_t kMaxQueuedBytes = 512u << 20;
 
 struct Frame {
   proto::FrameHeader h;
-  std::vector<uint8_t> payload;
+  Bytes payload;
 };
 
 class Session;
@@ -46,10 +50,16 @@ class Worker {
   Worker(Session* s, uint32_t thread_id) : session_(s), thread_id_(thread_id) {
     thread_ = std::thread([this] { loop(); });
   }
+  // Queues a call. Backpressure: while this thread already has kMaxQueuedBytes waiting, the
+  // session's reader waits here (and TCP slows the client down) instead of buffering without
+  // bound, except while a host callback is in flight, whose answer only the reader can take.
   void push(Frame f) {
     bool wake;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
+      while (queued_bytes_ > kMaxQueuedBytes && !stop_ && !callbacks_in_flight())
+        space_cv_.wait_for(lock, std::chrono::milliseconds(10));
+      queued_bytes_ += f.payload.size();
       queue_.push_back(std::move(f));
       queued_.fetch_add(1, std::memory_order_release);
       wake = sleeping_;
@@ -67,6 +77,7 @@ class Worker {
 
  private:
   void loop();
+  bool callbacks_in_flight() const;
 
   Session* session_;
   uint32_t thread_id_;
@@ -74,6 +85,8 @@ class Worker {
   std::condition_variable cv_;
   std::deque<Frame> queue_;
   std::atomic<size_t> queued_{0};
+  size_t queued_bytes_ = 0;  // payload bytes in queue_, under mu_
+  std::condition_variable space_cv_;
   bool sleeping_ = false;
   bool stop_ = false;
   // The first failure of a one-way call since the last reply on this thread.
@@ -146,14 +159,17 @@ class Session : public ClientCallbacks {
     }
   }
 
-  void reply(const proto::FrameHeader& req, const proto::ReplyPrefix& prefix, const std::vector<uint8_t>& body) {
-    proto::FrameHeader h =
-        proto::make_header(req.op, proto::kReply, req.request_id, req.thread_id, sizeof prefix + body.size());
-    iovec iov[3] = {{&h, sizeof h},
+  // Writes one reply: prefix, the handler's output, then its bulk bytes (if any).
+  void reply(const proto::FrameHeader& req, const proto::ReplyPrefix& prefix, const std::vector<uint8_t>& body,
+             const Bytes& bulk) {
+    proto::FrameHeader h = proto::make_header(req.op, proto::kReply, req.request_id, req.thread_id,
+                                              sizeof prefix + body.size() + bulk.size());
+    iovec iov[4] = {{&h, sizeof h},
                     {const_cast<proto::ReplyPrefix*>(&prefix), sizeof prefix},
-                    {const_cast<uint8_t*>(body.data()), body.size()}};
+                    {const_cast<uint8_t*>(body.data()), body.size()},
+                    {const_cast<uint8_t*>(bulk.data()), bulk.size()}};
     std::lock_guard<std::mutex> lock(write_mu_);
-    if (!net::writev_full(fd_, iov, 3)) failed_.store(true);
+    if (!net::writev_full(fd_, iov, bulk.empty() ? 3 : 4)) failed_.store(true);
   }
 
   const DriverTable& driver() const { return *opt_.driver; }
@@ -164,11 +180,14 @@ class Session : public ClientCallbacks {
       std::lock_guard<std::mutex> lock(cb_mu_);
       cb_waiting_[id] = false;
     }
+    cb_in_flight_.fetch_add(1);
     notify(id, status, 1);
     std::unique_lock<std::mutex> lock(cb_mu_);
     cb_cv_.wait(lock, [&] { return cb_waiting_[id] || failed_.load() || ended_; });
     cb_waiting_.erase(id);
+    cb_in_flight_.fetch_sub(1);
   }
+  bool callbacks_in_flight() const { return cb_in_flight_.load() > 0; }
   void drop(uint64_t id, int32_t status) override { notify(id, status, 0); }
 
   // The session is over: release host functions waiting for answers that will not come.
@@ -224,11 +243,15 @@ class Session : public ClientCallbacks {
   std::mutex cb_mu_;
   std::condition_variable cb_cv_;
   std::unordered_map<uint64_t, bool> cb_waiting_;
+  std::atomic<int> cb_in_flight_{0};
   bool ended_ = false;
 };
 
+bool Worker::callbacks_in_flight() const { return session_->callbacks_in_flight(); }
+
 void Worker::loop() {
   std::vector<uint8_t> body;
+  Bytes bulk;  // reused: bulk replies (device-to-host data) are never zeroed or re-faulted
   for (;;) {
     // Spin a little before sleeping: the next call of an active client thread usually arrives
     // within microseconds, and waking a sleeping thread costs more than the call itself.
@@ -247,13 +270,17 @@ void Worker::loop() {
       f = std::move(queue_.front());
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_relaxed);
+      queued_bytes_ -= f.payload.size();
     }
+    space_cv_.notify_one();
     body.clear();
+    bulk.clear();
     Writer out(&body);
     Reader in(f.payload.data(), f.payload.size());
     bool wants_reply = !(f.h.flags & proto::kNoReply);
     Handler h = find_handler(f.h.op);
     if (f.h.op == proto::kOpSnapshot) h = handlers::snapshot;
+    if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
     if (!h) {
       // Unknown op: answered (or, one-way, deferred) as NOT_SUPPORTED; the connection stays.
       const char* name = op::name(f.h.op);
@@ -261,7 +288,7 @@ void Worker::loop() {
                 name ? name : "unknown op", f.h.op);
       out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     } else {
-      Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_};
+      Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_, &bulk};
       h(d);
       if (!in.ok() || body.size() < sizeof(int32_t)) {
         const char* name = op::name(f.h.op);
@@ -276,7 +303,7 @@ void Worker::loop() {
       proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
       deferred_result_ = 0;
       deferred_op_ = 0;
-      session_->reply(f.h, prefix, body);
+      session_->reply(f.h, prefix, body, bulk);
     } else if (result != CUDA_SUCCESS && deferred_result_ == 0) {
       deferred_result_ = result;
       deferred_op_ = f.h.op;
@@ -289,6 +316,10 @@ void Worker::loop() {
 }  // namespace
 
 int run_session(int fd, const SessionOptions& options) {
+  // Bulk frames (8 MiB copy chunks) come and go all session long: keep them on the heap, where
+  // freed ones are reused, instead of fresh mmap()s that page-fault on every byte.
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
   // Workers are left running at exit on purpose (see Session::run), so the session is leaked.
   auto* s = new Session(fd, options);
   return s->run();

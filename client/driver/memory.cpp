@@ -19,6 +19,8 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <deque>
+#include <memory>
 #include <cstring>
 
 #include "client/call.h"
@@ -53,22 +55,39 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
 }
 
 // Wire: u64 src, u64 stream (async ops only), u64 n. Reply: CUresult, then n bytes.
+// All chunk requests are sent before the first reply is awaited, so the server copies chunk k+1
+// off the device while chunk k is on the wire; each reply lands in its slice of dst.
 CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUstream stream) {
   if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
+  constexpr size_t kInFlight = 16;  // chunks requested ahead (128 MiB)
+  std::deque<std::unique_ptr<Call>> calls;
+  CUresult first = CUDA_SUCCESS;
   size_t off = 0;
+  auto finish_one = [&] {
+    std::unique_ptr<Call>& c = calls.front();
+    CUresult rc = c->finish();
+    if (rc == CUDA_SUCCESS && c->sink_received() != c->sink_cap()) rc = CUDA_ERROR_UNKNOWN;
+    if (first == CUDA_SUCCESS) first = rc;
+    calls.pop_front();
+  };
   do {
     size_t len = std::min<size_t>(n - off, rgpu::proto::kBulkChunk);
-    Call c(op, rgpu::client::kWaits);
-    c.args().put<uint64_t>(src + off);
-    if (async) c.args().put_u64(handle_id(stream));
-    c.args().put_u64(len);
-    c.reply_sink(sizeof(int32_t), static_cast<uint8_t*>(dst) + off, len);
-    CUresult rc = c.invoke();
-    if (rc != CUDA_SUCCESS) return rc;
-    if (c.sink_received() != len) return CUDA_ERROR_UNKNOWN;
+    auto c = std::make_unique<Call>(op, rgpu::client::kWaits);
+    c->args().put<uint64_t>(src + off);
+    if (async) c->args().put_u64(handle_id(stream));
+    c->args().put_u64(len);
+    c->reply_sink(sizeof(int32_t), static_cast<uint8_t*>(dst) + off, len);
+    CUresult rc = c->submit();
+    if (rc != CUDA_SUCCESS) {
+      first = first == CUDA_SUCCESS ? rc : first;
+      break;
+    }
+    calls.push_back(std::move(c));
+    if (calls.size() >= kInFlight) finish_one();
     off += len;
   } while (off < n);
-  return CUDA_SUCCESS;
+  while (!calls.empty()) finish_one();
+  return first;
 }
 
 // True when p is device memory: not in a client pinned range, and the server's driver says so.

@@ -2,7 +2,12 @@
 // validated against the layout sent with it before the driver sees a single pointer into it.
 #include <cuda.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "gen/server_handlers.gen.h"
@@ -27,6 +32,49 @@ struct Launch {
   size_t extra_len = 0;
   void* extra[5] = {};
 };
+
+// The driver's parameter layout of a function (or kernel), asked once per handle and kept,
+// keyed by the client's id (never reused, unlike the driver's addresses after an unload).
+// False when the driver cannot tell (then the launch is not checked against it).
+bool driver_layout(Dispatch& d, uint64_t fid, CUfunction f, std::vector<std::pair<size_t, size_t>>* out) {
+  static std::mutex mu;
+  static std::unordered_map<uint64_t, std::vector<std::pair<size_t, size_t>>> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(fid); it != known.end()) {
+    *out = it->second;
+    return true;
+  }
+  std::vector<std::pair<size_t, size_t>> layout;
+  for (size_t i = 0; i < kMaxParams; ++i) {
+    size_t off = 0, size = 0;
+    CUresult rc = d.drv.cuFuncGetParamInfo ? d.drv.cuFuncGetParamInfo(f, i, &off, &size) : CUDA_ERROR_NOT_SUPPORTED;
+    if (rc == CUDA_ERROR_INVALID_HANDLE && d.drv.cuKernelGetParamInfo)
+      rc = d.drv.cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, &off, &size);
+    if (rc == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (rc != CUDA_SUCCESS) return false;
+    layout.emplace_back(off, size);
+  }
+  known[fid] = layout;
+  *out = std::move(layout);
+  return true;
+}
+
+// True when the arguments the client sent cover every parameter the kernel has: the driver
+// reads each parameter's full size, so a shorter layout or buffer would make it read past them.
+bool arguments_fit(Dispatch& d, uint64_t fid, CUfunction f, const std::vector<std::pair<uint32_t, uint32_t>>& sent,
+                   size_t packed_len) {
+  std::vector<std::pair<size_t, size_t>> want;
+  if (!driver_layout(d, fid, f, &want)) return true;
+  if (sent.empty()) {  // `extra` form: one buffer holding all parameters
+    size_t need = 0;
+    for (auto& [off, size] : want) need = std::max(need, off + size);
+    return packed_len >= need;
+  }
+  if (sent.size() != want.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (sent[i].second != want[i].second) return false;
+  return true;
+}
 
 // Reads the common head and, if with_attrs, the attributes. Returns false after writing the
 // reply when the call fails before the driver; d.args.ok() tells a malformed payload apart.
@@ -71,12 +119,19 @@ bool read_head(Dispatch& d, Launch* l, bool with_attrs) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
     return false;
   }
+  if (!arguments_fit(d, fid, l->f, layout, l->packed_len)) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return false;
+  }
   // Attributes that name events carry client ids.
   for (auto& a : l->attrs) {
+    // The id came off the wire: read it as an integer, not as the enum it may not be.
+    std::underlying_type_t<CUlaunchAttributeID> id;
+    std::memcpy(&id, reinterpret_cast<const char*>(&a) + offsetof(CUlaunchAttribute, id), sizeof id);
     CUevent* ev = nullptr;
-    if (a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) ev = &a.value.programmaticEvent.event;
-    if (a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) ev = &a.value.launchCompletionEvent.event;
-    if (a.id >= CU_LAUNCH_ATTRIBUTE_MAX || a.id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) {
+    if (id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) ev = &a.value.programmaticEvent.event;
+    if (id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) ev = &a.value.launchCompletionEvent.event;
+    if (id >= CU_LAUNCH_ATTRIBUTE_MAX || id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) {
       d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
       return false;
     }

@@ -67,19 +67,23 @@ void dtoh(Dispatch& d, SyncDtoH sync_fn, AsyncDtoH async_fn, bool async) {
   CUstream stream = nullptr;
   if (!d.handles.get(stream_id, &stream)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (async ? !async_fn : !sync_fn) return not_supported(d);
-  auto& body = d.reply.buf();
-  size_t at = body.size();
-  body.resize(at + sizeof(int32_t) + n);
-  uint8_t* dst = body.data() + at + sizeof(int32_t);
+  // The data goes to d.bulk when the session offers it (no copy, no zeroing), else into the reply.
+  Bytes scratch;
+  Bytes& out = d.bulk ? *d.bulk : scratch;
+  out.resize(n);
   CUresult rc;
   if (async) {
-    rc = async_fn(dst, src, n, stream);
+    rc = async_fn(out.data(), src, n, stream);
     if (rc == CUDA_SUCCESS && d.drv.cuStreamSynchronize) rc = d.drv.cuStreamSynchronize(stream);
   } else {
-    rc = sync_fn(dst, src, n);
+    rc = sync_fn(out.data(), src, n);
   }
-  std::memcpy(body.data() + at, &rc, sizeof rc);
-  if (rc != CUDA_SUCCESS) body.resize(at + sizeof(int32_t));
+  d.reply.put<int32_t>(rc);
+  if (rc != CUDA_SUCCESS) {
+    out.clear();
+  } else if (!d.bulk) {
+    d.reply.append(out.data(), out.size());
+  }
 }
 
 // Pointer attributes (wire layout in client/driver/host_memory.cpp). `each`: one driver call per
@@ -91,11 +95,14 @@ void pointer_attributes(Dispatch& d, bool each) {
     d.args.fail();
     return;
   }
-  std::vector<CUpointer_attribute> attrs(n);
-  for (auto& a : attrs) a = static_cast<CUpointer_attribute>(d.args.i32());
+  // Checked as integers first: only known attributes become the enum.
+  std::vector<int32_t> raw(n);
+  for (auto& a : raw) a = d.args.i32();
   if (!d.args.ok()) return;
-  for (auto a : attrs)
+  for (int32_t a : raw)
     if (proto::pointer_attribute_size(a) == 0) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  std::vector<CUpointer_attribute> attrs(n);
+  for (uint32_t i = 0; i < n; ++i) attrs[i] = static_cast<CUpointer_attribute>(raw[i]);
   if (each ? !d.drv.cuPointerGetAttribute : !d.drv.cuPointerGetAttributes) return not_supported(d);
   std::vector<std::array<uint8_t, 16>> values(n);
   std::vector<CUresult> results(n, CUDA_SUCCESS);

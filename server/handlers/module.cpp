@@ -6,6 +6,7 @@
 
 #include "gen/server_handlers.gen.h"
 #include "server/dispatch.h"
+#include "server/handlers/image.h"
 
 namespace rgpu::server::handlers {
 
@@ -15,13 +16,9 @@ void cuModuleLoadData(Dispatch& d) {
   const uint8_t* image = d.args.bytes(&n);
   if (!d.args.ok()) return;
   if (!d.drv.cuModuleLoadData) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  // The driver reads PTX as a C string: make sure the image ends inside what we hold.
   std::string copy;
-  const void* p = image;
-  if (n == 0 || image[n - 1] != 0) {
-    copy.assign(reinterpret_cast<const char*>(image), n);
-    p = copy.c_str();
-  }
+  const void* p = checked_image(image, n, &copy);
+  if (!p) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_IMAGE);
   CUmodule m = nullptr;
   CUresult rc = d.drv.cuModuleLoadData(&m, p);
   if (rc == CUDA_SUCCESS && !d.handles.bind(id, m)) {

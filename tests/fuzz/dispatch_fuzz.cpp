@@ -16,8 +16,12 @@
 // Ops left out: kOpSnapshot (run once at start; it takes no arguments). Nothing in fakecuda
 // blocks forever on its own; the one kernel that waits on purpose (rgpu_spin) is never bound
 // here, so no input can launch it. The standalone driver's --hang-seconds catches any other hang.
+//
+// The module and library loads and the launches were left out while they crashed (found by this
+// target; fixed by server/handlers/image.h and launch.cpp's arguments_fit); they are in now.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +50,7 @@ constexpr uint64_t kCtx = 0x1000, kStream = 0x1001, kEvent = 0x1002, kModule = 0
 constexpr uint64_t kDevicePlaceholder = 0xD0D0D0D0D0D0D0D0ull;
 constexpr size_t kBufSize = 4096;
 constexpr int kInputsPerEpoch = 512;
+
 
 DriverTable g_drv;
 std::vector<uint16_t> g_ops;  // every op with a handler
@@ -90,6 +95,11 @@ void new_epoch() {
 
 }  // namespace
 
+// fakecuda backs device memory with new (std::nothrow) and answers OUT_OF_MEMORY when that fails,
+// as the real driver does for a huge cuMemAlloc. Under ASan a huge allocation would abort (or, up
+// to the machine's memory, take seconds to map and poison): cap it and let it fail instead.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1:max_allocation_size_mb=1024"; }
+
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   void* lib = dlopen(RGPU_FAKECUDA_PATH, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
@@ -97,8 +107,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::abort();
   }
   rgpu::server::load_driver_table(lib, &g_drv);
-  for (uint32_t op = 0; op <= 0xffff; ++op)
+  for (uint32_t op = 0; op <= 0xffff; ++op) {
     if (rgpu::server::find_handler(static_cast<uint16_t>(op))) g_ops.push_back(static_cast<uint16_t>(op));
+  }
   if (g_ops.empty()) std::abort();
 #ifdef RGPU_TEST_IMAGE
   if (FILE* f = std::fopen(RGPU_TEST_IMAGE, "rb")) {
@@ -125,7 +136,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   uint16_t v;
   std::memcpy(&v, data, 2);
-  uint16_t op = rgpu::server::find_handler(v) ? v : g_ops[v % g_ops.size()];
+  uint16_t op = std::binary_search(g_ops.begin(), g_ops.end(), v) ? v : g_ops[v % g_ops.size()];
   Handler h = rgpu::server::find_handler(op);
 
   // Exact-size heap copy of the payload so ASan sees any over-read; placeholders → the buffer.

@@ -27,6 +27,11 @@ extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** arg
 __attribute__((weak)) void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out);
 extern "C" __attribute__((weak)) void __sanitizer_set_death_callback(void (*)(void));
 
+// UBSan (a runtime of its own under g++) ends a fatal check (-fno-sanitize-recover, as the fuzz
+// builds compile) with abort(), which the SIGABRT handler below sees, so its input is saved like
+// any other crash's. Checks compiled recoverable (RGPU_SANITIZE=ON's libraries) only print.
+extern "C" const char* __ubsan_default_options() { return "abort_on_error=1:print_stacktrace=1"; }
+
 namespace {
 
 const char* g_name = "fuzz";
@@ -154,8 +159,13 @@ int main(int argc, char** argv) {
   if (!replay_only && rgpu_fuzz_seeds) rgpu_fuzz_seeds(&seeds);
   seeds.push_back({});
 
-  if (__sanitizer_set_death_callback) __sanitizer_set_death_callback(dump_current);
-  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) signal(sig, on_signal);
+  // Under ASan its own handlers report faults (with a stack) and then call dump_current.
+  if (__sanitizer_set_death_callback) {
+    __sanitizer_set_death_callback(dump_current);
+  } else {
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, on_signal);
+  }
+  for (int sig : {SIGABRT, SIGALRM}) signal(sig, on_signal);
 
   std::mt19937_64 rng(seed);
   uint64_t runs = 0;

@@ -52,6 +52,30 @@ step "unit and fake-driver tests"
 (cd build && ctest -j"$nproc_" -E codegen --output-on-failure >"$OUT/ctest.log" 2>&1) && echo "ctest passed" ||
   { tail -30 "$OUT/ctest.log"; status=1; }
 
+step "nvidia-smi through rgpu's NVML shim (libnvidia-ml.so.1 -> rgpu-server -> real NVML)"
+REAL_NVML=${RGPU_REAL_NVML:-$REAL_DIR/libnvidia-ml.so.1}
+nport=19714
+build/bin/rgpu-server --listen 127.0.0.1:$nport --driver "$REAL" --nvml "$REAL_NVML" >"$OUT/server_nvml.log" 2>&1 &
+nserver=$!
+sleep 0.5
+LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$nport nvidia-smi >"$OUT/nvidia_smi_rgpu.log" 2>&1
+smi_rc=$?
+cat "$OUT/nvidia_smi_rgpu.log"
+if [ $smi_rc = 0 ] && grep -q "H200" "$OUT/nvidia_smi_rgpu.log" && grep -Eq "/ *14[0-9]{4}MiB" "$OUT/nvidia_smi_rgpu.log" &&
+  grep -q "prog=nvidia-smi" "$OUT/server_nvml.log"; then
+  echo "nvidia-smi through rgpu: passed"
+else
+  echo "nvidia-smi through rgpu: FAILED (rc $smi_rc; see $OUT/nvidia_smi_rgpu.log, $OUT/server_nvml.log)"
+  status=1
+fi
+LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$nport build/bin/nvml_test 2>&1 | tee "$OUT/nvml_test_rgpu.log" | tail -3
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+RGPU_SERVER=127.0.0.1:$nport build/bin/rgpu-smi || status=1
+echo "server log:"
+cat "$OUT/server_nvml.log"
+kill $nserver 2>/dev/null
+wait $nserver 2>/dev/null
+
 step "driver-path benchmark"
 bench/run_driver_bench.sh $QUICK --driver "$REAL" --out "$OUT" >"$OUT/bench.log" 2>&1 || status=1
 cat "$OUT/driver_bench.md" 2>/dev/null || tail -30 "$OUT/bench.log"

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "gen/ops.gen.h"
@@ -117,9 +118,14 @@ static void h_cuEventRecord(rgpu::server::Dispatch& d) {
 
 static void h_cuExchange(rgpu::server::Dispatch& d) {
   const uint8_t a_mode_has = d.args.u8();
-  CUattr a_mode{};
-  if (a_mode_has) a_mode = d.args.get<CUattr>();
+  std::underlying_type_t<CUattr> a_mode_raw{};
+  if (a_mode_has) a_mode_raw = d.args.get<std::underlying_type_t<CUattr>>();
   if (!d.args.ok()) return;
+  if (a_mode_has && (a_mode_raw > 1)) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  CUattr a_mode = static_cast<CUattr>(a_mode_raw);
   if (!d.drv.cuExchange) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;
@@ -197,10 +203,15 @@ static void h_cuNoArgs(rgpu::server::Dispatch& d) {
 
 static void h_cuPlainGet(rgpu::server::Dispatch& d) {
   const uint8_t a_pValue_has = d.args.u8();
-  const CUattr a_attr = d.args.get<CUattr>();
+  const auto a_attr_raw = d.args.get<std::underlying_type_t<CUattr>>();
   const float a_scale = d.args.get<float>();
   const double a_d2 = d.args.get<double>();
   if (!d.args.ok()) return;
+  if (a_attr_raw > 1) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUattr a_attr = static_cast<CUattr>(a_attr_raw);
   if (!d.drv.cuPlainGet) {
     d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     return;

@@ -1,0 +1,61 @@
+// The two tables cudart's tools support asks for at start-up (CUPTI and friends hook in through
+// them): TOOLS_RUNTIME_CALLBACK_HOOKS hands out two buffers the runtime fills with its callback
+// state, TOOLS_TLS is called around runtime API events. With no tool attached the driver
+// does nothing with either, and neither does the shim.
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "client/dark_api/dark_api.h"
+
+namespace rgpu::client::dark {
+namespace {
+
+// The sizes the real driver reports (1024 and 14, shared/reference/cuda13-observed). The unit is
+// not known (ZLUDA uses 32-bit words), so each entry gets 8 bytes: a caller that writes
+// pointer-sized entries stays inside the buffer.
+alignas(64) uint64_t g_hooks_buffer1[1024];
+alignas(64) uint64_t g_hooks_buffer2[14];
+
+// The driver's function returns the buffer in rax as well (observed); callers that read it get it.
+void* CUDAAPI hooks_buffer1(void** buffer, size_t* size) {
+  if (buffer) *buffer = g_hooks_buffer1;
+  if (size) *size = std::size(g_hooks_buffer1);
+  return g_hooks_buffer1;
+}
+
+void* CUDAAPI hooks_buffer2(void** buffer, size_t* size) {
+  if (buffer) *buffer = g_hooks_buffer2;
+  if (size) *size = std::size(g_hooks_buffer2);
+  return g_hooks_buffer2;
+}
+
+// Called with an event record and an event id (30 times in a torch run); the real driver answered
+// 0 every time, and 0 is what public work returns for slot 1 too.
+CUresult CUDAAPI tls_slot1() { return CUDA_SUCCESS; }
+CUresult CUDAAPI tls_slot2() { return CUDA_SUCCESS; }
+
+}  // namespace
+
+const void* tools_callback_hooks_table() {
+  static const auto table = [] {
+    auto t = stub_table<TableId::kToolsRuntimeCallbackHooks, 7>(true);
+    t[2] = slot_fn(&hooks_buffer1);
+    t[6] = slot_fn(&hooks_buffer2);
+    return t;
+  }();
+  return table.data();
+}
+
+const void* tools_tls_table() {
+  static const auto table = [] {
+    auto t = stub_table<TableId::kToolsTls, 3>(true);
+    t[1] = slot_fn(&tls_slot1);
+    t[2] = slot_fn(&tls_slot2);
+    return t;
+  }();
+  return table.data();
+}
+
+}  // namespace rgpu::client::dark

@@ -1,0 +1,71 @@
+// One NVML call on its way to rgpu-server: what the generated stubs (gen/nvml_client_stubs.gen.cpp)
+// and the hand-written entries (client/nvml/entry.cpp) use to reach the wire.
+//
+// The NVML shim has a connection of its own (opened by nvmlInit*, kept until the process exits),
+// separate from libcuda's: a program may load either library without the other. Every NVML call
+// waits for its reply; NVML is never on a hot path.
+//
+// invoke() returns the call's nvmlReturn_t, NVML_ERROR_UNINITIALIZED before nvmlInit has connected,
+// and NVML_ERROR_GPU_IS_LOST once the connection is gone. replied() says whether reply() holds the
+// handler's outputs (it does whenever the server answered, whatever the result).
+#pragma once
+
+#include <nvml.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/wire.h"
+#include "protocol/messages.h"
+
+#define RGPU_NVML_API __attribute__((visibility("default")))
+
+namespace rgpu::client::nvml {
+
+inline constexpr unsigned int kMaxArray = proto::kNvmlMaxArray;
+inline constexpr unsigned int kMaxString = proto::kNvmlMaxString;
+
+class Call {
+ public:
+  Call(uint16_t op, const char* name) : op_(op), name_(name) {}
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  Writer& args() { return args_; }
+  nvmlReturn_t invoke();
+  bool replied() const { return replied_; }
+  Reader& reply() { return reply_reader_; }
+  // The reply did not decode: logs it, and the call fails with NVML_ERROR_UNKNOWN.
+  nvmlReturn_t bad_reply();
+
+ private:
+  uint16_t op_;
+  const char* name_;
+  std::vector<uint8_t> args_buf_;
+  Writer args_{&args_buf_};
+  std::vector<uint8_t> reply_buf_;
+  Reader reply_reader_;
+  bool replied_ = false;
+};
+
+// Handles are the server's ids, carried in the handle's pointer value.
+inline uint64_t handle_id(const void* h) { return reinterpret_cast<uint64_t>(h); }
+template <class H>
+H handle_from(uint64_t id) {
+  return reinterpret_cast<H>(id);
+}
+
+// Logs (once per name) a call this build does not forward; returns NVML_ERROR_NOT_SUPPORTED.
+nvmlReturn_t unsupported(const char* name);
+// An array count the wire does not carry (negative, or over kMaxArray).
+nvmlReturn_t unsupported_size(const char* name, long long count);
+// Copies a string from the server into the caller's buffer of len bytes, always NUL-terminated.
+void copy_string(const std::string& s, char* dst, unsigned int len);
+
+// Connects to RGPU_SERVER (once; again after the connection broke). On failure logs why, with
+// what to do, and returns an NVML error.
+nvmlReturn_t connect();
+bool connected();
+
+}  // namespace rgpu::client::nvml

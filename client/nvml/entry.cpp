@@ -1,0 +1,148 @@
+// The NVML entry points written by hand (codegen/nvml_annotations.txt: local and wrap): init and
+// shutdown (which connect first), error strings, and the undocumented export table. Everything
+// else is generated (gen/nvml_client_stubs.gen.cpp).
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "client/nvml/call.h"
+#include "common/log.h"
+#include "gen/nvml_client_forward.gen.h"
+
+using namespace rgpu::client::nvml;
+
+namespace {
+
+// nvmlInternalGetExportTable: nvidia-smi asks for table c4fe3e6c-c98f-6c4e-a327-ee696e12f7c4
+// (shared/reference/dark-api.md). Slot 0 holds the table's size in bytes, as in the driver's
+// export tables; every other slot is NULL. Seen on the H200 machine (driver 580.159.04): with
+// NULL slots nvidia-smi skips them, while slots that answer NVML_ERROR_NOT_SUPPORTED (it calls 81
+// and 26) make it stop with "Internal NVML error". Any other table id gets the same table, with a
+// log line naming the id. Pinned by tests/gpu/run.sh (nvidia-smi through rgpu).
+constexpr size_t kExportSlots = 512;
+
+const std::array<const void*, kExportSlots> kExportTable = [] {
+  std::array<const void*, kExportSlots> t{};
+  t[0] = reinterpret_cast<const void*>(kExportSlots * sizeof(void*));
+  return t;
+}();
+
+constexpr unsigned char kSmiTableId[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+                                           0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+
+struct ErrorName {
+  nvmlReturn_t code;
+  const char* text;
+};
+constexpr ErrorName kErrors[] = {
+    {NVML_SUCCESS, "Success"},
+    {NVML_ERROR_UNINITIALIZED, "Uninitialized"},
+    {NVML_ERROR_INVALID_ARGUMENT, "Invalid Argument"},
+    {NVML_ERROR_NOT_SUPPORTED, "Not Supported"},
+    {NVML_ERROR_NO_PERMISSION, "Insufficient Permissions"},
+    {NVML_ERROR_ALREADY_INITIALIZED, "Already Initialized"},
+    {NVML_ERROR_NOT_FOUND, "Not Found"},
+    {NVML_ERROR_INSUFFICIENT_SIZE, "Insufficient Size"},
+    {NVML_ERROR_INSUFFICIENT_POWER, "Insufficient External Power"},
+    {NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"},
+    {NVML_ERROR_TIMEOUT, "Timeout"},
+    {NVML_ERROR_IRQ_ISSUE, "Interrupt Request Issue"},
+    {NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"},
+    {NVML_ERROR_FUNCTION_NOT_FOUND, "Function Not Found"},
+    {NVML_ERROR_CORRUPTED_INFOROM, "Corrupted infoROM"},
+    {NVML_ERROR_GPU_IS_LOST, "GPU is lost"},
+    {NVML_ERROR_RESET_REQUIRED, "GPU requires restart"},
+    {NVML_ERROR_OPERATING_SYSTEM, "The operating system has blocked the request."},
+    {NVML_ERROR_LIB_RM_VERSION_MISMATCH, "RM has detected an NVML/RM version mismatch."},
+    {NVML_ERROR_IN_USE, "In use by another client"},
+    {NVML_ERROR_MEMORY, "Insufficient Memory"},
+    {NVML_ERROR_NO_DATA, "No data"},
+    {NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, "Not supported when ECC is enabled"},
+    {NVML_ERROR_INSUFFICIENT_RESOURCES, "Insufficient Resources"},
+    {NVML_ERROR_FREQ_NOT_SUPPORTED, "Frequency not supported"},
+    {NVML_ERROR_ARGUMENT_VERSION_MISMATCH, "Argument version mismatch"},
+    {NVML_ERROR_DEPRECATED, "Deprecated"},
+    {NVML_ERROR_NOT_READY, "Not ready"},
+    {NVML_ERROR_GPU_NOT_FOUND, "GPU not found"},
+    {NVML_ERROR_INVALID_STATE, "Invalid state"},
+    {NVML_ERROR_RESET_TYPE_NOT_SUPPORTED, "Reset type not supported"},
+    {NVML_ERROR_UNKNOWN, "Unknown Error"},
+};
+
+nvmlReturn_t init_then(nvmlReturn_t (*forward)(unsigned int), unsigned int flags) {
+  nvmlReturn_t rc = connect();
+  if (rc != NVML_SUCCESS) return rc;
+  return forward(flags);
+}
+
+nvmlReturn_t fwd_init(unsigned int) { return rgpu_nvml_fwd_nvmlInit(); }
+nvmlReturn_t fwd_init_v2(unsigned int) { return rgpu_nvml_fwd_nvmlInit_v2(); }
+nvmlReturn_t fwd_init_flags(unsigned int flags) { return rgpu_nvml_fwd_nvmlInitWithFlags(flags); }
+
+}  // namespace
+
+extern "C" {
+
+RGPU_NVML_API int rgpu_nvml_shim_marker = 1;
+
+RGPU_NVML_API nvmlReturn_t nvmlInit(void) { return init_then(fwd_init, 0); }
+RGPU_NVML_API nvmlReturn_t nvmlInit_v2(void) { return init_then(fwd_init_v2, 0); }
+RGPU_NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { return init_then(fwd_init_flags, flags); }
+
+RGPU_NVML_API nvmlReturn_t nvmlShutdown(void) {
+  if (!connected()) return NVML_ERROR_UNINITIALIZED;
+  // The connection stays open: a later nvmlInit reuses it.
+  return rgpu_nvml_fwd_nvmlShutdown();
+}
+
+RGPU_NVML_API const char* nvmlErrorString(nvmlReturn_t result) {
+  for (const ErrorName& e : kErrors)
+    if (e.code == result) return e.text;
+  return "Unknown Error";
+}
+
+// Not in nvml.h: (const void **table, const unsigned char uuid[16]).
+RGPU_NVML_API nvmlReturn_t nvmlInternalGetExportTable(const void** table, const void* id) {
+  if (!table || !id) return NVML_ERROR_INVALID_ARGUMENT;
+  if (std::memcmp(id, kSmiTableId, sizeof kSmiTableId) != 0) {
+    const auto* b = static_cast<const unsigned char*>(id);
+    char hex[33];
+    for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", b[i]);
+    rgpu::log::warn("nvmlInternalGetExportTable: unknown table %s; answering with a table of stubs", hex);
+  }
+  *table = kExportTable.data();
+  return NVML_SUCCESS;
+}
+
+// Event sets are answered on the client: a set that never reports an event. nvidia-smi creates one
+// at start and stops with "Internal NVML error" when it cannot; forwarding events would need the
+// server to push them, which nothing asks for yet.
+RGPU_NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!connected()) return NVML_ERROR_UNINITIALIZED;
+  *set = reinterpret_cast<nvmlEventSet_t>(new char(0));
+  return NVML_SUCCESS;
+}
+RGPU_NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+  delete reinterpret_cast<char*>(set);
+  return NVML_SUCCESS;
+}
+RGPU_NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long, nvmlEventSet_t set) {
+  if (!device || !set) return NVML_ERROR_INVALID_ARGUMENT;
+  return NVML_SUCCESS;
+}
+RGPU_NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t*, unsigned int timeoutms) {
+  if (!set) return NVML_ERROR_INVALID_ARGUMENT;
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeoutms, 10000u)));
+  return NVML_ERROR_TIMEOUT;
+}
+RGPU_NVML_API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms) {
+  return nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+}  // extern "C"

@@ -1,0 +1,105 @@
+// The NVML shim's connection to rgpu-server and the Call machinery of client/nvml/call.h.
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "client/connection.h"
+#include "client/nvml/call.h"
+#include "common/env.h"
+#include "common/log.h"
+
+namespace rgpu::client::nvml {
+namespace {
+
+std::mutex g_mu;
+Connection* g_conn = nullptr;  // never freed: the process may call NVML until it exits
+std::atomic<uint32_t> g_next_thread{1};
+
+uint32_t thread_id() {
+  thread_local uint32_t id = g_next_thread.fetch_add(1);
+  return id;
+}
+
+Connection* conn() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_conn;
+}
+
+}  // namespace
+
+nvmlReturn_t connect() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_conn && !g_conn->broken()) return NVML_SUCCESS;
+  log::set_prefix("rgpu nvml");
+  const env::Settings& s = env::get();
+  std::string err;
+  Connection* c = Connection::open(s.server, s.token, &err);
+  if (!c) {
+    log::error("cannot reach the GPU: %s", err.c_str());
+    // A refused token is a permission problem; anything else looks like a missing driver to tools.
+    return err.find("token") != std::string::npos ? NVML_ERROR_NO_PERMISSION : NVML_ERROR_DRIVER_NOT_LOADED;
+  }
+  g_conn = c;  // a broken predecessor is leaked on purpose: another thread may still hold it
+  return NVML_SUCCESS;
+}
+
+bool connected() {
+  Connection* c = conn();
+  return c && !c->broken();
+}
+
+nvmlReturn_t Call::invoke() {
+  Connection* c = conn();
+  if (!c) return NVML_ERROR_UNINITIALIZED;
+  ReplySlot slot;
+  if (!c->call(op_, thread_id(), args_buf_.data(), args_buf_.size(), nullptr, 0, &slot)) {
+    log::error("%s: the connection to rgpu-server at %s is gone", name_, c->server_name().c_str());
+    return NVML_ERROR_GPU_IS_LOST;
+  }
+  reply_buf_ = std::move(slot.payload);
+  reply_reader_ = Reader(reply_buf_.data(), reply_buf_.size());
+  reply_reader_.get<proto::ReplyPrefix>();  // NVML calls are never one-way: nothing is deferred
+  int32_t rc = reply_reader_.i32();
+  if (!reply_reader_.ok()) return bad_reply();
+  if (rc == 801 /* CUDA_ERROR_NOT_SUPPORTED: a server that has no NVML handlers */) {
+    log::warn("%s: rgpu-server at %s does not serve NVML calls (an older server?)", name_,
+              c->server_name().c_str());
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
+  replied_ = true;
+  return static_cast<nvmlReturn_t>(rc);
+}
+
+nvmlReturn_t Call::bad_reply() {
+  log::error("%s: rgpu-server sent a reply that does not decode (%zu bytes); is it the same rgpu version?",
+             name_, reply_buf_.size());
+  return NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t unsupported(const char* name) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!seen.insert(name).second) return NVML_ERROR_NOT_SUPPORTED;
+  }
+  log::warn("%s is not forwarded by rgpu (see gen/nvml_coverage.txt); answering NVML_ERROR_NOT_SUPPORTED", name);
+  return NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t unsupported_size(const char* name, long long count) {
+  log::warn("%s: an array of %lld elements is more than rgpu carries (%u); answering NVML_ERROR_INVALID_ARGUMENT",
+            name, count, kMaxArray);
+  return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+void copy_string(const std::string& s, char* dst, unsigned int len) {
+  if (!dst || len == 0) return;
+  size_t n = std::min<size_t>(s.size(), len - 1);
+  std::memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+}  // namespace rgpu::client::nvml

@@ -1,0 +1,67 @@
+"""rgpu's NVML shim (libnvidia-ml.so.1) end to end: an NVML program and rgpu-smi through the shim,
+rgpu-server and the fake NVML (libfakenvml.so, which reports fakecuda's H200)."""
+from conftest import BUILD, Server, run_client
+
+NVML_TEST = str(BUILD / "bin/nvml_test")
+RGPU_SMI = str(BUILD / "bin/rgpu-smi")
+FAKE_TOTAL_MIB = "143771"
+FAKE_UUID = "GPU-72677075-2d66-616b-652d-483230300001"
+
+
+def test_nvml_program_sees_the_servers_gpu(server):
+    r = run_client([NVML_TEST, FAKE_TOTAL_MIB], server)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "NVML TEST PASSED" in r.stdout
+    assert "NVIDIA H200 (rgpu fake)" in r.stdout
+    assert FAKE_UUID in r.stdout
+    assert "00000000:1B:00.0" in r.stdout
+    assert "compute capability 9.0" in r.stdout
+    # The calls were served by the server, through its NVML library.
+    text = server.text()
+    assert "libfakenvml.so loaded" in text
+    assert "prog=nvml_test" in text
+
+
+def test_rgpu_smi_lists_the_gpu(server):
+    r = run_client([RGPU_SMI], server)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"rgpu-server: {server.addr}" in r.stdout
+    assert "GPUs:        1" in r.stdout
+    assert f"GPU 0: NVIDIA H200 (rgpu fake) ({FAKE_UUID})" in r.stdout
+    assert f"/ {FAKE_TOTAL_MIB} MiB total" in r.stdout
+    assert "temperature: 31 C" in r.stdout
+    assert "sessions:" in r.stdout
+
+
+def test_wrong_token_gives_a_clear_error():
+    s = Server(token="right-token")
+    try:
+        r = run_client([NVML_TEST], s, token="wrong-token")
+        assert r.returncode != 0
+        assert "token" in r.stderr.lower(), r.stderr
+        assert "Insufficient Permissions" in r.stderr, r.stderr
+        r = run_client([RGPU_SMI], s, token="wrong-token")
+        assert r.returncode == 1
+        assert "cannot use the GPUs of rgpu-server" in r.stderr, r.stderr
+        # The right token works.
+        r = run_client([NVML_TEST, FAKE_TOTAL_MIB], s, token="right-token")
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        s.stop()
+
+
+def test_no_server_gives_a_clear_error():
+    r = run_client([RGPU_SMI], "127.0.0.1:1")
+    assert r.returncode == 1
+    assert "is the server running?" in r.stderr, r.stderr
+
+
+def test_server_without_nvml_library_answers_library_not_found(tmp_path):
+    s = Server(extra_args=["--nvml", str(tmp_path / "no-such-libnvidia-ml.so")])
+    try:
+        r = run_client([NVML_TEST], s)
+        assert r.returncode != 0
+        assert "NVML Shared Library Not Found" in r.stderr, r.stderr
+        assert "cannot load NVML" in s.text()
+    finally:
+        s.stop()

@@ -1,0 +1,72 @@
+// rgpu-smi: what the rgpu-server named by RGPU_SERVER serves, seen through rgpu's NVML shim
+// (libnvidia-ml.so.1, client/nvml/) with the same connection settings as every rgpu client
+// (RGPU_SERVER, RGPU_TOKEN): the server's address, its GPUs (name, UUID, memory, utilization,
+// temperature) and, where the server can tell, its sessions.
+#include <nvml.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/env.h"
+
+namespace {
+
+void print_gpu(unsigned int i) {
+  nvmlDevice_t d;
+  if (nvmlReturn_t rc = nvmlDeviceGetHandleByIndex_v2(i, &d); rc != NVML_SUCCESS) {
+    std::printf("GPU %u: %s\n", i, nvmlErrorString(rc));
+    return;
+  }
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "?";
+  char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "?";
+  nvmlDeviceGetName(d, name, sizeof name);
+  nvmlDeviceGetUUID(d, uuid, sizeof uuid);
+  std::printf("GPU %u: %s (%s)\n", i, name, uuid);
+  nvmlMemory_t m;
+  if (nvmlDeviceGetMemoryInfo(d, &m) == NVML_SUCCESS)
+    std::printf("  memory:      %llu MiB used / %llu MiB total\n", m.used >> 20, m.total >> 20);
+  else
+    std::printf("  memory:      N/A\n");
+  nvmlUtilization_t u;
+  if (nvmlDeviceGetUtilizationRates(d, &u) == NVML_SUCCESS)
+    std::printf("  utilization: %u %% GPU, %u %% memory\n", u.gpu, u.memory);
+  else
+    std::printf("  utilization: N/A\n");
+  unsigned int t;
+  if (nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &t) == NVML_SUCCESS)
+    std::printf("  temperature: %u C\n", t);
+  else
+    std::printf("  temperature: N/A\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
+    std::printf("usage: rgpu-smi\nShows the GPUs of the rgpu-server named by RGPU_SERVER (token: RGPU_TOKEN).\n");
+    return 0;
+  }
+  const std::string& server = rgpu::env::get().server;
+  std::printf("rgpu-server: %s\n", server.c_str());
+  if (nvmlReturn_t rc = nvmlInit_v2(); rc != NVML_SUCCESS) {
+    std::fprintf(stderr, "rgpu-smi: cannot use the GPUs of rgpu-server at %s: %s (the line above says why)\n",
+                 server.c_str(), nvmlErrorString(rc));
+    return 1;
+  }
+  char driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "?";
+  int cuda = 0;
+  nvmlSystemGetDriverVersion(driver, sizeof driver);
+  nvmlSystemGetCudaDriverVersion_v2(&cuda);
+  std::printf("driver:      %s (CUDA %d.%d)\n", driver, cuda / 1000, cuda % 1000 / 10);
+  unsigned int n = 0;
+  if (nvmlReturn_t rc = nvmlDeviceGetCount_v2(&n); rc != NVML_SUCCESS) {
+    std::fprintf(stderr, "rgpu-smi: cannot count the server's GPUs: %s\n", nvmlErrorString(rc));
+    return 1;
+  }
+  std::printf("GPUs:        %u\n", n);
+  for (unsigned int i = 0; i < n; ++i) print_gpu(i);
+  // rgpu-server has no call that lists its sessions yet; say so rather than print nothing.
+  std::printf("sessions:    not reported (this rgpu-server cannot list its sessions; see its log)\n");
+  nvmlShutdown();
+  return 0;
+}
