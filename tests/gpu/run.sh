@@ -2,11 +2,15 @@
 # The GPU test entry point, for the H200 test machine (shared/reference/gpu-machine.md) or any
 # machine with an NVIDIA GPU: builds rgpu, runs the end-to-end driver-API program directly on
 # the real driver and then through rgpu (shim -> rgpu-server -> real driver), runs the demo,
-# and the driver-path benchmark. Logs and results go to $OUT (default ./gpu-results).
-#   tests/gpu/run.sh [--quick]
+# the NVML shim under nvidia-smi, the runtime-needs program, the CUDA runtime/library corpus
+# (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
+# Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
+#   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-results}
+RESULTS=$OUT
+OUT=$RESULTS/logs  # every log goes here; packed into $RESULTS/gpu-logs.tgz at the end
 mkdir -p "$OUT"
 QUICK=${1:-}
 REAL=${RGPU_REAL_DRIVER:-/usr/local/nvidia/lib64/libcuda.so.1}
@@ -48,9 +52,46 @@ cat "$OUT/server.log"
 kill $server 2>/dev/null
 wait $server 2>/dev/null
 
-step "unit and fake-driver tests"
-(cd build && ctest -j"$nproc_" -E codegen --output-on-failure >"$OUT/ctest.log" 2>&1) && echo "ctest passed" ||
-  { tail -30 "$OUT/ctest.log"; status=1; }
+if [ "${RGPU_GPU_CTEST:-0}" = 1 ]; then
+  step "unit and fake-driver tests"
+  (cd build && ctest -j"$nproc_" -E codegen --output-on-failure >"$OUT/ctest.log" 2>&1) && echo "ctest passed" ||
+    { tail -30 "$OUT/ctest.log"; status=1; }
+fi
+
+step "runtime needs (libraries, pinned memory, callbacks...): real driver, then through rgpu"
+port=19715
+build/bin/rgpu-server --listen 127.0.0.1:$port --driver "$REAL" >"$OUT/server_runtime.log" 2>&1 &
+server=$!
+sleep 0.5
+LD_LIBRARY_PATH=$REAL_DIR build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_local.log" 2>&1; echo "local: rc $? $(tail -1 "$OUT/runtime_needs_local.log")"
+LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_rgpu.log" 2>&1
+rc=$?; echo "rgpu:  rc $rc $(tail -1 "$OUT/runtime_needs_rgpu.log")"; [ $rc = 0 ] || status=1
+
+step "CUDA runtime and NVIDIA libraries (tests/cuda): real driver, then through rgpu"
+printf "%-28s %-8s %s\n" program local rgpu
+for prog in build/tests/cuda/*_static build/tests/cuda/*_shared; do
+  [ -x "$prog" ] || continue
+  name=$(basename "$prog")
+  LD_LIBRARY_PATH=$REAL_DIR:/usr/local/cuda/lib64 timeout 120 "$prog" >"$OUT/cuda_${name}_local.log" 2>&1
+  l=$?
+  LD_LIBRARY_PATH=$PWD/build/lib:/usr/local/cuda/lib64 RGPU_SERVER=127.0.0.1:$port timeout 120 "$prog" \
+    >"$OUT/cuda_${name}_rgpu.log" 2>&1
+  r=$?
+  printf "%-28s %-8s %s\n" "$name" "$([ $l = 0 ] && echo pass || echo "FAIL($l)")" "$([ $r = 0 ] && echo pass || echo "FAIL($r): $(grep -m1 FAIL "$OUT/cuda_${name}_rgpu.log")")"
+done | tee "$OUT/cuda_corpus.txt"
+kill $server 2>/dev/null
+wait $server 2>/dev/null
+
+if [ -x .samples/run.sh ]; then
+  step "NVIDIA cuda-samples through rgpu (built and carried separately; see the closing note)"
+  build/bin/rgpu-server --listen 127.0.0.1:19713 --driver "$REAL" >"$OUT/server_samples.log" 2>&1 &
+  server=$!
+  sleep 0.5
+  SAMPLE_TIMEOUT=${SAMPLE_TIMEOUT:-30} timeout "${SAMPLES_BUDGET:-300}" .samples/run.sh rgpu "$OUT/samples_rgpu.tsv" >"$OUT/samples_run.log" 2>&1
+  echo "samples: $(grep -c "	pass	" "$OUT/samples_rgpu.tsv") pass, $(grep -vc "	pass	" "$OUT/samples_rgpu.tsv") not, of $(wc -l <"$OUT/samples_rgpu.tsv") run"
+  kill $server 2>/dev/null
+  wait $server 2>/dev/null
+fi
 
 step "nvidia-smi through rgpu's NVML shim (libnvidia-ml.so.1 -> rgpu-server -> real NVML)"
 REAL_NVML=${RGPU_REAL_NVML:-$REAL_DIR/libnvidia-ml.so.1}
@@ -79,6 +120,8 @@ wait $nserver 2>/dev/null
 step "driver-path benchmark"
 bench/run_driver_bench.sh $QUICK --driver "$REAL" --out "$OUT" >"$OUT/bench.log" 2>&1 || status=1
 cat "$OUT/driver_bench.md" 2>/dev/null || tail -30 "$OUT/bench.log"
+cp "$OUT/driver_bench.md" "$OUT/driver_bench.json" "$RESULTS/" 2>/dev/null
+tar czf "$RESULTS/gpu-logs.tgz" -C "$RESULTS" logs
 
 echo
 [ $status = 0 ] && echo "GPU RUN: ALL PASSED" || echo "GPU RUN: FAILURES (see $OUT)"
