@@ -10,7 +10,13 @@ namespace {
 
 std::mutex g_mu;
 std::unordered_map<CUcontext, CUdevice>* g_devices = new std::unordered_map<CUcontext, CUdevice>();
-thread_local std::vector<CUcontext> t_stack;
+// Each thread's stack is allocated on first use and never destroyed: thread_local objects die
+// before the exit handlers that still call the driver.
+thread_local std::vector<CUcontext>* t_stack_ptr = nullptr;
+std::vector<CUcontext>& stack() {
+  if (!t_stack_ptr) t_stack_ptr = new std::vector<CUcontext>();
+  return *t_stack_ptr;
+}
 
 }  // namespace
 
@@ -24,27 +30,27 @@ void forget(CUcontext ctx) {
     std::lock_guard<std::mutex> lock(g_mu);
     g_devices->erase(ctx);
   }
-  if (!t_stack.empty() && t_stack.back() == ctx) t_stack.pop_back();
+  if (!stack().empty() && stack().back() == ctx) stack().pop_back();
 }
 
-CUcontext current() { return t_stack.empty() ? nullptr : t_stack.back(); }
+CUcontext current() { return stack().empty() ? nullptr : stack().back(); }
 
 void set_current(CUcontext ctx) {
-  if (t_stack.empty()) {
-    if (ctx) t_stack.push_back(ctx);
+  if (stack().empty()) {
+    if (ctx) stack().push_back(ctx);
   } else if (ctx) {
-    t_stack.back() = ctx;
+    stack().back() = ctx;
   } else {
-    t_stack.pop_back();
+    stack().pop_back();
   }
 }
 
-void push(CUcontext ctx) { t_stack.push_back(ctx); }
+void push(CUcontext ctx) { stack().push_back(ctx); }
 
 CUcontext pop() {
-  if (t_stack.empty()) return nullptr;
-  CUcontext c = t_stack.back();
-  t_stack.pop_back();
+  if (stack().empty()) return nullptr;
+  CUcontext c = stack().back();
+  stack().pop_back();
   return c;
 }
 

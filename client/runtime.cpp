@@ -28,7 +28,9 @@ std::mutex g_init_mu;
 bool g_init_done = false;
 CUresult g_init_result = CUDA_ERROR_NOT_INITIALIZED;
 Connection* g_conn = nullptr;
-proto::Snapshot g_snapshot;
+// Leaked on purpose (and g_visible): programs call the driver from exit handlers, after static
+// destructors would have run.
+proto::Snapshot& g_snapshot = *new proto::Snapshot();
 std::atomic<uint32_t> g_next_thread{1};
 std::atomic<uint64_t> g_next_handle{proto::kFirstClientHandle};
 
@@ -54,7 +56,7 @@ void at_exit_flush() {
 }
 
 // The server ordinals the program may see, in the order it sees them (CUDA_VISIBLE_DEVICES).
-std::vector<CUdevice> g_visible;
+std::vector<CUdevice>& g_visible = *new std::vector<CUdevice>();
 
 std::string uuid_text(const std::array<uint8_t, 16>& u) {
   std::string s = "GPU-";

@@ -1,13 +1,15 @@
 // Implementation of common/env.h.
 #include "common/env.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
 namespace rgpu::env {
 namespace {
 
-Settings g_settings;
+// Leaked on purpose: read by calls made from exit handlers, after static destructors.
+Settings& g_settings = *new Settings();
 std::once_flag g_once;
 
 std::string str(const char* name, const std::string& def) {
@@ -26,6 +28,8 @@ void read_all() {
   s.log = str("RGPU_LOG", "info");
   s.connect_timeout_s = std::atoi(str("RGPU_CONNECT_TIMEOUT", "10").c_str());
   if (s.connect_timeout_s <= 0) s.connect_timeout_s = 10;
+  long long chunk = std::atoll(str("RGPU_BULK_CHUNK", "0").c_str());
+  if (chunk > 0) s.bulk_chunk = static_cast<size_t>(std::clamp(chunk, 64ll << 10, 32ll << 20));
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
     s.has_visible_devices = true;
     s.visible_devices = v;

@@ -12,7 +12,8 @@ namespace rgpu::log {
 namespace {
 
 std::mutex g_prefix_mu;
-std::string g_prefix = "rgpu";
+// Leaked on purpose: logging must work from exit handlers, after static destructors.
+std::string& g_prefix = *new std::string("rgpu");
 std::atomic<int> g_level{kInfo};
 
 std::string vformat(const char* fmt, va_list ap) {

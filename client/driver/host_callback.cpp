@@ -35,7 +35,8 @@ struct Callback {
 };
 
 std::mutex g_mu;
-std::unordered_map<uint64_t, Callback> g_callbacks;
+// Leaked on purpose: programs call the driver from exit handlers, after static destructors.
+auto& g_callbacks = *new std::unordered_map<uint64_t, Callback>();
 std::atomic<uint64_t> g_next_id{1};
 
 // Runs on the connection's callback thread. status: the stream's status (cuStreamAddCallback);

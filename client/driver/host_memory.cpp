@@ -31,7 +31,8 @@ namespace rgpu::client {
 namespace {
 
 std::mutex g_mu;
-std::map<uintptr_t, HostRange> g_ranges;  // by base
+// Leaked on purpose: programs call the driver from exit handlers, after static destructors.
+auto& g_ranges = *new std::map<uintptr_t, HostRange>();  // by base
 std::atomic<uint64_t> g_next_id{1};
 
 size_t page_size() {

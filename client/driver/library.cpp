@@ -44,9 +44,10 @@ using rgpu::client::ModuleRegistry;
 // The real driver returns the same CUkernel for the same (library, name): so do we, and a
 // repeated cuLibraryGetKernel sends nothing.
 std::mutex g_mu;
-std::map<std::pair<uint64_t, std::string>, uint64_t> g_kernels;
+// Leaked on purpose: cudart unloads libraries from its exit handler, after static destructors.
+auto& g_kernels = *new std::map<std::pair<uint64_t, std::string>, uint64_t>();
 // Names handed out by cuKernelGetName/cuFuncGetName live as long as the process.
-std::set<std::string> g_names;
+auto& g_names = *new std::set<std::string>();
 
 const char* intern(const std::string& s) {
   std::lock_guard<std::mutex> lock(g_mu);

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "client/call.h"
+#include "common/env.h"
 #include "client/host_memory.h"
 #include "client/runtime.h"
 #include "gen/export.gen.h"
@@ -40,7 +41,7 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
   if (n && !src) return CUDA_ERROR_INVALID_VALUE;
   size_t off = 0;
   do {
-    size_t len = std::min<size_t>(n - off, rgpu::proto::kBulkChunk);
+    size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
     bool last = off + len == n;
     Call c(op, (last && !async) ? rgpu::client::kWaits : rgpu::client::kOneWay);
     c.args().put<uint64_t>(dst + off);
@@ -71,7 +72,7 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
     calls.pop_front();
   };
   do {
-    size_t len = std::min<size_t>(n - off, rgpu::proto::kBulkChunk);
+    size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
     auto c = std::make_unique<Call>(op, rgpu::client::kWaits);
     c->args().put<uint64_t>(src + off);
     if (async) c->args().put_u64(handle_id(stream));

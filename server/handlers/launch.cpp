@@ -44,16 +44,28 @@ bool driver_layout(Dispatch& d, uint64_t fid, CUfunction f, std::vector<std::pai
     *out = it->second;
     return true;
   }
+  // The handle may be a CUfunction or a CUkernel (cudart launches kernels by their CUkernel); the
+  // driver answers INVALID_VALUE at index 0 when asked about the wrong kind, so ask both ways.
+  auto ask = [&](auto query, auto handle, std::vector<std::pair<size_t, size_t>>* layout) {
+    if (!query) return false;
+    for (size_t i = 0; i < kMaxParams; ++i) {
+      size_t off = 0, size = 0;
+      CUresult rc = query(handle, i, &off, &size);
+      if (rc == CUDA_ERROR_INVALID_VALUE) return true;  // past the last parameter
+      if (rc != CUDA_SUCCESS) return false;
+      layout->emplace_back(off, size);
+    }
+    return true;
+  };
   std::vector<std::pair<size_t, size_t>> layout;
-  for (size_t i = 0; i < kMaxParams; ++i) {
-    size_t off = 0, size = 0;
-    CUresult rc = d.drv.cuFuncGetParamInfo ? d.drv.cuFuncGetParamInfo(f, i, &off, &size) : CUDA_ERROR_NOT_SUPPORTED;
-    if (rc == CUDA_ERROR_INVALID_HANDLE && d.drv.cuKernelGetParamInfo)
-      rc = d.drv.cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, &off, &size);
-    if (rc == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
-    if (rc != CUDA_SUCCESS) return false;
-    layout.emplace_back(off, size);
+  bool ok = ask(d.drv.cuFuncGetParamInfo, f, &layout);
+  if (layout.empty()) {
+    layout.clear();
+    ok = ask(d.drv.cuKernelGetParamInfo, reinterpret_cast<CUkernel>(f), &layout);
   }
+  // A kernel with no parameters, or one the driver cannot describe, is not checked: the driver
+  // then reads nothing the client did not send.
+  if (!ok || layout.empty()) return false;
   known[fid] = layout;
   *out = std::move(layout);
   return true;

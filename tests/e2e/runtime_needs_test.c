@@ -210,7 +210,9 @@ static void test_pinned(void) {
   CHECK(((uintptr_t)src & 4095) == 0, "pinned memory is not page-aligned");
   unsigned flags = 99;
   CU(cuMemHostGetFlags(&flags, src));
-  CHECK(flags == CU_MEMHOSTALLOC_PORTABLE, "host flags %u", flags);
+  /* The real driver also reports DEVICEMAP (3): with unified addressing every pinned allocation
+   * is mapped. rgpu reports what was asked for. */
+  CHECK(flags & CU_MEMHOSTALLOC_PORTABLE, "host flags %u", flags);
   fill_pattern(src, n, 3);
   memset(dst, 0, n);
   CUstream s = NULL;
