@@ -78,3 +78,11 @@ def test_server_explains_a_missing_driver():
                         "/nonexistent/libcuda.so.1"], capture_output=True, text=True, timeout=10)
     assert r.returncode == 2
     assert "cannot load the CUDA driver" in r.stderr and "--driver" in r.stderr, r.stderr
+
+
+def test_driver_calls_from_exit_handlers_after_main_work(server):
+    # The static CUDA runtime tears down from a destructor that runs after the shim's own static
+    # destructors would have; NVIDIA's samples crashed there before the shim's state was leaked.
+    r = run_client([str(BUILD / "bin/exit_teardown_test"), IMAGE], server)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "teardown after main: ok" in r.stdout, r.stdout + r.stderr

@@ -1,0 +1,73 @@
+/* Calls the driver from an exit handler registered before the driver library was loaded, as the
+ * static CUDA runtime does: it registers its teardown, then dlopen()s libcuda.so.1, so at exit
+ * the library's own static destructors run first and the teardown's driver calls come after
+ * them. (Found with NVIDIA's samples on the H200: the shim's state was destroyed by then and
+ * cuLibraryUnload crashed.) Usage: exit_teardown_test IMAGE */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static CUlibrary g_lib;
+static CUmodule g_mod;
+static void* g_pinned;
+
+#define FN(name) static __typeof__(&name) p_##name;
+FN(cuInit) FN(cuDeviceGet) FN(cuDevicePrimaryCtxRetain) FN(cuCtxSetCurrent) FN(cuModuleLoadData)
+FN(cuLibraryLoadData) FN(cuLibraryGetKernel) FN(cuMemAllocHost) FN(cuCtxGetCurrent) FN(cuDeviceGetAttribute)
+FN(cuModuleUnload) FN(cuLibraryUnload) FN(cuMemFreeHost) FN(cuCtxSynchronize) FN(cuGetErrorString)
+
+static void teardown(void) {
+  /* Reuse and scribble over memory freed before this point, so state destroyed too early is
+   * garbage now rather than intact by luck. */
+  for (int i = 0; i < 4096; ++i) {
+    size_t sz = 16 + (size_t)(i % 16) * 16;
+    unsigned char* p = malloc(sz);
+    for (size_t j = 0; j < sz; ++j) p[j] = 0xA5;
+  }
+  CUcontext cur = NULL;
+  int v = 0, bad = 0;
+  bad |= p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS;
+  bad |= p_cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0) != CUDA_SUCCESS || v != 32;
+  bad |= p_cuModuleUnload(g_mod) != CUDA_SUCCESS;
+  bad |= p_cuLibraryUnload(g_lib) != CUDA_SUCCESS;
+  bad |= p_cuMemFreeHost(g_pinned) != CUDA_SUCCESS;
+  bad |= p_cuCtxSynchronize() != CUDA_SUCCESS;
+  const char* s = NULL;
+  p_cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &s);
+  printf("teardown after main: %s (%s)\n", bad ? "FAILED" : "ok", s ? s : "?");
+  fflush(stdout);
+  if (bad) _exit(1);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  atexit(teardown);  /* before the driver is loaded, as static cudart does */
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) return 3;
+#define LOAD(name) if (!(p_##name = (__typeof__(&name))dlsym(lib, #name))) return 3;
+  LOAD(cuInit) LOAD(cuDeviceGet) LOAD(cuDevicePrimaryCtxRetain) LOAD(cuCtxSetCurrent) LOAD(cuModuleLoadData)
+  LOAD(cuLibraryLoadData) LOAD(cuLibraryGetKernel) LOAD(cuMemAllocHost) LOAD(cuCtxGetCurrent)
+  LOAD(cuDeviceGetAttribute) LOAD(cuModuleUnload) LOAD(cuLibraryUnload) LOAD(cuMemFreeHost) LOAD(cuCtxSynchronize)
+  LOAD(cuGetErrorString)
+  FILE* f = fopen(argv[1], "rb");
+  if (!f) return 2;
+  static char image[1 << 20];
+  size_t n = fread(image, 1, sizeof image - 1, f);
+  fclose(f);
+  image[n] = 0;
+  CUdevice dev;
+  CUcontext ctx;
+  if (p_cuInit(0) || p_cuDeviceGet(&dev, 0) || p_cuDevicePrimaryCtxRetain(&ctx, dev) || p_cuCtxSetCurrent(ctx)) return 1;
+  if (p_cuModuleLoadData(&g_mod, image) || p_cuLibraryLoadData(&g_lib, image, NULL, NULL, 0, NULL, NULL, 0)) return 1;
+  const char* names[] = {"rgpu_vec_add", "rgpu_fill_u32", "rgpu_affine", "rgpu_empty", "rgpu_spin"};
+  for (int i = 0; i < 5; ++i) {
+    CUkernel k;
+    if (p_cuLibraryGetKernel(&k, g_lib, names[i])) return 1;
+  }
+  if (p_cuMemAllocHost(&g_pinned, 4096)) return 1;
+  printf("main done\n");
+  return 0;
+}
