@@ -36,6 +36,8 @@ constexpr size_t kMaxClientThreads = 1024;
 constexpr auto kSpin = std::chrono::microseconds(50);
 // How many payload bytes one client thread may have queued before the reader waits for it.
 constexpr size_t kMaxQueuedBytes = 512u << 20;
+// Replies with at least this many bulk bytes are sent by the session's writer thread.
+constexpr size_t kAsyncReplyBytes = 1u << 20;
 
 struct Frame {
   proto::FrameHeader h;
@@ -75,9 +77,29 @@ class Worker {
   }
   std::thread& thread() { return thread_; }
 
+  // A bulk buffer the session's writer has finished sending comes back for reuse.
+  void release(Bytes b) {
+    {
+      std::lock_guard<std::mutex> lock(bulk_mu_);
+      spare_.push_back(std::move(b));
+      --bulk_in_flight_;
+    }
+    bulk_cv_.notify_one();
+  }
+
  private:
   void loop();
   bool callbacks_in_flight() const;
+  // A buffer to fill with the next bulk reply; waits while one is being sent and another filled
+  // (two buffers: the device copy of chunk k+1 overlaps the sending of chunk k).
+  Bytes next_bulk() {
+    std::unique_lock<std::mutex> lock(bulk_mu_);
+    bulk_cv_.wait(lock, [&] { return bulk_in_flight_ < 2 || !spare_.empty(); });
+    if (spare_.empty()) return Bytes();
+    Bytes b = std::move(spare_.back());
+    spare_.pop_back();
+    return b;
+  }
 
   Session* session_;
   uint32_t thread_id_;
@@ -87,6 +109,10 @@ class Worker {
   std::atomic<size_t> queued_{0};
   size_t queued_bytes_ = 0;  // payload bytes in queue_, under mu_
   std::condition_variable space_cv_;
+  std::mutex bulk_mu_;
+  std::condition_variable bulk_cv_;
+  std::vector<Bytes> spare_;
+  int bulk_in_flight_ = 0;
   bool sleeping_ = false;
   bool stop_ = false;
   // The first failure of a one-way call since the last reply on this thread.
@@ -172,6 +198,18 @@ class Session : public ClientCallbacks {
     if (!net::writev_full(fd_, iov, bulk.empty() ? 3 : 4)) failed_.store(true);
   }
 
+  // Sends a large reply from the session's writer thread, so the worker can produce the next one
+  // meanwhile; the bulk buffer goes back to `owner` once sent.
+  void reply_async(const proto::FrameHeader& req, const proto::ReplyPrefix& prefix, std::vector<uint8_t> body,
+                   Bytes bulk, Worker* owner) {
+    {
+      std::lock_guard<std::mutex> lock(wq_mu_);
+      wq_.push_back(AsyncReply{req, prefix, std::move(body), std::move(bulk), owner});
+      if (!writer_.joinable()) writer_ = std::thread([this] { write_loop(); });
+    }
+    wq_cv_.notify_one();
+  }
+
   const DriverTable& driver() const { return *opt_.driver; }
   HandleMap& handles() { return handles_; }
 
@@ -198,6 +236,29 @@ class Session : public ClientCallbacks {
   }
 
  private:
+  struct AsyncReply {
+    proto::FrameHeader req;
+    proto::ReplyPrefix prefix;
+    std::vector<uint8_t> body;
+    Bytes bulk;
+    Worker* owner;
+  };
+
+  void write_loop() {
+    for (;;) {
+      AsyncReply r;
+      {
+        std::unique_lock<std::mutex> lock(wq_mu_);
+        wq_cv_.wait(lock, [&] { return !wq_.empty(); });
+        r = std::move(wq_.front());
+        wq_.pop_front();
+      }
+      reply(r.req, r.prefix, r.body, r.bulk);
+      r.bulk.clear();
+      r.owner->release(std::move(r.bulk));
+    }
+  }
+
   void notify(uint64_t id, int32_t status, uint32_t run) {
     std::vector<uint8_t> payload;
     Writer w(&payload);
@@ -244,6 +305,10 @@ class Session : public ClientCallbacks {
   std::condition_variable cb_cv_;
   std::unordered_map<uint64_t, bool> cb_waiting_;
   std::atomic<int> cb_in_flight_{0};
+  std::mutex wq_mu_;
+  std::condition_variable wq_cv_;
+  std::deque<AsyncReply> wq_;
+  std::thread writer_;
   bool ended_ = false;
 };
 
@@ -303,7 +368,16 @@ void Worker::loop() {
       proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
       deferred_result_ = 0;
       deferred_op_ = 0;
-      session_->reply(f.h, prefix, body, bulk);
+      if (bulk.size() >= kAsyncReplyBytes) {
+        {
+          std::lock_guard<std::mutex> lock(bulk_mu_);
+          ++bulk_in_flight_;
+        }
+        session_->reply_async(f.h, prefix, body, std::move(bulk), this);
+        bulk = next_bulk();
+      } else {
+        session_->reply(f.h, prefix, body, bulk);
+      }
     } else if (result != CUDA_SUCCESS && deferred_result_ == 0) {
       deferred_result_ = result;
       deferred_op_ = f.h.op;
