@@ -292,6 +292,33 @@ FAKE_API CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
 
 FAKE_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream h) { return cuStreamSynchronize(h); }
 FAKE_API CUresult CUDAAPI cuStreamQuery_ptsz(CUstream h) { return cuStreamQuery(h); }
+
+// The fake never captures graphs: every stream reports "not capturing".
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                    CUgraph* graph, const CUgraphNode** deps,
+                                                    const CUgraphEdgeData** edges, size_t* n) {
+  if (CUresult r = check_init()) return r;
+  if (status) *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (id) *id = 0;
+  if (graph) *graph = nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (n) *n = 0;
+  return CUDA_SUCCESS;
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id,
+                                                         CUgraph* g, const CUgraphNode** d, const CUgraphEdgeData** e,
+                                                         size_t* n) {
+  return cuStreamGetCaptureInfo_v3(s, st, id, g, d, e, n);
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,
+                                                    const CUgraphNode** d, size_t* n) {
+  return cuStreamGetCaptureInfo_v3(s, st, id, g, d, nullptr, n);
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id,
+                                                         CUgraph* g, const CUgraphNode** d, size_t* n) {
+  return cuStreamGetCaptureInfo_v3(s, st, id, g, d, nullptr, n);
+}
 FAKE_API CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f) { return cuStreamWaitEvent(h, e, f); }
 FAKE_API CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream h, unsigned int* f) { return cuStreamGetFlags(h, f); }
 FAKE_API CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream h, int* p) { return cuStreamGetPriority(h, p); }

@@ -3411,14 +3411,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hSt
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream /*hStream*/, CUstreamCaptureStatus * /*captureStatus_out*/, cuuint64_t * /*id_out*/, CUgraph * /*graph_out*/, const CUgraphNode ** /*dependencies_out*/, size_t * /*numDependencies_out*/) { return rgpu::client::unsupported("cuStreamGetCaptureInfo_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream /*hStream*/, CUstreamCaptureStatus * /*captureStatus_out*/, cuuint64_t * /*id_out*/, CUgraph * /*graph_out*/, const CUgraphNode ** /*dependencies_out*/, size_t * /*numDependencies_out*/) { return rgpu::client::unsupported("cuStreamGetCaptureInfo_v2_ptsz"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream /*hStream*/, CUstreamCaptureStatus * /*captureStatus_out*/, cuuint64_t * /*id_out*/, CUgraph * /*graph_out*/, const CUgraphNode ** /*dependencies_out*/, const CUgraphEdgeData ** /*edgeData_out*/, size_t * /*numDependencies_out*/) { return rgpu::client::unsupported("cuStreamGetCaptureInfo_v3"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream /*hStream*/, CUstreamCaptureStatus * /*captureStatus_out*/, cuuint64_t * /*id_out*/, CUgraph * /*graph_out*/, const CUgraphNode ** /*dependencies_out*/, const CUgraphEdgeData ** /*edgeData_out*/, size_t * /*numDependencies_out*/) { return rgpu::client::unsupported("cuStreamGetCaptureInfo_v3_ptsz"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
   rgpu::client::trace_call("cuStreamGetCtx");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx, rgpu::client::kWaits);

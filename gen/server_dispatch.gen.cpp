@@ -7270,6 +7270,10 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuStreamEndCapture_ptsz: return &h_cuStreamEndCapture_ptsz;
     case rgpu::op::cuStreamGetCaptureInfo: return &h_cuStreamGetCaptureInfo;
     case rgpu::op::cuStreamGetCaptureInfo_ptsz: return &h_cuStreamGetCaptureInfo_ptsz;
+    case rgpu::op::cuStreamGetCaptureInfo_v2: return &rgpu::server::handlers::cuStreamGetCaptureInfo_v2;
+    case rgpu::op::cuStreamGetCaptureInfo_v2_ptsz: return &rgpu::server::handlers::cuStreamGetCaptureInfo_v2_ptsz;
+    case rgpu::op::cuStreamGetCaptureInfo_v3: return &rgpu::server::handlers::cuStreamGetCaptureInfo_v3;
+    case rgpu::op::cuStreamGetCaptureInfo_v3_ptsz: return &rgpu::server::handlers::cuStreamGetCaptureInfo_v3_ptsz;
     case rgpu::op::cuStreamGetCtx: return &h_cuStreamGetCtx;
     case rgpu::op::cuStreamGetCtx_ptsz: return &h_cuStreamGetCtx_ptsz;
     case rgpu::op::cuStreamGetCtx_v2: return &h_cuStreamGetCtx_v2;

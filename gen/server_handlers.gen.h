@@ -47,5 +47,9 @@ void cuPointerGetAttribute(Dispatch& d);
 void cuPointerGetAttributes(Dispatch& d);
 void cuStreamAddCallback(Dispatch& d);
 void cuStreamAddCallback_ptsz(Dispatch& d);
+void cuStreamGetCaptureInfo_v2(Dispatch& d);
+void cuStreamGetCaptureInfo_v2_ptsz(Dispatch& d);
+void cuStreamGetCaptureInfo_v3(Dispatch& d);
+void cuStreamGetCaptureInfo_v3_ptsz(Dispatch& d);
 
 }  // namespace rgpu::server::handlers

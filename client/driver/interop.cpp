@@ -6,6 +6,9 @@
 // none in this process, so they succeed and do nothing, as on a driver with no profiler.
 #include <cuda.h>
 
+#include <string_view>
+#include <utility>
+
 #include "client/call.h"
 #include "gen/export.gen.h"
 
@@ -64,3 +67,20 @@ RGPU_EXPORT CUresult CUDAAPI cuProfilerStop(void) {
 }
 
 }  // extern "C"
+
+namespace rgpu::client {
+
+// These entry points are not in cuda.h, so gen/proc_address.gen.cpp cannot name them; cudart
+// resolves cuProfilerStart/Stop through cuGetProcAddress all the same (cudaProfilerStart).
+void* interop_export(std::string_view name) {
+  static const std::pair<std::string_view, void*> kNames[] = {
+      {"cuProfilerInitialize", reinterpret_cast<void*>(&cuProfilerInitialize)},
+      {"cuProfilerStart", reinterpret_cast<void*>(&cuProfilerStart)},
+      {"cuProfilerStop", reinterpret_cast<void*>(&cuProfilerStop)},
+  };
+  for (const auto& [n, fn] : kNames)
+    if (n == name) return fn;
+  return nullptr;
+}
+
+}  // namespace rgpu::client

@@ -13,6 +13,10 @@
 #include "gen/export.gen.h"
 #include "gen/proc_address.gen.h"
 
+namespace rgpu::client {
+void* interop_export(std::string_view name);  // client/driver/interop.cpp
+}
+
 namespace {
 
 using rgpu::client::kProcAddress;
@@ -41,8 +45,10 @@ void* resolve(const char* symbol, int version, cuuint64_t flags, CUdriverProcAdd
                                     [&](const auto& e, const auto& k) { return key(e) < k; });
   const auto* hi = std::upper_bound(lo, end, std::make_pair(name, mode),
                                     [&](const auto& k, const auto& e) { return k < key(e); });
-  if (lo == hi) {
+  if (lo == hi || std::all_of(lo, hi, [](const auto& e) { return e.fn == nullptr; })) {
+    // Not a cuda.h name the table knows: an exact exported name, or an interop/profiler entry.
     void* fn = find_export(name);
+    if (!fn) fn = rgpu::client::interop_export(name);
     *status = fn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return fn;
   }

@@ -44,6 +44,12 @@ TEST(ProcAddress, UnknownNamesAreNotFoundAndV1LeavesThePointerAlone) {
   EXPECT_EQ(fn, reinterpret_cast<void*>(0x1234));
 }
 
+TEST(ProcAddress, ProfilerEntryPointsResolveThoughCudaHDoesNotDeclareThem) {
+  // cudaProfilerStart failed with cudaErrorCallRequiresNewerDriver (NVIDIA's asyncAPI sample).
+  EXPECT_NE(get("cuProfilerStart", 13000, 0), nullptr);
+  EXPECT_NE(get("cuProfilerStop", 13000, 0), nullptr);
+}
+
 TEST(ProcAddress, EveryEntryPointIsReachableForCuda13) {
   // Each name the probe saw resolves for CUDA 13.0 to a function this library exports.
   EXPECT_NE(get("cuMemAlloc", 13000, 0), nullptr);

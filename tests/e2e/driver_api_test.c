@@ -211,6 +211,13 @@ static void test_streams_events(void) {
         "stream-ordered copy, memset, copy back differ");
   CU(cuEventQuery(stop));
   CU(cuStreamQuery(s1));
+  /* cuBLAS asks this before every launch. */
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  const CUgraphNode* deps = (const CUgraphNode*)1;
+  size_t ndeps = 99;
+  CU(cuStreamGetCaptureInfo(s1, &capturing, NULL, NULL, &deps, NULL, &ndeps));
+  CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE && ndeps == 0, "capture info: status %d, %zu deps",
+        (int)capturing, ndeps);
   float ms = -1;
   CU(cuEventElapsedTime(&ms, start, stop));
   CHECK(ms >= 0, "elapsed time %f", ms);
