@@ -1,7 +1,44 @@
 // Implementation of client/modules.h.
 #include "client/modules.h"
 
+#include "client/call.h"
+#include "client/runtime.h"
+#include "common/log.h"
+#include "protocol/messages.h"
+
 namespace rgpu::client {
+
+CUresult load_image(uint16_t op, const char* name, const void* image, size_t max_len, uint64_t* id) {
+  // A fatbin wrapper (what nvcc registers) points at the fatbin in this process: send that.
+  if (image::detect(image, max_len) == image::Kind::kFatbinWrapper) {
+    image = image::fatbin_wrapper_data(image, max_len);
+    max_len = SIZE_MAX;
+    if (!image) return CUDA_ERROR_INVALID_IMAGE;
+  }
+  size_t n = image::image_size(image, max_len);
+  if (n == 0) {
+    log::error("%s: the image is not a cubin, fatbin or PTX that rgpu can measure; cannot send it", name);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  if (n > proto::kMaxPayload - 64) {
+    log::error("%s: the image is %zu bytes, over rgpu's limit of %u", name, n, proto::kMaxPayload - 64);
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  uint64_t minted = mint_handle();
+  Call c(op, kWaits);
+  c.args().put_u64(minted);
+  c.args().put_u64(n);
+  c.attach(image, n);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  image::Image img;
+  std::string err;
+  bool parsed = image::parse(image, n, image_arch(), &img, &err);
+  if (!parsed) log::debug("%s: cannot read kernel layouts from the image (%s); asking the server", name, err.c_str());
+  ModuleRegistry::get().add_module(minted, std::move(img), parsed);
+  *id = minted;
+  return CUDA_SUCCESS;
+}
 
 ModuleRegistry& ModuleRegistry::get() {
   static auto* r = new ModuleRegistry();  // never destroyed: calls may come during exit

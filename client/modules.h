@@ -5,6 +5,8 @@
 // passed as the CUfunction included) go without a round trip (DESIGN.md §3).
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -15,6 +17,11 @@
 #include "common/cuda_image.h"
 
 namespace rgpu::client {
+
+// Sends a module image (cubin, fatbin, PTX, or the fatbin a wrapper points at) to the server
+// with `op` under a client-minted id, records its kernels, and returns the id in *id. `name` is
+// the entry point, for messages. The wire layout: u64 id, u64 n, n bytes of image.
+CUresult load_image(uint16_t op, const char* name, const void* image, size_t max_len, uint64_t* id);
 
 class ModuleRegistry {
  public:

@@ -2016,8 +2016,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemBatchDecompressAsync(CUmemDecompres
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemBatchDecompressAsync_ptsz(CUmemDecompressParams * /*paramsArray*/, size_t /*count*/, unsigned int /*flags*/, size_t * /*errorIndex*/, CUstream /*stream*/) { return rgpu::client::unsupported("cuMemBatchDecompressAsync_ptsz"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle * /*handle*/, size_t /*size*/, const CUmemAllocationProp * /*prop*/, unsigned long long /*flags*/) { return rgpu::client::unsupported("cuMemCreate"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync(CUdeviceptr * /*dptrs*/, size_t * /*sizes*/, size_t /*count*/, CUmemLocation * /*prefetchLocs*/, size_t * /*prefetchLocIdxs*/, size_t /*numPrefetchLocs*/, unsigned long long /*flags*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemDiscardAndPrefetchBatchAsync"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync_ptsz(CUdeviceptr * /*dptrs*/, size_t * /*sizes*/, size_t /*count*/, CUmemLocation * /*prefetchLocs*/, size_t * /*prefetchLocIdxs*/, size_t /*numPrefetchLocs*/, unsigned long long /*flags*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemDiscardAndPrefetchBatchAsync_ptsz"); }
@@ -2025,8 +2023,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemDiscardAndPrefetchBatchAsync_ptsz(C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemDiscardBatchAsync(CUdeviceptr * /*dptrs*/, size_t * /*sizes*/, size_t /*count*/, unsigned long long /*flags*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemDiscardBatchAsync"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemDiscardBatchAsync_ptsz(CUdeviceptr * /*dptrs*/, size_t * /*sizes*/, size_t /*count*/, unsigned long long /*flags*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemDiscardBatchAsync_ptsz"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void * /*shareableHandle*/, CUmemGenericAllocationHandle /*handle*/, CUmemAllocationHandleType /*handleType*/, unsigned long long /*flags*/) { return rgpu::client::unsupported("cuMemExportToShareableHandle"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr) {
   rgpu::client::trace_call("cuMemFree");
@@ -2100,10 +2096,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pba
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(size_t * /*granularity*/, const CUmemAllocationProp * /*prop*/, CUmemAllocationGranularity_flags /*option*/) { return rgpu::client::unsupported("cuMemGetAllocationGranularity"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp * /*prop*/, CUmemGenericAllocationHandle /*handle*/) { return rgpu::client::unsupported("cuMemGetAllocationPropertiesFromHandle"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type) {
   rgpu::client::trace_call("cuMemGetDefaultMemPool");
   rgpu::client::Call c(rgpu::op::cuMemGetDefaultMemPool, rgpu::client::kWaits);
@@ -2161,8 +2153,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetMemPool(CUmemoryPool *pool, CUme
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle * /*handle*/, void * /*osHandle*/, CUmemAllocationHandleType /*shHandleType*/) { return rgpu::client::unsupported("cuMemImportFromShareableHandle"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
   rgpu::client::trace_call("cuMemMap");
@@ -2309,8 +2299,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandl
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle * /*handle*/, void * /*addr*/) { return rgpu::client::unsupported("cuMemRetainAllocationHandle"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
   rgpu::client::trace_call("cuMemSetAccess");
   const uint64_t desc_n = rgpu::gen::sz_mul(static_cast<uint64_t>(count), uint64_t{sizeof(CUmemAccessDesc)});
@@ -2350,27 +2338,11 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2D(const CUDA_MEMCPY2D_v1 * /*pC
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D_v1 * /*pCopy*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy2DAsync"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D * /*pCopy*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy2DAsync_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D * /*pCopy*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy2DAsync_v2_ptsz"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned(const CUDA_MEMCPY2D_v1 * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy2DUnaligned"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy2DUnaligned_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy2DUnaligned_v2_ptds"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy2D_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy2D_v2_ptds"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3D(const CUDA_MEMCPY3D_v1 * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy3D"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D_v1 * /*pCopy*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy3DAsync"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D * /*pCopy*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy3DAsync_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D * /*pCopy*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy3DAsync_v2_ptsz"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t /*numOps*/, CUDA_MEMCPY3D_BATCH_OP * /*opList*/, size_t * /*failIdx*/, unsigned long long /*flags*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy3DBatchAsync"); }
 
@@ -2387,10 +2359,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER * /*pCopy*/, CUstream /*hStream*/) { return rgpu::client::unsupported("cuMemcpy3DPeerAsync_ptsz"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy3DPeer_ptds"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy3D_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D * /*pCopy*/) { return rgpu::client::unsupported("cuMemcpy3D_v2_ptds"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   rgpu::client::trace_call("cuMemcpyAtoA");
@@ -3187,10 +3155,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiproces
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int * /*minGridSize*/, int * /*blockSize*/, CUfunction /*func*/, CUoccupancyB2DSize /*blockSizeToDynamicSMemSize*/, size_t /*dynamicSMemSize*/, int /*blockSizeLimit*/) { return rgpu::client::unsupported("cuOccupancyMaxPotentialBlockSize"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int * /*minGridSize*/, int * /*blockSize*/, CUfunction /*func*/, CUoccupancyB2DSize /*blockSizeToDynamicSMemSize*/, size_t /*dynamicSMemSize*/, int /*blockSizeLimit*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuOccupancyMaxPotentialBlockSizeWithFlags"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int * /*clusterSize*/, CUfunction /*func*/, const CUlaunchConfig * /*config*/) { return rgpu::client::unsupported("cuOccupancyMaxPotentialClusterSize"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSetSize(CUfunction hfunc, unsigned int numbytes) {
@@ -3378,10 +3342,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetAttribute(CUstream /*hStream*/, CUstreamAttrID /*attr*/, CUstreamAttrValue * /*value*/) { return rgpu::client::unsupported("cuStreamGetAttribute"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetAttribute_ptsz(CUstream /*hStream*/, CUstreamAttrID /*attr*/, CUstreamAttrValue * /*value_out*/) { return rgpu::client::unsupported("cuStreamGetAttribute_ptsz"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
   rgpu::client::trace_call("cuStreamGetCaptureInfo");
@@ -3609,10 +3569,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamSetAttribute(CUstream /*hStream*/, CUstreamAttrID /*attr*/, const CUstreamAttrValue * /*param*/) { return rgpu::client::unsupported("cuStreamSetAttribute"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream /*hStream*/, CUstreamAttrID /*attr*/, const CUstreamAttrValue * /*value*/) { return rgpu::client::unsupported("cuStreamSetAttribute_ptsz"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
   rgpu::client::trace_call("cuStreamSynchronize");
   rgpu::client::Call c(rgpu::op::cuStreamSynchronize, rgpu::client::kWaits);
@@ -3813,16 +3769,12 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream st
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject * /*pSurfObject*/, const CUDA_RESOURCE_DESC * /*pResDesc*/) { return rgpu::client::unsupported("cuSurfObjectCreate"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfObjectDestroy(CUsurfObject surfObject) {
   rgpu::client::trace_call("cuSurfObjectDestroy");
   rgpu::client::Call c(rgpu::op::cuSurfObjectDestroy, rgpu::client::kWaits);
   c.args().put<CUsurfObject>(surfObject);
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC * /*pResDesc*/, CUsurfObject /*surfObject*/) { return rgpu::client::unsupported("cuSurfObjectGetResourceDesc"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef) {
   rgpu::client::trace_call("cuSurfRefGetArray");
@@ -3853,16 +3805,12 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap * /*t
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap * /*tensorMap*/, void * /*globalAddress*/) { return rgpu::client::unsupported("cuTensorMapReplaceAddress"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexObjectCreate(CUtexObject * /*pTexObject*/, const CUDA_RESOURCE_DESC * /*pResDesc*/, const CUDA_TEXTURE_DESC * /*pTexDesc*/, const CUDA_RESOURCE_VIEW_DESC * /*pResViewDesc*/) { return rgpu::client::unsupported("cuTexObjectCreate"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexObjectDestroy(CUtexObject texObject) {
   rgpu::client::trace_call("cuTexObjectDestroy");
   rgpu::client::Call c(rgpu::op::cuTexObjectDestroy, rgpu::client::kWaits);
   c.args().put<CUtexObject>(texObject);
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC * /*pResDesc*/, CUtexObject /*texObject*/) { return rgpu::client::unsupported("cuTexObjectGetResourceDesc"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject) {
   rgpu::client::trace_call("cuTexObjectGetResourceViewDesc");

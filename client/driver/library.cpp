@@ -57,35 +57,10 @@ const char* intern(const std::string& s) {
 CUresult load(const char* name, CUlibrary* library, const void* code, size_t max_len) {
   rgpu::client::trace_call(name);
   if (!library || !code) return CUDA_ERROR_INVALID_VALUE;
-  // A fatbin wrapper (what nvcc registers) points at the fatbin in this process: send that.
-  if (rgpu::image::detect(code, max_len) == rgpu::image::Kind::kFatbinWrapper) {
-    code = rgpu::image::fatbin_wrapper_data(code, max_len);
-    max_len = SIZE_MAX;
-    if (!code) return CUDA_ERROR_INVALID_IMAGE;
-  }
-  size_t n = rgpu::image::image_size(code, max_len);
-  if (n == 0) {
-    rgpu::log::error("%s: the image is not a cubin, fatbin or PTX that rgpu can measure; cannot send it", name);
-    return CUDA_ERROR_INVALID_IMAGE;
-  }
-  if (n > rgpu::proto::kMaxPayload - 64) {
-    rgpu::log::error("%s: the image is %zu bytes, over rgpu's limit of %u", name, n, rgpu::proto::kMaxPayload - 64);
-    return CUDA_ERROR_INVALID_IMAGE;
-  }
-  uint64_t id = rgpu::client::mint_handle();
-  Call c(rgpu::op::cuLibraryLoadData, rgpu::client::kWaits);
-  c.args().put_u64(id);
-  c.args().put_u64(n);
-  c.attach(code, n);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  rgpu::image::Image img;
-  std::string err;
-  bool parsed = rgpu::image::parse(code, n, rgpu::client::image_arch(), &img, &err);
-  if (!parsed) rgpu::log::debug("%s: cannot read kernel layouts from the image (%s); asking the server", name, err.c_str());
-  ModuleRegistry::get().add_module(id, std::move(img), parsed);
-  *library = handle_from<CUlibrary>(id);
-  return CUDA_SUCCESS;
+  uint64_t id;
+  CUresult rc = rgpu::client::load_image(rgpu::op::cuLibraryLoadData, name, code, max_len, &id);
+  if (rc == CUDA_SUCCESS) *library = handle_from<CUlibrary>(id);
+  return rc;
 }
 
 // Asks the server for the name of a kernel or function handle the client has no image for.

@@ -33,29 +33,10 @@ using rgpu::client::ModuleRegistry;
 CUresult load(uint16_t op, const char* name, CUmodule* module, const void* image, size_t max_len) {
   rgpu::client::trace_call(name);
   if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
-  size_t n = rgpu::image::image_size(image, max_len);
-  if (n == 0) {
-    rgpu::log::error("%s: the image is not a cubin, fatbin or PTX that rgpu can measure; cannot send it", name);
-    return CUDA_ERROR_INVALID_IMAGE;
-  }
-  if (n > rgpu::proto::kMaxPayload - 64) {
-    rgpu::log::error("%s: the image is %zu bytes, over rgpu's limit of %u", name, n, rgpu::proto::kMaxPayload - 64);
-    return CUDA_ERROR_INVALID_IMAGE;
-  }
-  uint64_t id = rgpu::client::mint_handle();
-  Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(id);
-  c.args().put_u64(n);
-  c.attach(image, n);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  rgpu::image::Image img;
-  std::string err;
-  bool parsed = rgpu::image::parse(image, n, rgpu::client::image_arch(), &img, &err);
-  if (!parsed) rgpu::log::debug("%s: cannot read kernel layouts from the image (%s); asking the server", name, err.c_str());
-  ModuleRegistry::get().add_module(id, std::move(img), parsed);
-  *module = handle_from<CUmodule>(id);
-  return CUDA_SUCCESS;
+  uint64_t id;
+  CUresult rc = rgpu::client::load_image(op, name, image, max_len, &id);
+  if (rc == CUDA_SUCCESS) *module = handle_from<CUmodule>(id);
+  return rc;
 }
 
 }  // namespace

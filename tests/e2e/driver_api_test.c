@@ -14,36 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-static int g_checks, g_failures;
-
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    ++g_checks;                                           \
-    if (!(cond)) {                                        \
-      ++g_failures;                                       \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                       \
-      fprintf(stderr, "\n");                              \
-    }                                                     \
-  } while (0)
-
-static const char* err_name(CUresult rc) {
-  const char* s = NULL;
-  cuGetErrorName(rc, &s);
-  return s ? s : "?";
-}
-
-#define CU(call)                                                                       \
-  do {                                                                                 \
-    CUresult rc_ = (call);                                                             \
-    CHECK(rc_ == CUDA_SUCCESS, "%s returned %s (%d)", #call, err_name(rc_), (int)rc_); \
-  } while (0)
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "check.h"
 
 static void expect_error_now_or_at_sync(CUresult now, const char* what) {
   CUresult later = cuCtxSynchronize();
@@ -51,20 +22,6 @@ static void expect_error_now_or_at_sync(CUresult now, const char* what) {
         err_name(now), err_name(later));
   /* The sticky state must not outlive the report. */
   CU(cuCtxSynchronize());
-}
-
-static void* read_file(const char* path, size_t* len) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc((size_t)n + 1);
-  if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-  buf[n] = 0;
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
 }
 
 static void test_device_queries(CUdevice* dev) {

@@ -14,50 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_checks, g_failures;
-
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    ++g_checks;                                           \
-    if (!(cond)) {                                        \
-      ++g_failures;                                       \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                       \
-      fprintf(stderr, "\n");                              \
-    }                                                     \
-  } while (0)
-
-static const char* err_name(CUresult rc) {
-  const char* s = NULL;
-  cuGetErrorName(rc, &s);
-  return s ? s : "?";
-}
-
-#define CU(call)                                                                       \
-  do {                                                                                 \
-    CUresult rc_ = (call);                                                             \
-    CHECK(rc_ == CUDA_SUCCESS, "%s returned %s (%d)", #call, err_name(rc_), (int)rc_); \
-  } while (0)
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void* read_file(const char* path, size_t* len) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc((size_t)n + 1);
-  if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-  buf[n] = 0;
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
+#include "check.h"
 
 static void fill_pattern(unsigned char* p, size_t n, unsigned seed) {
   for (size_t i = 0; i < n; ++i) p[i] = (unsigned char)((i * 2654435761u + seed) >> 7);

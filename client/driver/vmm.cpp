@@ -1,0 +1,123 @@
+// Virtual memory management: the calls whose arguments the generator cannot marshal.
+// (cuMemAddressReserve/Free, cuMemMap/Unmap, cuMemSetAccess, cuMemGetAccess, cuMemRelease are
+// generated.) A CUmemGenericAllocationHandle is a 64-bit value the server's driver owns; it
+// travels as is. CUmemAllocationProp carries a Windows-only pointer (win32HandleMetaData): it must
+// be NULL here and is sent as 0; a device location's id is a client ordinal, sent as the server's.
+// Shareable handles (cuMemExportToShareableHandle / cuMemImportFromShareableHandle) are file
+// descriptors (or fabric handles) of the GPU host's processes: refused.
+//
+// Wire (cuMemGetAllocationGranularity): CUmemAllocationProp, i32 option. Reply: CUresult, u64.
+// cuMemCreate: u64 size, CUmemAllocationProp, u64 flags. Reply: CUresult, u64 handle.
+// cuMemGetAllocationPropertiesFromHandle: u64 handle. Reply: CUresult, CUmemAllocationProp
+//   (win32HandleMetaData 0, a device location's id the server's ordinal).
+// cuMemRetainAllocationHandle: u64 device address. Reply: CUresult, u64 handle.
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "client/call.h"
+#include "client/runtime.h"
+#include "common/log.h"
+#include "gen/export.gen.h"
+#include "gen/ops.gen.h"
+
+namespace {
+
+using rgpu::client::Call;
+
+// The properties as the server should see them; false when they cannot travel.
+bool to_server(const CUmemAllocationProp* in, CUmemAllocationProp* out) {
+  if (!in || in->win32HandleMetaData) return false;  // Windows only; must be NULL elsewhere
+  *out = *in;
+  out->win32HandleMetaData = nullptr;
+  if (out->location.type == CU_MEM_LOCATION_TYPE_DEVICE) out->location.id = rgpu::client::server_device(in->location.id);
+  return true;
+}
+
+CUresult refuse(const char* call) {
+  rgpu::client::trace_call(call);
+  rgpu::log::error(
+      "%s is not supported by rgpu: shareable allocation handles are file descriptors of processes on the "
+      "GPU host, which cannot be passed to or from a process on another machine; share the memory "
+      "within one process instead",
+      call);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+}  // namespace
+
+extern "C" {
+
+RGPU_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                                           CUmemAllocationGranularity_flags option) {
+  rgpu::client::trace_call("cuMemGetAllocationGranularity");
+  CUmemAllocationProp p;
+  if (!granularity || !to_server(prop, &p)) return CUDA_ERROR_INVALID_VALUE;
+  Call c(rgpu::op::cuMemGetAllocationGranularity, rgpu::client::kWaits);
+  c.args().put(p);
+  c.args().put<int32_t>(option);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  uint64_t g = c.reply().u64();
+  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  *granularity = g;
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                         const CUmemAllocationProp* prop, unsigned long long flags) {
+  rgpu::client::trace_call("cuMemCreate");
+  CUmemAllocationProp p;
+  if (!handle || !to_server(prop, &p)) return CUDA_ERROR_INVALID_VALUE;
+  Call c(rgpu::op::cuMemCreate, rgpu::client::kWaits);
+  c.args().put_u64(size);
+  c.args().put(p);
+  c.args().put_u64(flags);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  uint64_t h = c.reply().u64();
+  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  *handle = h;
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                                    CUmemGenericAllocationHandle handle) {
+  rgpu::client::trace_call("cuMemGetAllocationPropertiesFromHandle");
+  if (!prop) return CUDA_ERROR_INVALID_VALUE;
+  Call c(rgpu::op::cuMemGetAllocationPropertiesFromHandle, rgpu::client::kWaits);
+  c.args().put_u64(handle);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  CUmemAllocationProp p = c.reply().get<CUmemAllocationProp>();
+  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  p.win32HandleMetaData = nullptr;
+  if (p.location.type == CU_MEM_LOCATION_TYPE_DEVICE) p.location.id = rgpu::client::client_device(p.location.id);
+  *prop = p;
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  rgpu::client::trace_call("cuMemRetainAllocationHandle");
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  Call c(rgpu::op::cuMemRetainAllocationHandle, rgpu::client::kWaits);
+  c.args().put_u64(reinterpret_cast<uintptr_t>(addr));
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  uint64_t h = c.reply().u64();
+  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  *handle = h;
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void*, CUmemGenericAllocationHandle,
+                                                          CUmemAllocationHandleType, unsigned long long) {
+  return refuse("cuMemExportToShareableHandle");
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle*, void*,
+                                                            CUmemAllocationHandleType) {
+  return refuse("cuMemImportFromShareableHandle");
+}
+
+}  // extern "C"

@@ -1,0 +1,257 @@
+/* Occupancy with a block-size -> shared-memory function, virtual memory management and stream
+ * attributes, as NVIDIA's samples (vectorAddMMAP, cudaCompressibleMemory, simpleOccupancy) and
+ * PyTorch's expandable segments use them. One body, run through rgpu (shim -> server -> fake or
+ * real driver) and directly against the real driver; every check holds on both. The fake driver
+ * has no cuMemCreate: the VMM part then checks the refusal and says it skipped. Under rgpu
+ * (RGPU_SERVER set) shareable handles must be refused.
+ * Usage: extras_test FATBIN   (tests/kernels image) */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_checks, g_failures;
+
+#define CHECK(cond, ...)                                  \
+  do {                                                    \
+    ++g_checks;                                           \
+    if (!(cond)) {                                        \
+      ++g_failures;                                       \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                       \
+      fprintf(stderr, "\n");                              \
+    }                                                     \
+  } while (0)
+
+static const char* err_name(CUresult rc) {
+  const char* s = NULL;
+  cuGetErrorName(rc, &s);
+  return s ? s : "?";
+}
+
+#define CU(call)                                                                       \
+  do {                                                                                 \
+    CUresult rc_ = (call);                                                             \
+    CHECK(rc_ == CUDA_SUCCESS, "%s returned %s (%d)", #call, err_name(rc_), (int)rc_); \
+  } while (0)
+
+static void* read_file(const char* path, size_t* len) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* buf = malloc((size_t)n + 1);
+  if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+static int is_pow2(size_t v) { return v && !(v & (v - 1)); }
+
+/* ---------- occupancy ---------- */
+
+static int g_b2d_calls;
+static size_t smem_16_per_thread(int block) {
+  ++g_b2d_calls;
+  return (size_t)block * 16;
+}
+/* Blocks above 256 threads would need more shared memory than any SM has: only the table of
+ * per-size values (not one value for all) lets the driver see that. */
+static size_t impossible_above_256(int block) {
+  ++g_b2d_calls;
+  return block > 256 ? ((size_t)1 << 30) : 0;
+}
+
+static int good_block(int b, int limit) { return b > 0 && b % 32 == 0 && b <= limit; }
+
+static void test_occupancy(CUfunction f) {
+  int grid = 0, block = 0;
+  CU(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 0, 0));
+  CHECK(good_block(block, 1024) && grid > 0, "no callback: grid %d block %d", grid, block);
+
+  grid = block = 0;
+  CU(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 4096, 128));
+  CHECK(good_block(block, 128) && grid > 0, "limit 128: grid %d block %d", grid, block);
+
+  grid = block = 0;
+  g_b2d_calls = 0;
+  CU(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, smem_16_per_thread, 0, 0));
+  CHECK(good_block(block, 1024) && grid > 0, "callback: grid %d block %d", grid, block);
+  CHECK(g_b2d_calls > 0, "the block-size function was never called");
+
+  grid = block = 0;
+  g_b2d_calls = 0;
+  CU(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, impossible_above_256, 0, 0));
+  CHECK(good_block(block, 256) && grid > 0, "per-size callback: grid %d block %d (want <= 256)", grid, block);
+
+  grid = block = 0;
+  CU(cuOccupancyMaxPotentialBlockSizeWithFlags(&grid, &block, f, impossible_above_256, 0, 512,
+                                               CU_OCCUPANCY_DEFAULT));
+  CHECK(good_block(block, 256) && grid > 0, "with flags: grid %d block %d", grid, block);
+
+  CHECK(cuOccupancyMaxPotentialBlockSize(NULL, &block, f, NULL, 0, 0) != CUDA_SUCCESS, "NULL minGridSize accepted");
+}
+
+/* ---------- virtual memory management ---------- */
+
+static void test_vmm(CUdevice dev, int through_rgpu) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  size_t gmin = 0, grec = 0;
+  CU(cuMemGetAllocationGranularity(&gmin, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CU(cuMemGetAllocationGranularity(&grec, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  CHECK(is_pow2(gmin) && is_pow2(grec) && grec >= gmin, "granularity min %zu recommended %zu", gmin, grec);
+  if (through_rgpu) {
+    CUmemAllocationProp bad = prop;
+    bad.win32HandleMetaData = &bad;
+    size_t g = 0;
+    CHECK(cuMemGetAllocationGranularity(&g, &bad, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_ERROR_INVALID_VALUE,
+          "a Windows-only pointer was sent");
+  }
+  if (!gmin) return;
+
+  size_t size = 2 * gmin;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult rc = cuMemCreate(&h, size, &prop, 0);
+  if (rc == CUDA_ERROR_NOT_SUPPORTED) {
+    printf("extras_test: VMM mapping skipped: this driver has no cuMemCreate (the fake)\n");
+    return;
+  }
+  CHECK(rc == CUDA_SUCCESS, "cuMemCreate returned %s", err_name(rc));
+  if (rc != CUDA_SUCCESS) return;
+
+  CUmemAllocationProp got;
+  memset(&got, 0xff, sizeof got);
+  CU(cuMemGetAllocationPropertiesFromHandle(&got, h));
+  CHECK(got.type == CU_MEM_ALLOCATION_TYPE_PINNED && got.location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+            got.location.id == dev && got.win32HandleMetaData == NULL,
+        "properties: type %d location %d/%d", (int)got.type, (int)got.location.type, got.location.id);
+
+  CUdeviceptr va = 0;
+  CU(cuMemAddressReserve(&va, size, 0, 0, 0));
+  CU(cuMemMap(va, size, 0, h, 0));
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU(cuMemSetAccess(va, size, &access, 1));
+  unsigned long long flags = 0;
+  CU(cuMemGetAccess(&flags, &prop.location, va));
+  CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "access flags %llu", flags);
+
+  CU(cuMemsetD32(va, 0x12345678u, size / 4));
+  unsigned* host = malloc(size);
+  CU(cuMemcpyDtoH(host, va, size));
+  CHECK(host[0] == 0x12345678u && host[size / 4 - 1] == 0x12345678u, "mapped memory reads back %#x", host[0]);
+  free(host);
+
+  CUmemGenericAllocationHandle again = 0;
+  CU(cuMemRetainAllocationHandle(&again, (void*)(uintptr_t)(va + gmin)));
+  CHECK(again == h, "retained handle %llu, created %llu", (unsigned long long)again, (unsigned long long)h);
+  if (again) CU(cuMemRelease(again));
+
+  if (through_rgpu) {
+    int fd = -1;
+    CHECK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
+              CUDA_ERROR_NOT_SUPPORTED,
+          "a shareable handle was exported");
+  }
+
+  CU(cuMemUnmap(va, size));
+  CU(cuMemRelease(h));
+  CU(cuMemAddressFree(va, size));
+}
+
+static void test_shareable_refused(void) {
+  int fd = -1;
+  CHECK(cuMemExportToShareableHandle(&fd, 1, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) == CUDA_ERROR_NOT_SUPPORTED,
+        "cuMemExportToShareableHandle not refused");
+  CUmemGenericAllocationHandle h = 0;
+  CHECK(cuMemImportFromShareableHandle(&h, (void*)(intptr_t)3, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ==
+            CUDA_ERROR_NOT_SUPPORTED,
+        "cuMemImportFromShareableHandle not refused");
+}
+
+/* ---------- stream attributes ---------- */
+
+static void test_stream_attributes(int through_rgpu) {
+  int least = 0, greatest = 0;
+  CU(cuCtxGetStreamPriorityRange(&least, &greatest));
+  CUstream s = NULL;
+  CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUstreamAttrValue v;
+  memset(&v, 0, sizeof v);
+  v.priority = greatest;
+  CU(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+  memset(&v, 0x55, sizeof v);
+  CU(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+  CHECK(v.priority == greatest, "priority attribute %d, set %d", v.priority, greatest);
+  int prio = 1;
+  CU(cuStreamGetPriority(s, &prio));
+  CHECK(prio == greatest, "cuStreamGetPriority %d after the attribute set %d", prio, greatest);
+
+  memset(&v, 0, sizeof v);
+  v.syncPolicy = CU_SYNC_POLICY_BLOCKING_SYNC;
+  CU(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+  memset(&v, 0, sizeof v);
+  CU(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &v));
+  CHECK(v.syncPolicy == CU_SYNC_POLICY_BLOCKING_SYNC, "sync policy %d", (int)v.syncPolicy);
+
+  if (through_rgpu) {
+    CHECK(cuStreamGetAttribute(s, (CUstreamAttrID)9999, &v) == CUDA_ERROR_INVALID_VALUE, "unknown id accepted");
+    CHECK(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT, &v) == CUDA_ERROR_INVALID_VALUE,
+          "a launch-only attribute was accepted for a stream");
+  }
+  CU(cuStreamSynchronize(s));
+  CU(cuStreamDestroy(s));
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s FATBIN (built from tests/kernels/test_kernels.cu)\n", argv[0]);
+    return 2;
+  }
+  int through_rgpu = getenv("RGPU_SERVER") != NULL;
+  CUresult rc = cuInit(0);
+  if (rc != CUDA_SUCCESS) {
+    fprintf(stderr, "cuInit failed: %s\n", err_name(rc));
+    return 1;
+  }
+  CUdevice dev;
+  CUcontext primary;
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxRetain(&primary, dev));
+  CU(cuCtxSetCurrent(primary));
+
+  size_t len = 0;
+  void* image = read_file(argv[1], &len);
+  CHECK(image != NULL, "cannot read %s", argv[1]);
+  CUmodule mod = NULL;
+  CUfunction f = NULL;
+  if (image) {
+    CU(cuModuleLoadData(&mod, image));
+    free(image);
+  }
+  if (mod) CU(cuModuleGetFunction(&f, mod, "rgpu_vec_add"));
+  if (f) test_occupancy(f);
+  else CHECK(0, "no kernel: occupancy not tested");
+  test_vmm(dev, through_rgpu);
+  if (through_rgpu) test_shareable_refused();
+  test_stream_attributes(through_rgpu);
+
+  if (mod) CU(cuModuleUnload(mod));
+  CU(cuCtxSynchronize());
+  CU(cuDevicePrimaryCtxRelease(dev));
+  if (g_failures) {
+    fprintf(stderr, "extras_test: %d of %d checks FAILED\n", g_failures, g_checks);
+    return 1;
+  }
+  printf("extras_test: all %d checks passed\n", g_checks);
+  return 0;
+}
