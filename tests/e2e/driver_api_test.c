@@ -173,8 +173,8 @@ static void test_streams_events(void) {
   const CUgraphNode* deps = (const CUgraphNode*)1;
   size_t ndeps = 99;
   CU(cuStreamGetCaptureInfo(s1, &capturing, NULL, NULL, &deps, NULL, &ndeps));
-  CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE && ndeps == 0, "capture info: status %d, %zu deps",
-        (int)capturing, ndeps);
+  /* The dependency outputs are only meaningful while capturing (the real driver leaves them). */
+  CHECK(capturing == CU_STREAM_CAPTURE_STATUS_NONE, "capture info: status %d", (int)capturing);
   float ms = -1;
   CU(cuEventElapsedTime(&ms, start, stop));
   CHECK(ms >= 0, "elapsed time %f", ms);
