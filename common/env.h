@@ -11,7 +11,7 @@
 // | RGPU_BATCH      | client | 0: every call waits for its reply (debugging); default 1         |
 // | RGPU_LOG        | both   | error, warn, info (default), debug                               |
 // | RGPU_CONNECT_TIMEOUT | client | seconds to wait for the handshake (default 10)            |
-// | RGPU_BULK_CHUNK | client | bytes per bulk-copy frame (default 8 MiB, 64 KiB..32 MiB); a     |
+// | RGPU_BULK_CHUNK | client | bytes per bulk-copy frame (default 1 MiB, 64 KiB..32 MiB); a     |
 // |                 |        | tuning knob for benchmarks                                       |
 // | CUDA_VISIBLE_DEVICES | client | which of the server's GPUs the program sees, as with CUDA:  |
 // |                 |        | indices or UUIDs (GPU-...), up to the first invalid entry        |
@@ -30,7 +30,7 @@ struct Settings {
   bool batch = true;
   std::string log = "info";
   int connect_timeout_s = 10;
-  size_t bulk_chunk = 8u << 20;
+  size_t bulk_chunk = 1u << 20;
   bool has_visible_devices = false;
   std::string visible_devices;
 };

@@ -31,16 +31,18 @@ using rgpu::client::ModuleRegistry;
 std::shared_ptr<const rgpu::image::Kernel> layout(CUfunction f) {
   auto k = ModuleRegistry::get().function(handle_id(f));
   if (k) return k;
+  // f may be a CUfunction or a CUkernel (cudart launches kernels by their CUkernel): ask as the
+  // one, and if that knows no parameter, as the other.
   rgpu::image::Kernel asked;
-  for (uint32_t i = 0;; ++i) {
-    Call c(rgpu::op::cuFuncGetParamInfo, rgpu::client::kWaits);
-    c.args().put_u64(handle_id(f));
-    c.args().put_u64(i);
-    if (c.invoke() != CUDA_SUCCESS) break;  // past the last parameter (or f is bad)
-    uint64_t off = c.reply().u64(), size = c.reply().u64();
-    if (!c.reply().ok() || off > (1u << 20) || size > (1u << 20)) break;
-    asked.params.push_back({i, static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
-    asked.param_bytes = std::max<uint32_t>(asked.param_bytes, static_cast<uint32_t>(off + size));
+  for (int as_kernel = 0; as_kernel < 2 && asked.params.empty(); ++as_kernel) {
+    for (uint32_t i = 0;; ++i) {
+      size_t off = 0, size = 0;
+      CUresult rc = as_kernel ? cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, &off, &size)
+                              : cuFuncGetParamInfo(f, i, &off, &size);
+      if (rc != CUDA_SUCCESS || off > (1u << 20) || size > (1u << 20)) break;  // past the last one
+      asked.params.push_back({i, static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
+      asked.param_bytes = std::max<uint32_t>(asked.param_bytes, static_cast<uint32_t>(off + size));
+    }
   }
   ModuleRegistry::get().set_function(handle_id(f), asked);
   return ModuleRegistry::get().function(handle_id(f));

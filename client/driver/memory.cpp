@@ -1,5 +1,5 @@
 // Host↔device copies: the calls whose payload is the user's data. Large copies travel as
-// kBulkChunk frames back to back with no round trip between them (DESIGN.md §3, "bulk data");
+// RGPU_BULK_CHUNK frames back to back with no round trip between them (DESIGN.md §3, "bulk data");
 // host-to-device chunks are written from the caller's memory without a copy, and device-to-host
 // replies are read straight into the caller's buffer (Call::reply_sink).
 //
@@ -60,7 +60,7 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
 // off the device while chunk k is on the wire; each reply lands in its slice of dst.
 CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUstream stream) {
   if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
-  constexpr size_t kInFlight = 16;  // chunks requested ahead (128 MiB)
+  constexpr size_t kInFlight = 32;  // chunks requested ahead
   std::deque<std::unique_ptr<Call>> calls;
   CUresult first = CUDA_SUCCESS;
   size_t off = 0;

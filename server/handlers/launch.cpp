@@ -78,20 +78,20 @@ bool driver_layout(Dispatch& d, uint64_t fid, CUfunction f, std::vector<std::pai
   return true;
 }
 
-// True when the arguments the client sent cover every parameter the kernel has: the driver
-// reads each parameter's full size, so a shorter layout or buffer would make it read past them.
-bool arguments_fit(Dispatch& d, uint64_t fid, CUfunction f, const std::vector<std::pair<uint32_t, uint32_t>>& sent,
-                   size_t packed_len) {
+// The driver reads every parameter of the kernel at its full size, wherever the client's layout
+// says it is. So where the driver can describe the kernel, the argument pointers are rebuilt from
+// the driver's own layout over the packed buffer (the client packs at the same offsets, read from
+// the image), and a buffer too short to hold them all is refused. Returns false to refuse.
+bool arguments_fit(Dispatch& d, uint64_t fid, CUfunction f, Launch* l, bool params_form) {
   std::vector<std::pair<size_t, size_t>> want;
   if (!driver_layout(d, fid, f, &want)) return true;
-  if (sent.empty()) {  // `extra` form: one buffer holding all parameters
-    size_t need = 0;
-    for (auto& [off, size] : want) need = std::max(need, off + size);
-    return packed_len >= need;
+  size_t need = 0;
+  for (auto& [off, size] : want) need = std::max(need, off + size);
+  if (l->packed_len < need) return false;
+  if (params_form) {
+    l->ptrs.clear();
+    for (auto& [off, size] : want) l->ptrs.push_back(const_cast<uint8_t*>(l->packed) + off);
   }
-  if (sent.size() != want.size()) return false;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (sent[i].second != want[i].second) return false;
   return true;
 }
 
@@ -138,7 +138,7 @@ bool read_head(Dispatch& d, Launch* l, bool with_attrs) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
     return false;
   }
-  if (!arguments_fit(d, fid, l->f, layout, l->packed_len)) {
+  if (!arguments_fit(d, fid, l->f, l, l->extra_len == 0)) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
     return false;
   }

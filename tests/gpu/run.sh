@@ -5,7 +5,7 @@
 # the NVML shim under nvidia-smi, the runtime-needs program, the CUDA runtime/library corpus
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
-#   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there
+#   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-results}
@@ -117,10 +117,12 @@ cat "$OUT/server_nvml.log"
 kill $nserver 2>/dev/null
 wait $nserver 2>/dev/null
 
-step "driver-path benchmark"
-bench/run_driver_bench.sh $QUICK --driver "$REAL" --out "$OUT" >"$OUT/bench.log" 2>&1 || status=1
-cat "$OUT/driver_bench.md" 2>/dev/null || tail -30 "$OUT/bench.log"
-cp "$OUT/driver_bench.md" "$OUT/driver_bench.json" "$RESULTS/" 2>/dev/null
+if [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
+  step "driver-path benchmark"
+  bench/run_driver_bench.sh $QUICK --driver "$REAL" --out "$OUT" >"$OUT/bench.log" 2>&1 || status=1
+  cat "$OUT/driver_bench.md" 2>/dev/null || tail -30 "$OUT/bench.log"
+  cp "$OUT/driver_bench.md" "$OUT/driver_bench.json" "$RESULTS/" 2>/dev/null
+fi
 tar czf "$RESULTS/gpu-logs.tgz" -C "$RESULTS" logs
 
 echo
