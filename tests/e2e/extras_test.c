@@ -11,43 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_checks, g_failures;
-
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    ++g_checks;                                           \
-    if (!(cond)) {                                        \
-      ++g_failures;                                       \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                       \
-      fprintf(stderr, "\n");                              \
-    }                                                     \
-  } while (0)
-
-static const char* err_name(CUresult rc) {
-  const char* s = NULL;
-  cuGetErrorName(rc, &s);
-  return s ? s : "?";
-}
-
-#define CU(call)                                                                       \
-  do {                                                                                 \
-    CUresult rc_ = (call);                                                             \
-    CHECK(rc_ == CUDA_SUCCESS, "%s returned %s (%d)", #call, err_name(rc_), (int)rc_); \
-  } while (0)
-
-static void* read_file(const char* path, size_t* len) {
-  FILE* f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char* buf = malloc((size_t)n + 1);
-  if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
+#include "check.h"
 
 static int is_pow2(size_t v) { return v && !(v & (v - 1)); }
 

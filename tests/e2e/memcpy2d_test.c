@@ -9,24 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_checks, g_failures;
-
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    ++g_checks;                                            \
-    if (!(cond)) {                                         \
-      ++g_failures;                                        \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-    }                                                      \
-  } while (0)
-
-#define CU(call)                                                      \
-  do {                                                                \
-    CUresult rc_ = (call);                                            \
-    CHECK(rc_ == CUDA_SUCCESS, "%s returned %d", #call, (int)rc_);    \
-  } while (0)
+#include "check.h"
 
 static uint8_t pattern(size_t i) { return (uint8_t)(i * 2654435761u >> 13); }
 
