@@ -109,6 +109,7 @@ bool Connection::send_oneway(uint16_t op, uint32_t thread_id, const void* args, 
   std::lock_guard<std::mutex> lock(send_mu_);
   if (broken_) return false;
   bool was_empty = batch_.empty();
+  bytes_sent_.fetch_add(sizeof(proto::FrameHeader) + args_len + extra_len, std::memory_order_relaxed);
   proto::FrameHeader h =
       proto::make_header(op, proto::kNoReply, next_request_++, thread_id, args_len + extra_len);
   if (extra_len >= kDirectSendBytes) {
@@ -166,6 +167,7 @@ uint32_t Connection::submit(uint16_t op, uint32_t thread_id, const void* args, s
       pending_[id] = slot;
     }
     proto::FrameHeader h = proto::make_header(op, 0, id, thread_id, args_len + extra_len);
+    bytes_sent_.fetch_add(sizeof h + args_len + extra_len, std::memory_order_relaxed);
     bool ok;
     if (batch_.empty()) {
       ok = proto::write_frame(fd_, op, 0, id, thread_id, args, args_len, extra, extra_len);
@@ -271,6 +273,7 @@ bool Connection::read_one() {
     mark_broken("the connection broke in the middle of a frame header");
     return false;
   }
+  bytes_received_.fetch_add(sizeof h + h.length, std::memory_order_relaxed);
   if (h.length > proto::kMaxPayload) {
     mark_broken(log::format("the server sent a frame of %u bytes, over the limit of %u", h.length, proto::kMaxPayload));
     return false;
@@ -340,6 +343,7 @@ bool Connection::send_control(uint16_t op, const void* payload, size_t len) {
   std::lock_guard<std::mutex> lock(send_mu_);
   if (broken_) return false;
   proto::FrameHeader h = proto::make_header(op, proto::kNoReply, next_request_++, 0, len);
+  bytes_sent_.fetch_add(sizeof h + len, std::memory_order_relaxed);
   const auto* hp = reinterpret_cast<const uint8_t*>(&h);
   batch_.insert(batch_.end(), hp, hp + sizeof h);
   const auto* pp = static_cast<const uint8_t*>(payload);

@@ -81,6 +81,9 @@ class Connection {
   bool broken() const { return broken_.load(); }
   uint64_t round_trips() const { return round_trips_.load(); }
   uint64_t oneway_calls() const { return oneway_calls_.load(); }
+  // Frame bytes (headers and payloads) queued or sent, and received, after the handshake.
+  uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
 
   static constexpr size_t kFlushBytes = 256 << 10;
   // How long a waiting thread polls the socket before it sleeps in read(2).
@@ -137,6 +140,8 @@ class Connection {
   std::atomic<bool> broken_{false};
   std::atomic<uint64_t> round_trips_{0};
   std::atomic<uint64_t> oneway_calls_{0};
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
 };
 
 }  // namespace rgpu::client

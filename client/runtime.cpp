@@ -14,6 +14,7 @@
 
 #include "client/call.h"
 #include "client/contexts.h"
+#include "client/stats.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "gen/ops.gen.h"
@@ -131,6 +132,7 @@ CUresult init(unsigned flags) {
   if (s.log == "debug") log::set_level(log::kDebug);
   if (s.log == "warn") log::set_level(log::kWarn);
   if (s.log == "error") log::set_level(log::kError);
+  stats::enable_from_env();
   std::string err;
   g_conn = Connection::open(s.server, s.token, &err);
   if (!g_conn) {
@@ -154,7 +156,7 @@ uint32_t thread_id() {
 
 bool batching() { return env::get().batch; }
 
-void count_call(uint16_t, bool) {}
+void count_call(uint16_t op, bool waited, uint64_t wait_us) { stats::record(op, waited, wait_us); }
 
 CUdevice server_device(CUdevice client_ordinal) {
   if (client_ordinal < 0 || static_cast<size_t>(client_ordinal) >= g_visible.size()) return -1;
@@ -205,6 +207,7 @@ CUresult Call::invoke() {
   if (kind_ == kOneWay && batching()) {
     if (!conn->send_oneway(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_))
       return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    count_call(op_, false);
     return CUDA_SUCCESS;
   }
   CUresult rc = submit();
@@ -223,7 +226,16 @@ CUresult Call::submit() {
 
 CUresult Call::finish() {
   Connection* conn = g_conn;
-  if (!conn || !id_ || !conn->wait(id_, &slot_)) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  if (!conn || !id_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
+  const bool counting = stats::enabled();
+  std::chrono::steady_clock::time_point t0;
+  if (counting) t0 = std::chrono::steady_clock::now();
+  bool ok = conn->wait(id_, &slot_);
+  if (counting) {
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+    count_call(op_, true, static_cast<uint64_t>(us));
+  }
+  if (!ok) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   reply_buf_ = std::move(slot_.payload);
   sink_received_ = slot_.sink_got;
   Reader r(reply_buf_.data(), reply_buf_.size());

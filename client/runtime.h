@@ -30,7 +30,8 @@ bool batching();
 // fatbin: that of the current context's device, else of device 0; 0 before cuInit.
 uint32_t image_arch();
 
-// Call statistics, for RGPU_STATS.
-void count_call(uint16_t op, bool waited);
+// Call statistics, for RGPU_STATS (client/stats.h): one call of op; wait_us is how long a
+// waiting call blocked for its reply. A null-pointer check when RGPU_STATS is unset.
+void count_call(uint16_t op, bool waited, uint64_t wait_us = 0);
 
 }  // namespace rgpu::client

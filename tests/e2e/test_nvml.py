@@ -51,7 +51,8 @@ def test_wrong_token_gives_a_clear_error():
 
 
 def test_no_server_gives_a_clear_error():
-    r = run_client([RGPU_SMI], "127.0.0.1:1")
+    from conftest import free_port
+    r = run_client([RGPU_SMI], f"127.0.0.1:{free_port()}")  # a port nobody listens on
     assert r.returncode == 1
     assert "is the server running?" in r.stderr, r.stderr
 

@@ -1,0 +1,146 @@
+// Implementation of client/stats.h.
+#include "client/stats.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "client/runtime.h"
+#include "common/env.h"
+#include "gen/ops.gen.h"
+
+namespace rgpu::client::stats {
+namespace {
+
+// Ops are indexed directly; anything past the table (no such op today) shares the last slot.
+constexpr size_t kSlots = 1024;
+// Rows per list in the file.
+constexpr size_t kTop = 20;
+static_assert(op::kLast < kSlots - 1, "grow kSlots");
+
+struct OpCounters {
+  std::atomic<uint64_t> count{0};
+  std::atomic<uint64_t> waited{0};
+  std::atomic<uint64_t> total_us{0};
+  std::atomic<uint64_t> max_us{0};
+};
+
+struct Table {
+  OpCounters ops[kSlots];
+  std::string path;  // copied here: env's statics may be gone by the time the handler runs
+  pid_t pid = 0;
+};
+
+// Leaked on purpose (see the header). Written once under g_once, before any call is counted.
+std::atomic<Table*> g_table{nullptr};
+std::once_flag g_once;
+
+void at_exit_write() { write_now(); }
+
+std::string op_name(size_t op) {
+  if (const char* n = op::name(static_cast<uint16_t>(op))) return n;
+  if (op < op::kFirst) return "control:" + std::to_string(op);
+  return "op:" + std::to_string(op);
+}
+
+}  // namespace
+
+void enable_from_env() {
+  std::call_once(g_once, [] {
+    const std::string& path = env::get().stats;
+    if (path.empty()) return;
+    auto* t = new Table();
+    t->path = path;
+    t->pid = getpid();
+    g_table.store(t, std::memory_order_release);
+    std::atexit(at_exit_write);
+  });
+}
+
+bool enabled() { return g_table.load(std::memory_order_relaxed) != nullptr; }
+
+void record(uint16_t op, bool waited, uint64_t wait_us) {
+  Table* t = g_table.load(std::memory_order_acquire);
+  if (!t) return;
+  OpCounters& c = t->ops[std::min<size_t>(op, kSlots - 1)];
+  c.count.fetch_add(1, std::memory_order_relaxed);
+  if (!waited) return;
+  c.waited.fetch_add(1, std::memory_order_relaxed);
+  c.total_us.fetch_add(wait_us, std::memory_order_relaxed);
+  uint64_t prev = c.max_us.load(std::memory_order_relaxed);
+  while (wait_us > prev && !c.max_us.compare_exchange_weak(prev, wait_us, std::memory_order_relaxed)) {
+  }
+}
+
+bool write_now() {
+  Table* t = g_table.load(std::memory_order_acquire);
+  if (!t || t->pid != getpid()) return false;
+  struct Row {
+    std::string name;
+    uint64_t count, waited, total_us, max_us;
+  };
+  std::vector<Row> rows;
+  for (size_t i = 0; i < kSlots; ++i) {
+    const OpCounters& c = t->ops[i];
+    uint64_t n = c.count.load(std::memory_order_relaxed);
+    if (!n) continue;
+    rows.push_back({op_name(i), n, c.waited.load(std::memory_order_relaxed), c.total_us.load(std::memory_order_relaxed),
+                    c.max_us.load(std::memory_order_relaxed)});
+  }
+  // ops: by total wait. oneway_ops: the ops that never waited (they would all tie at 0 and fall
+  // out of the first list), by count.
+  std::vector<Row> oneway;
+  for (const Row& r : rows)
+    if (!r.waited) oneway.push_back(r);
+  auto by = [](std::vector<Row>& v, bool wait_first) {
+    std::sort(v.begin(), v.end(), [wait_first](const Row& a, const Row& b) {
+      if (wait_first && a.total_us != b.total_us) return a.total_us > b.total_us;
+      if (a.count != b.count) return a.count > b.count;
+      return a.name < b.name;
+    });
+    if (v.size() > kTop) v.resize(kTop);
+  };
+  by(rows, true);
+  by(oneway, false);
+  Connection* conn = connection();
+  FILE* f = fopen(t->path.c_str(), "w");
+  if (!f) {
+    // Plain stderr: the logger's statics may be gone by now.
+    fprintf(stderr, "rgpu: cannot write RGPU_STATS file '%s': %s\n", t->path.c_str(), strerror(errno));
+    return false;
+  }
+  fprintf(f, "{\n  \"pid\": %d,\n  \"round_trips\": %llu,\n  \"oneway_calls\": %llu,\n", static_cast<int>(t->pid),
+          static_cast<unsigned long long>(conn ? conn->round_trips() : 0),
+          static_cast<unsigned long long>(conn ? conn->oneway_calls() : 0));
+  fprintf(f, "  \"bytes_sent\": %llu,\n  \"bytes_received\": %llu,\n",
+          static_cast<unsigned long long>(conn ? conn->bytes_sent() : 0),
+          static_cast<unsigned long long>(conn ? conn->bytes_received() : 0));
+  auto list = [f](const char* key, const std::vector<Row>& v, bool last) {
+    fprintf(f, "  \"%s\": [", key);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const Row& r = v[i];
+      // Op names are C identifiers or "control:N": nothing to escape.
+      fprintf(f, "%s\n    {\"op\": \"%s\", \"count\": %llu, \"waited\": %llu, \"total_wait_us\": %llu, \"max_wait_us\": %llu}",
+              i ? "," : "", r.name.c_str(), static_cast<unsigned long long>(r.count),
+              static_cast<unsigned long long>(r.waited), static_cast<unsigned long long>(r.total_us),
+              static_cast<unsigned long long>(r.max_us));
+    }
+    fprintf(f, "%s]%s\n", v.empty() ? "" : "\n  ", last ? "" : ",");
+  };
+  list("ops", rows, false);
+  list("oneway_ops", oneway, true);
+  fprintf(f, "}\n");
+  bool ok = !ferror(f);
+  ok &= fclose(f) == 0;
+  return ok;
+}
+
+}  // namespace rgpu::client::stats

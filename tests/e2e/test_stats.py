@@ -1,0 +1,47 @@
+"""RGPU_STATS: the shim writes call statistics as JSON at exit (format in client/stats.h)."""
+import json
+
+from conftest import BUILD, IMAGE, run_client
+
+PROGRAM = str(BUILD / "bin/driver_api_test")
+
+
+def _run_with_stats(server, tmp_path, **env):
+    path = tmp_path / "stats.json"
+    r = run_client([PROGRAM, IMAGE], server, env_extra={"RGPU_STATS": str(path), **env})
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(path.read_text())
+
+
+def test_stats_file_counts_calls_bytes_and_waits(server, tmp_path):
+    s = _run_with_stats(server, tmp_path)
+    assert s["round_trips"] > 0
+    assert s["oneway_calls"] > 0
+    assert s["bytes_sent"] >= 37 << 20  # the program copies that much host to device
+    assert s["bytes_received"] > 0
+    assert len(s["ops"]) <= 20 and len(s["oneway_ops"]) <= 20
+    assert all(o["waited"] == 0 for o in s["oneway_ops"])
+    counts = [o["count"] for o in s["oneway_ops"]]
+    assert counts == sorted(counts, reverse=True)
+    ops = {o["op"]: o for o in s["ops"] + s["oneway_ops"]}
+    totals = [o["total_wait_us"] for o in s["ops"]]
+    assert totals == sorted(totals, reverse=True)
+    for o in s["ops"]:
+        assert o["waited"] <= o["count"]
+        assert o["max_wait_us"] <= o["total_wait_us"]
+    assert "cuLaunchKernel" in ops and ops["cuLaunchKernel"]["waited"] == 0
+    assert ops["cuLaunchKernel"]["count"] > 0
+    assert "cuCtxSynchronize" in ops and ops["cuCtxSynchronize"]["waited"] > 0
+
+
+def test_stats_without_batching_counts_every_call_as_waiting(server, tmp_path):
+    s = _run_with_stats(server, tmp_path, RGPU_BATCH="0")
+    assert s["oneway_calls"] == 0
+    assert all(o["waited"] == o["count"] for o in s["ops"])
+    assert s["oneway_ops"] == []
+
+
+def test_no_stats_file_without_the_variable(server, tmp_path):
+    r = run_client([PROGRAM, IMAGE], server, env_extra={"RGPU_STATS": ""})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not list(tmp_path.iterdir())
