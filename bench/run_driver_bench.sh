@@ -4,7 +4,9 @@
 # path), and driver_bench through rgpu's shim to an rgpu-server on a free loopback port ("rgpu").
 # bench/report.py merges the three and checks the project's ratio targets. See bench/README.md.
 #
-# Usage: bench/run_driver_bench.sh [--quick] [--driver PATH|fake] [--out DIR]
+# Usage: bench/run_driver_bench.sh [--quick] [--driver PATH|fake] [--out DIR] [--delay-ms D]
+#   --delay-ms D: the rgpu run goes through rgpu-delay-proxy, adding D ms to every round trip
+#   (the TCP baseline and the local run do not; their ratios then show the cost of distance).
 # Env:   RGPU_BUILD_DIR (default <repo>/build), RGPU_BENCH_IMAGE (default the tests/kernels fatbin)
 set -euo pipefail
 
@@ -13,6 +15,7 @@ BUILD="${RGPU_BUILD_DIR:-$ROOT/build}"
 QUICK=""
 DRIVER="fake"
 OUT="$ROOT/bench/results"
+DELAY_MS=""
 
 usage() { sed -n '7p' "${BASH_SOURCE[0]}" | sed 's/^# //'; }
 while [[ $# -gt 0 ]]; do
@@ -20,6 +23,7 @@ while [[ $# -gt 0 ]]; do
     --quick) QUICK="--quick"; shift ;;
     --driver) DRIVER="${2:?--driver needs PATH or fake}"; shift 2 ;;
     --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
+    --delay-ms) DELAY_MS="${2:?--delay-ms needs milliseconds}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_driver_bench: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -42,6 +46,7 @@ rm -f "$OUT"/tcp_baseline.json "$OUT"/local.json "$OUT"/rgpu.json
 
 SERVER_PID=""
 CHILD_PID=""
+PROXY_PID=""
 # Runs a benchmark in the background and waits, so that INT/TERM reach the traps at once
 # instead of after the benchmark; the EXIT trap then ends it and the server.
 run() {
@@ -54,6 +59,7 @@ run() {
 }
 cleanup() {
   if [[ -n "$CHILD_PID" ]]; then kill "$CHILD_PID" 2>/dev/null || true; fi
+  if [[ -n "$PROXY_PID" ]]; then kill "$PROXY_PID" 2>/dev/null || true; fi
   stop_server
 }
 stop_server() {
@@ -104,9 +110,18 @@ else
   echo "== driver_bench local: skipped (--driver fake: no real driver to compare with)"
 fi
 
-echo "== driver_bench through rgpu (server --driver $DRIVER)"
+echo "== driver_bench through rgpu (server --driver $DRIVER${DELAY_MS:+, +$DELAY_MS ms round trip})"
 start_server
-if ! run env -u RGPU_TOKEN LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="127.0.0.1:$PORT" RGPU_BENCH_MODE=rgpu \
+TARGET_PORT=$PORT
+if [[ -n "$DELAY_MS" ]]; then
+  PROXY_PORT="$(free_port)"
+  "$BUILD/bin/rgpu-delay-proxy" --listen "127.0.0.1:$PROXY_PORT" --target "127.0.0.1:$PORT" --delay-ms "$DELAY_MS" \
+    >"$OUT/delay-proxy.log" 2>&1 &
+  PROXY_PID=$!
+  sleep 0.3
+  TARGET_PORT=$PROXY_PORT
+fi
+if ! run env -u RGPU_TOKEN LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="127.0.0.1:$TARGET_PORT" RGPU_BENCH_MODE=rgpu \
   "$BUILD/bin/driver_bench" "$IMAGE" "$OUT/rgpu.json" $QUICK; then
   echo "run_driver_bench: driver_bench through rgpu failed; the server's log ($OUT/rgpu-server.log) ends:" >&2
   tail -n 20 "$OUT/rgpu-server.log" >&2
@@ -117,3 +132,7 @@ stop_server
 
 python3 "$ROOT/bench/report.py" --out "$OUT" --driver "$DRIVER" --build "$BUILD" --server-log "$OUT/rgpu-server.log" \
   "$OUT/tcp_baseline.json" "$OUT/local.json" "$OUT/rgpu.json"
+if [[ -n "$DELAY_MS" && -f "$OUT/driver_bench.md" ]]; then
+  printf '\nThe rgpu run went through rgpu-delay-proxy adding %s ms to every round trip; the TCP baseline and\nthe local run did not, so the ratios above measure distance as well as rgpu.\n' "$DELAY_MS" \
+    >>"$OUT/driver_bench.md"
+fi
