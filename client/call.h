@@ -57,6 +57,10 @@ class Call {
   CUresult finish();
   // The handler's output after its CUresult (waiting calls only, after invoke()).
   Reader& reply() { return reply_reader_; }
+  // The error of an earlier one-way call that came back with this call's reply (CUDA_SUCCESS when
+  // none). invoke() returns it only when the call itself succeeded; a caller that treats some
+  // failure of its own as expected (kOpModuleByHash's NOT_FOUND) checks it here so it is not lost.
+  CUresult deferred() const { return deferred_; }
   // Bytes the sink received.
   size_t sink_received() const { return sink_received_; }
   size_t sink_cap() const { return sink_cap_; }
@@ -74,6 +78,7 @@ class Call {
   size_t sink_received_ = 0;
   std::vector<uint8_t> reply_buf_;
   Reader reply_reader_;
+  CUresult deferred_ = CUDA_SUCCESS;
   ReplySlot slot_;
   uint32_t id_ = 0;
 };

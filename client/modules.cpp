@@ -1,12 +1,41 @@
 // Implementation of client/modules.h.
 #include "client/modules.h"
 
+#include <atomic>
+
 #include "client/call.h"
 #include "client/runtime.h"
+#include "common/crypto.h"
 #include "common/log.h"
 #include "protocol/messages.h"
 
 namespace rgpu::client {
+
+namespace {
+
+// Servers that do not know kOpModuleByHash (they answer NOT_SUPPORTED) are not asked again.
+std::atomic<bool> g_by_hash_unsupported{false};
+
+// Asks the server to load the image from its module cache by SHA-256 (protocol/messages.h
+// kOpModuleByHash): one round trip, no image bytes. CUDA_ERROR_NOT_FOUND: send the bytes.
+// TODO(DESIGN.md §3): learn the server's cache index at connect time and skip this round trip
+// for images it lacks.
+CUresult load_by_hash(uint16_t op, uint64_t id, const void* image, size_t n) {
+  if (g_by_hash_unsupported.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_FOUND;
+  crypto::Digest hash = crypto::sha256(image, n);
+  Call c(proto::kOpModuleByHash, kWaits);
+  c.args().put_u64(id);
+  c.args().put<uint16_t>(op);
+  c.args().put(hash);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_ERROR_NOT_FOUND && rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
+  // An earlier one-way call's error came back with this reply: report it now, as the load would have.
+  if (c.deferred() != CUDA_SUCCESS) return c.deferred();
+  if (rc == CUDA_ERROR_NOT_SUPPORTED) g_by_hash_unsupported.store(true, std::memory_order_relaxed);
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+}  // namespace
 
 CUresult load_image(uint16_t op, const char* name, const void* image, size_t max_len, uint64_t* id) {
   // A fatbin wrapper (what nvcc registers) points at the fatbin in this process: send that.
@@ -25,11 +54,14 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
     return CUDA_ERROR_INVALID_IMAGE;
   }
   uint64_t minted = mint_handle();
-  Call c(op, kWaits);
-  c.args().put_u64(minted);
-  c.args().put_u64(n);
-  c.attach(image, n);
-  CUresult rc = c.invoke();
+  CUresult rc = load_by_hash(op, minted, image, n);
+  if (rc == CUDA_ERROR_NOT_FOUND) {
+    Call c(op, kWaits);
+    c.args().put_u64(minted);
+    c.args().put_u64(n);
+    c.attach(image, n);
+    rc = c.invoke();
+  }
   if (rc != CUDA_SUCCESS) return rc;
   image::Image img;
   std::string err;

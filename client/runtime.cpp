@@ -246,6 +246,7 @@ CUresult Call::finish() {
     return CUDA_ERROR_DEVICE_UNAVAILABLE;
   }
   reply_reader_ = r;
+  deferred_ = static_cast<CUresult>(prefix.deferred_result);
   if (prefix.deferred_result != CUDA_SUCCESS) {
     const char* failed = op::name(prefix.deferred_op);
     log::debug("an earlier one-way call %s failed with error %d; reporting it now", failed ? failed : "?",

@@ -18,6 +18,7 @@
 #include "common/net.h"
 #include "gen/driver_table.gen.h"
 #include "protocol/handshake.h"
+#include "server/module_cache.h"
 #include "server/nvml/nvml_server.h"
 #include "server/session.h"
 
@@ -59,6 +60,8 @@ int main(int argc, char** argv) {
   std::string nvml;
   bool insecure = false;
   std::string log_level = "info";
+  std::string cache_dir = rgpu::server::module_cache::default_dir();
+  uint64_t cache_max_mb = 4096;
   app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9713, loopback only)");
   app.add_option("--driver", driver,
                  "path of the CUDA driver library to serve (default: the system's libcuda.so.1), or 'fake' for "
@@ -68,6 +71,12 @@ int main(int argc, char** argv) {
                  "or rgpu's fake NVML with --driver fake)");
   app.add_option("--token-file", token_file, "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
   app.add_flag("--insecure", insecure, "allow listening on a non-loopback address without a token");
+  app.add_option("--cache-dir", cache_dir,
+                 "directory of the persistent module-image cache, shared by all sessions: clients send a module's "
+                 "bytes only when it is not there (default $XDG_CACHE_HOME/rgpu or ~/.cache/rgpu/modules; 'none' "
+                 "turns the cache off)");
+  app.add_option("--cache-max-mb", cache_max_mb, "largest total size of the module cache in MiB; images past it are not "
+                 "cached (default 4096)");
   app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   CLI11_PARSE(app, argc, argv);
 
@@ -97,6 +106,11 @@ int main(int argc, char** argv) {
         "Give --token-file (or RGPU_TOKEN), or --insecure if the network is trusted.",
         addr.str().c_str());
     return 2;
+  }
+
+  if (cache_dir == "none") cache_dir.clear();
+  if (!rgpu::server::module_cache::configure(cache_dir, cache_max_mb << 20, &err)) {
+    rgpu::log::warn("%s; running without a module cache (give --cache-dir DIR, or --cache-dir none)", err.c_str());
   }
 
   std::string driver_path = driver == "fake" ? exe_dir() + "/../lib/libfakecuda.so" : driver;
@@ -137,8 +151,9 @@ int main(int argc, char** argv) {
     }
   }).detach();
   signal(SIGPIPE, SIG_IGN);
-  rgpu::log::info("listening on %s, driver %s (%d entry points)%s", addr.str().c_str(), driver_path.c_str(), found,
-                  token.empty() ? ", no token" : ", token required");
+  rgpu::log::info("listening on %s, driver %s (%d entry points)%s, module cache %s", addr.str().c_str(),
+                  driver_path.c_str(), found, token.empty() ? ", no token" : ", token required",
+                  rgpu::server::module_cache::enabled() ? cache_dir.c_str() : "off");
 
   for (;;) {
     int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);

@@ -345,6 +345,7 @@ void Worker::loop() {
     bool wants_reply = !(f.h.flags & proto::kNoReply);
     Handler h = find_handler(f.h.op);
     if (f.h.op == proto::kOpSnapshot) h = handlers::snapshot;
+    if (f.h.op == proto::kOpModuleByHash) h = handlers::module_by_hash;
     if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
     if (!h) {
       // Unknown op: answered (or, one-way, deferred) as NOT_SUPPORTED; the connection stays.

@@ -2,8 +2,13 @@
 #include "server/handlers/control.h"
 
 #include <cstring>
+#include <vector>
 
+#include "common/crypto.h"
+#include "gen/ops.gen.h"
 #include "protocol/snapshot.h"
+#include "server/handlers/image.h"
+#include "server/module_cache.h"
 
 namespace rgpu::server::handlers {
 
@@ -55,6 +60,21 @@ void snapshot(Dispatch& d) {
   }
   d.reply.put<int32_t>(CUDA_SUCCESS);
   proto::encode_snapshot(s, d.reply);
+}
+
+void module_by_hash(Dispatch& d) {
+  uint64_t id = d.args.u64();
+  uint16_t load_op = d.args.u16();
+  crypto::Digest hash;
+  d.args.take(hash.data(), hash.size());
+  if (!d.args.ok()) return;
+  if (load_op != op::cuModuleLoadData && load_op != op::cuLibraryLoadData)
+    return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  std::vector<uint8_t> image;
+  if (!module_cache::load(hash, &image)) return d.reply.put<int32_t>(CUDA_ERROR_NOT_FOUND);
+  CUresult rc = load_op == op::cuModuleLoadData ? load_module_image(d, id, image.data(), image.size())
+                                                : load_library_image(d, id, image.data(), image.size());
+  d.reply.put<int32_t>(rc);
 }
 
 }  // namespace rgpu::server::handlers

@@ -8,5 +8,8 @@ namespace rgpu::server::handlers {
 // kOpSnapshot: initialises the driver (cuInit runs here, in the session's process only) and
 // answers protocol/snapshot.h.
 void snapshot(Dispatch& d);
+// kOpModuleByHash: loads an image from the server's module cache (server/module_cache.h) by its
+// SHA-256 and binds it to the client's id; CUDA_ERROR_NOT_FOUND when the cache lacks it.
+void module_by_hash(Dispatch& d);
 
 }  // namespace rgpu::server::handlers

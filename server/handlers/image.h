@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/cuda_image.h"
+#include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
 
@@ -25,5 +26,10 @@ inline const void* checked_image(const uint8_t* image, size_t n, std::string* co
   size_t size = image::image_size(image, n);
   return size != 0 && size <= n ? image : nullptr;
 }
+
+// Loads an image (checked_image first) as a module / a library and binds it to the client's id.
+// Shared by the cuModuleLoadData / cuLibraryLoadData handlers and kOpModuleByHash.
+CUresult load_module_image(Dispatch& d, uint64_t id, const uint8_t* image, size_t n);   // module.cpp
+CUresult load_library_image(Dispatch& d, uint64_t id, const uint8_t* image, size_t n);  // library.cpp
 
 }  // namespace rgpu::server::handlers

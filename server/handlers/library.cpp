@@ -10,6 +10,7 @@
 #include "gen/server_handlers.gen.h"
 #include "server/dispatch.h"
 #include "server/handlers/image.h"
+#include "server/module_cache.h"
 
 namespace rgpu::server::handlers {
 namespace {
@@ -32,21 +33,27 @@ void name_of(Dispatch& d, CUresult (*fn)(const char**, H)) {
 
 }  // namespace
 
-void cuLibraryLoadData(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  size_t n = 0;
-  const uint8_t* image = d.args.bytes(&n);
-  if (!d.args.ok()) return;
-  if (!d.drv.cuLibraryLoadData) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+CUresult load_library_image(Dispatch& d, uint64_t id, const uint8_t* image, size_t n) {
+  if (!d.drv.cuLibraryLoadData) return CUDA_ERROR_NOT_SUPPORTED;
   std::string copy;
   const void* p = checked_image(image, n, &copy);
-  if (!p) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_IMAGE);
+  if (!p) return CUDA_ERROR_INVALID_IMAGE;
   CUlibrary lib = nullptr;
   CUresult rc = d.drv.cuLibraryLoadData(&lib, p, nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (rc == CUDA_SUCCESS && !d.handles.bind(id, lib)) {
     if (d.drv.cuLibraryUnload) d.drv.cuLibraryUnload(lib);
     rc = CUDA_ERROR_INVALID_VALUE;
   }
+  return rc;
+}
+
+void cuLibraryLoadData(Dispatch& d) {
+  uint64_t id = d.args.u64();
+  size_t n = 0;
+  const uint8_t* image = d.args.bytes(&n);
+  if (!d.args.ok()) return;
+  CUresult rc = load_library_image(d, id, image, n);
+  if (rc == CUDA_SUCCESS) module_cache::store(image, n);  // the next client asks by hash
   d.reply.put<int32_t>(rc);
 }
 

@@ -24,7 +24,9 @@ class Server:
         self.port = free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.log_path = BUILD / f"rgpu-server-{self.port}.log"
-        args = [str(BUILD / "bin/rgpu-server"), "--listen", self.addr, "--driver", "fake", *extra_args]
+        # Tests keep out of the user's module cache unless they give --cache-dir themselves.
+        cache = [] if "--cache-dir" in extra_args else ["--cache-dir", "none"]
+        args = [str(BUILD / "bin/rgpu-server"), "--listen", self.addr, "--driver", "fake", *cache, *extra_args]
         env = dict(os.environ)
         env.pop("RGPU_TOKEN", None)
         if token:

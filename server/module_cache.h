@@ -1,0 +1,34 @@
+// The server's persistent cache of module images (DESIGN.md §3: "Module images are
+// content-addressed"), shared by every session on this machine. Each image is a file in the cache
+// directory named by the lowercase hex SHA-256 of its bytes, written atomically (a temporary file
+// renamed into place), so concurrent sessions never see a partial image. A client asks for an
+// image by hash (protocol/messages.h kOpModuleByHash) before sending its bytes.
+//
+// Robustness: an image read back is checked against its name's hash (a damaged or edited file is
+// ignored and removed); the directory's total size is capped, and an image that would pass the
+// cap is simply not cached. Every failure here only costs a resend: the cache is never required.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/crypto.h"
+
+namespace rgpu::server::module_cache {
+
+// The default directory: $XDG_CACHE_HOME/rgpu, else ~/.cache/rgpu/modules ("" when neither is known).
+std::string default_dir();
+// Turns the cache on in dir (created if missing), holding at most max_bytes. Called once, before
+// sessions start. Returns false (cache stays off) with *err when the directory cannot be made.
+bool configure(const std::string& dir, uint64_t max_bytes, std::string* err);
+bool enabled();
+// The image whose SHA-256 is `hash`, into *out; false when not cached (or unreadable, or damaged).
+bool load(const crypto::Digest& hash, std::vector<uint8_t>* out);
+// Stores an image the driver accepted. Best effort: does nothing when off, already cached, or over the cap.
+void store(const void* data, size_t n);
+// Lowercase hex of a digest (the file name).
+std::string hex(const crypto::Digest& d);
+
+}  // namespace rgpu::server::module_cache

@@ -1,0 +1,110 @@
+"""The server's persistent module cache (DESIGN.md §3, protocol/messages.h kOpModuleByHash): the
+first run sends the module image and the server keeps it under its SHA-256; a second run asks by
+hash and sends no image bytes."""
+import hashlib
+import json
+import re
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+import rgpu_wire as wire
+from conftest import BUILD, IMAGE, Server, run_client
+
+PROGRAM = str(BUILD / "bin/driver_api_test")
+OP_MODULE_BY_HASH = 20
+CUDA_ERROR_NOT_FOUND = 500
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return tmp_path / "module-cache"
+
+
+@pytest.fixture
+def cache_server(cache_dir):
+    s = Server(extra_args=("--cache-dir", str(cache_dir)))
+    yield s
+    s.stop()
+
+
+def _run(server, path):
+    r = run_client([PROGRAM, IMAGE], server, env_extra={"RGPU_STATS": str(path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(path.read_text())
+
+
+def _cached(cache_dir):
+    return sorted(p.name for p in cache_dir.iterdir())
+
+
+def test_second_run_does_not_resend_the_image(cache_server, cache_dir, tmp_path):
+    first = _run(cache_server, tmp_path / "first.json")
+    names = _cached(cache_dir)
+    assert names and all(re.fullmatch(r"[0-9a-f]{64}", n) for n in names), names
+    for n in names:
+        assert hashlib.sha256((cache_dir / n).read_bytes()).hexdigest() == n
+    second = _run(cache_server, tmp_path / "second.json")
+    assert _cached(cache_dir) == names
+    saved = first["bytes_sent"] - second["bytes_sent"]
+    image_bytes = sum((cache_dir / n).stat().st_size for n in names)
+    # Every cached image was sent by the first run and not by the second.
+    assert saved >= image_bytes, (first["bytes_sent"], second["bytes_sent"], image_bytes)
+
+
+def test_a_damaged_cache_file_is_resent_and_replaced(cache_server, cache_dir, tmp_path):
+    _run(cache_server, tmp_path / "first.json")
+    names = _cached(cache_dir)
+    for n in names:
+        (cache_dir / n).write_bytes(b"not the image")
+    _run(cache_server, tmp_path / "second.json")
+    for n in _cached(cache_dir):
+        assert hashlib.sha256((cache_dir / n).read_bytes()).hexdigest() == n
+
+
+def test_cache_none_turns_it_off(tmp_path):
+    s = Server(extra_args=("--cache-dir", "none"))
+    try:
+        first = _run(s, tmp_path / "first.json")
+        second = _run(s, tmp_path / "second.json")
+        assert abs(first["bytes_sent"] - second["bytes_sent"]) < Path(IMAGE).stat().st_size
+    finally:
+        s.stop()
+
+
+def test_by_hash_answers_not_found_then_loads_once_cached(cache_server):
+    image = Path(IMAGE).read_bytes()
+    digest = hashlib.sha256(image).digest()
+    load = wire.OPS["cuModuleLoadData"]
+    with wire.Conn(cache_server.addr) as c:
+        c.snapshot()
+        c.make_context_current()
+        r = c.call(OP_MODULE_BY_HASH, struct.pack("<QH", 0x2000, load) + digest)
+        assert r.result == CUDA_ERROR_NOT_FOUND, r
+        r = c.call(load, struct.pack("<QQ", 0x2000, len(image)) + image)
+        assert r.result == wire.CUDA_SUCCESS, r
+        r = c.call(OP_MODULE_BY_HASH, struct.pack("<QH", 0x2001, load) + digest)
+        assert r.result == wire.CUDA_SUCCESS, r
+        # A load op that is not a module or library load is refused, the connection stays.
+        r = c.call(OP_MODULE_BY_HASH, struct.pack("<QH", 0x2002, wire.OPS["cuMemAlloc_v2"]) + digest)
+        assert r.result == wire.CUDA_ERROR_INVALID_VALUE, r
+        assert c.mem_get_info()[0] == wire.CUDA_SUCCESS
+
+
+@pytest.mark.parametrize("length", [0, 8, 10, 41])
+def test_truncated_by_hash_request_closes_only_that_connection(cache_server, length):
+    payload = (struct.pack("<QH", 0x2000, wire.OPS["cuModuleLoadData"]) + bytes(32))[:length]
+    with wire.Conn(cache_server.addr) as c:
+        c.snapshot()
+        c.send(wire.frame(OP_MODULE_BY_HASH, payload, 0, 7, 1))
+        assert wire.peer_closed(c.sock)
+    deadline = time.time() + 5
+    while "malformed arguments" not in cache_server.text() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "malformed arguments" in cache_server.text()
+    assert cache_server.alive()
+    assert wire.healthy_session(cache_server.addr) > 0
+    r = run_client([PROGRAM, IMAGE], cache_server)
+    assert r.returncode == 0, r.stdout + r.stderr
