@@ -2,6 +2,8 @@
 #include "client/modules.h"
 
 #include <atomic>
+#include <mutex>
+#include <set>
 
 #include "client/call.h"
 #include "client/runtime.h"
@@ -16,13 +18,31 @@ namespace {
 // Servers that do not know kOpModuleByHash (they answer NOT_SUPPORTED) are not asked again.
 std::atomic<bool> g_by_hash_unsupported{false};
 
+// Hashes the server's cache holds: from the snapshot at connect, plus every image this process
+// sent (the server keeps what it loaded). Leaked on purpose, like the rest of the client's state.
+std::mutex g_cached_mu;
+auto& g_cached = *new std::set<crypto::Digest>();
+bool g_cached_loaded = false;
+
+bool server_has(const crypto::Digest& hash) {
+  std::lock_guard<std::mutex> lock(g_cached_mu);
+  if (!g_cached_loaded) {
+    for (const auto& h : snapshot().cached_modules) g_cached.insert(h);
+    g_cached_loaded = true;
+  }
+  return g_cached.count(hash) != 0;
+}
+
+void server_now_has(const crypto::Digest& hash) {
+  std::lock_guard<std::mutex> lock(g_cached_mu);
+  g_cached.insert(hash);
+}
+
 // Asks the server to load the image from its module cache by SHA-256 (protocol/messages.h
-// kOpModuleByHash): one round trip, no image bytes. CUDA_ERROR_NOT_FOUND: send the bytes.
-// TODO(DESIGN.md §3): learn the server's cache index at connect time and skip this round trip
-// for images it lacks.
-CUresult load_by_hash(uint16_t op, uint64_t id, const void* image, size_t n) {
-  if (g_by_hash_unsupported.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_FOUND;
-  crypto::Digest hash = crypto::sha256(image, n);
+// kOpModuleByHash): one round trip, no image bytes, and only for images the server's cache index
+// (learned at connect) holds. CUDA_ERROR_NOT_FOUND: send the bytes.
+CUresult load_by_hash(uint16_t op, uint64_t id, const crypto::Digest& hash) {
+  if (g_by_hash_unsupported.load(std::memory_order_relaxed) || !server_has(hash)) return CUDA_ERROR_NOT_FOUND;
   Call c(proto::kOpModuleByHash, kWaits);
   c.args().put_u64(id);
   c.args().put<uint16_t>(op);
@@ -54,13 +74,15 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
     return CUDA_ERROR_INVALID_IMAGE;
   }
   uint64_t minted = mint_handle();
-  CUresult rc = load_by_hash(op, minted, image, n);
+  crypto::Digest hash = crypto::sha256(image, n);
+  CUresult rc = load_by_hash(op, minted, hash);
   if (rc == CUDA_ERROR_NOT_FOUND) {
     Call c(op, kWaits);
     c.args().put_u64(minted);
     c.args().put_u64(n);
     c.attach(image, n);
     rc = c.invoke();
+    if (rc == CUDA_SUCCESS) server_now_has(hash);
   }
   if (rc != CUDA_SUCCESS) return rc;
   image::Image img;

@@ -24,6 +24,8 @@ void encode_snapshot(const Snapshot& s, Writer& w) {
     w.put_str(e.name);
     w.put_str(e.text);
   }
+  w.put_u32(static_cast<uint32_t>(s.cached_modules.size()));
+  for (const auto& h : s.cached_modules) w.append(h.data(), h.size());
 }
 
 bool decode_snapshot(Reader& r, Snapshot* s) {
@@ -53,6 +55,10 @@ bool decode_snapshot(Reader& r, Snapshot* s) {
     e.name = r.str(256);
     e.text = r.str(1024);
   }
+  uint32_t nm = r.u32();
+  if (!r.ok() || nm > kMaxSnapshotModules) return false;
+  s->cached_modules.resize(nm);
+  for (auto& h : s->cached_modules) r.take(h.data(), h.size());
   return r.ok();
 }
 

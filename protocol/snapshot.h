@@ -6,7 +6,8 @@
 //   i32 init_result (the server's cuInit), i32 driver_version, u32 device_count, then per device:
 //   str name, 16 bytes uuid, u64 total_mem, str pci_bus_id, u32 n, then n × (i32 result, i32 value)
 //   for attributes 0..n-1 (attribute 0 does not exist and is sent as an error);
-//   then u32 error_count and per error: i32 code, str name, str text.
+//   then u32 error_count and per error: i32 code, str name, str text;
+//   then u32 cached_count and cached_count × 32 bytes of SHA-256 (the server's module cache).
 #pragma once
 
 #include <array>
@@ -42,11 +43,15 @@ struct Snapshot {
   std::vector<DeviceInfo> devices;
   // Every CUresult the server's driver can name, with its own wording.
   std::vector<ErrorText> errors;
+  // SHA-256 of every module image in the server's cache (server/module_cache.h), so the client
+  // asks for an image by hash only when the server has it and sends the bytes at once otherwise.
+  std::vector<std::array<uint8_t, 32>> cached_modules;
 };
 
 inline constexpr uint32_t kMaxSnapshotDevices = 64;
 inline constexpr uint32_t kMaxSnapshotAttrs = 4096;
 inline constexpr uint32_t kMaxSnapshotErrors = 4096;
+inline constexpr uint32_t kMaxSnapshotModules = 1u << 16;
 
 void encode_snapshot(const Snapshot& s, Writer& w);
 // Returns false (and leaves *s partly filled) when the bytes do not decode.

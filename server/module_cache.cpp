@@ -153,4 +153,21 @@ void store(const void* data, size_t n) {
   }
 }
 
+std::vector<crypto::Digest> index(size_t max) {
+  std::vector<crypto::Digest> out;
+  if (g_dir.empty()) return out;
+  DIR* d = opendir(g_dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    if (out.size() >= max) break;
+    std::string name = e->d_name;
+    if (name.size() != 64 || name.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    crypto::Digest h{};
+    for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint8_t>(std::stoul(name.substr(2 * i, 2), nullptr, 16));
+    out.push_back(h);
+  }
+  closedir(d);
+  return out;
+}
+
 }  // namespace rgpu::server::module_cache

@@ -28,6 +28,8 @@ bool enabled();
 bool load(const crypto::Digest& hash, std::vector<uint8_t>* out);
 // Stores an image the driver accepted. Best effort: does nothing when off, already cached, or over the cap.
 void store(const void* data, size_t n);
+// The hashes of the cached images (at most `max`), for the session's snapshot.
+std::vector<crypto::Digest> index(size_t max);
 // Lowercase hex of a digest (the file name).
 std::string hex(const crypto::Digest& d);
 

@@ -7,6 +7,7 @@
 #include "common/crypto.h"
 #include "gen/ops.gen.h"
 #include "protocol/snapshot.h"
+#include "server/module_cache.h"
 #include "server/handlers/image.h"
 #include "server/module_cache.h"
 
@@ -58,6 +59,7 @@ void snapshot(Dispatch& d) {
     if (drv.cuGetErrorString) drv.cuGetErrorString(static_cast<CUresult>(code), &t);
     s.errors.push_back({code, n, t ? t : n});
   }
+  for (const auto& h : module_cache::index(proto::kMaxSnapshotModules)) s.cached_modules.push_back(h);
   d.reply.put<int32_t>(CUDA_SUCCESS);
   proto::encode_snapshot(s, d.reply);
 }

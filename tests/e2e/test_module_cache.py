@@ -40,6 +40,11 @@ def _cached(cache_dir):
     return sorted(p.name for p in cache_dir.iterdir())
 
 
+def _by_hash_requests(stats):
+    ops = stats.get("ops", []) + stats.get("oneway_ops", [])
+    return sum(o["count"] for o in ops if o.get("op") == f"control:{OP_MODULE_BY_HASH}")
+
+
 def test_second_run_does_not_resend_the_image(cache_server, cache_dir, tmp_path):
     first = _run(cache_server, tmp_path / "first.json")
     names = _cached(cache_dir)
@@ -50,8 +55,11 @@ def test_second_run_does_not_resend_the_image(cache_server, cache_dir, tmp_path)
     assert _cached(cache_dir) == names
     saved = first["bytes_sent"] - second["bytes_sent"]
     image_bytes = sum((cache_dir / n).stat().st_size for n in names)
-    # Every cached image was sent by the first run and not by the second.
-    assert saved >= image_bytes, (first["bytes_sent"], second["bytes_sent"], image_bytes)
+    # Every cached image was sent by the first run and not by the second, which sent a 58-byte
+    # by-hash request per load instead (the first run knew from the index not to ask).
+    requests = _by_hash_requests(second)
+    assert requests > 0
+    assert saved >= image_bytes - 58 * requests, (first["bytes_sent"], second["bytes_sent"], image_bytes)
 
 
 def test_a_damaged_cache_file_is_resent_and_replaced(cache_server, cache_dir, tmp_path):
@@ -108,3 +116,13 @@ def test_truncated_by_hash_request_closes_only_that_connection(cache_server, len
     assert wire.healthy_session(cache_server.addr) > 0
     r = run_client([PROGRAM, IMAGE], cache_server)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_client_asks_by_hash_only_for_images_the_server_holds(cache_server, tmp_path):
+    # The cache index comes with the connect-time snapshot: a cold cache costs no by-hash round
+    # trip (the bytes go at once), a warm one answers every load by hash.
+    first = _run(cache_server, tmp_path / "first.json")
+    assert _by_hash_requests(first) == 0, first
+    second = _run(cache_server, tmp_path / "second.json")
+    assert _by_hash_requests(second) > 0, second
+    assert second["round_trips"] <= first["round_trips"], (first["round_trips"], second["round_trips"])
