@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <type_traits>
 #include <cstring>
+#include <memory>
 #include <mutex>
-#include <optional>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -34,48 +34,45 @@ struct Launch {
   void* extra[5] = {};
 };
 
+// What the driver says about a kernel's parameters, reduced to what a launch checks.
+struct DriverLayout {
+  std::vector<size_t> offsets;  // of each parameter, in order
+  size_t bytes = 0;             // the end of the last one: what the packed buffer must hold
+};
+
 // The driver's parameter layout of a function (or kernel), asked once per handle and kept,
 // keyed by the client's id (never reused, unlike the driver's addresses after an unload).
-// False when the driver cannot tell (then the launch is not checked against it).
-bool driver_layout(Dispatch& d, uint64_t fid, CUfunction f, std::vector<std::pair<size_t, size_t>>* out) {
+// nullptr when the driver cannot tell (then the launch is not checked against it).
+std::shared_ptr<const DriverLayout> driver_layout(Dispatch& d, uint64_t fid, CUfunction f) {
   // Cached either way, "cannot tell" too: asking the driver costs more than the launch (a
   // parameterless kernel was launched at 0.41x the local rate while it was asked every time).
+  // Shared, not copied: this runs on every launch.
   static std::mutex mu;
-  static std::unordered_map<uint64_t, std::optional<std::vector<std::pair<size_t, size_t>>>> known;
+  static std::unordered_map<uint64_t, std::shared_ptr<const DriverLayout>> known;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find(fid); it != known.end()) {
-    if (!it->second) return false;
-    *out = *it->second;
-    return true;
-  }
+  if (auto it = known.find(fid); it != known.end()) return it->second;
   // The handle may be a CUfunction or a CUkernel (cudart launches kernels by their CUkernel); the
   // driver answers INVALID_VALUE at index 0 when asked about the wrong kind, so ask both ways.
-  auto ask = [&](auto query, auto handle, std::vector<std::pair<size_t, size_t>>* layout) {
+  auto ask = [&](auto query, auto handle, DriverLayout* layout) {
     if (!query) return false;
     for (size_t i = 0; i < kMaxParams; ++i) {
       size_t off = 0, size = 0;
       CUresult rc = query(handle, i, &off, &size);
       if (rc == CUDA_ERROR_INVALID_VALUE) return true;  // past the last parameter
       if (rc != CUDA_SUCCESS) return false;
-      layout->emplace_back(off, size);
+      layout->offsets.push_back(off);
+      layout->bytes = std::max(layout->bytes, off + size);
     }
     return true;
   };
-  std::vector<std::pair<size_t, size_t>> layout;
-  bool ok = ask(d.drv.cuFuncGetParamInfo, f, &layout);
-  if (layout.empty()) {
-    layout.clear();
-    ok = ask(d.drv.cuKernelGetParamInfo, reinterpret_cast<CUkernel>(f), &layout);
-  }
+  auto layout = std::make_shared<DriverLayout>();
+  bool ok = ask(d.drv.cuFuncGetParamInfo, f, layout.get());
+  if (layout->offsets.empty()) ok = ask(d.drv.cuKernelGetParamInfo, reinterpret_cast<CUkernel>(f), layout.get());
   // A kernel with no parameters, or one the driver cannot describe, is not checked: the driver
   // then reads nothing the client did not send.
-  if (!ok || layout.empty()) {
-    known[fid] = std::nullopt;
-    return false;
-  }
+  if (!ok || layout->offsets.empty()) layout = nullptr;
   known[fid] = layout;
-  *out = std::move(layout);
-  return true;
+  return layout;
 }
 
 // The driver reads every parameter of the kernel at its full size, wherever the client's layout
@@ -83,14 +80,12 @@ bool driver_layout(Dispatch& d, uint64_t fid, CUfunction f, std::vector<std::pai
 // the driver's own layout over the packed buffer (the client packs at the same offsets, read from
 // the image), and a buffer too short to hold them all is refused. Returns false to refuse.
 bool arguments_fit(Dispatch& d, uint64_t fid, CUfunction f, Launch* l, bool params_form) {
-  std::vector<std::pair<size_t, size_t>> want;
-  if (!driver_layout(d, fid, f, &want)) return true;
-  size_t need = 0;
-  for (auto& [off, size] : want) need = std::max(need, off + size);
-  if (l->packed_len < need) return false;
+  std::shared_ptr<const DriverLayout> want = driver_layout(d, fid, f);
+  if (!want) return true;
+  if (l->packed_len < want->bytes) return false;
   if (params_form) {
     l->ptrs.clear();
-    for (auto& [off, size] : want) l->ptrs.push_back(const_cast<uint8_t*>(l->packed) + off);
+    for (size_t off : want->offsets) l->ptrs.push_back(const_cast<uint8_t*>(l->packed) + off);
   }
   return true;
 }
