@@ -69,16 +69,20 @@ CUresult put_args(rgpu::Writer& w, CUfunction f, void** kernelParams, void** ext
   auto k = layout(f);
   if (!k) return CUDA_ERROR_INVALID_HANDLE;
   if (!k->params.empty() && !kernelParams) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<uint8_t> packed(k->param_bytes);
   w.put_u32(static_cast<uint32_t>(k->params.size()));
-  for (size_t i = 0; i < k->params.size(); ++i) {
-    const auto& p = k->params[i];
+  for (const auto& p : k->params) {
     w.put_u32(p.offset);
     w.put_u32(p.size);
-    if (!kernelParams[i]) return CUDA_ERROR_INVALID_VALUE;
-    std::memcpy(packed.data() + p.offset, kernelParams[i], p.size);
   }
-  w.put_bytes(packed.data(), packed.size());
+  // The packed arguments go straight into the call's buffer (this runs on every launch); the
+  // padding between parameters stays zero.
+  w.put_u64(k->param_bytes);
+  size_t at = w.size();
+  w.buf().resize(at + k->param_bytes);
+  for (size_t i = 0; i < k->params.size(); ++i) {
+    if (!kernelParams[i]) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(w.buf().data() + at + k->params[i].offset, kernelParams[i], k->params[i].size);
+  }
   return CUDA_SUCCESS;
 }
 
