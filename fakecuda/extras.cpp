@@ -13,6 +13,7 @@
 //   the other attributes valid for streams are stored and returned as set (synchronization
 //   policy defaults to CU_SYNC_POLICY_AUTO), and nothing acts on them.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -150,4 +151,32 @@ FAKE_API CUresult CUDAAPI cuStreamSetAttribute(CUstream hStream, CUstreamAttrID 
 FAKE_API CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
                                                     const CUstreamAttrValue* value) {
   return set_attribute(hStream, attr, value);
+}
+
+// TMA descriptors: the real encoding is the driver's secret; the fake's is its own (the address
+// in the first 8 bytes, then the data type, the rank, the dimensions and the box), enough for
+// tests to see a whole 128-byte map travel and an address replaced.
+FAKE_API CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap* tensorMap, CUtensorMapDataType tensorDataType,
+                                                 cuuint32_t tensorRank, void* globalAddress,
+                                                 const cuuint64_t* globalDim, const cuuint64_t* globalStrides,
+                                                 const cuuint32_t* boxDim, const cuuint32_t* elementStrides,
+                                                 CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+                                                 CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill) {
+  if (!tensorMap || tensorRank == 0 || tensorRank > 5 || !globalDim || !boxDim || !elementStrides ||
+      (reinterpret_cast<uintptr_t>(globalAddress) & 15))
+    return CUDA_ERROR_INVALID_VALUE;
+  uint64_t w[16] = {};
+  w[0] = reinterpret_cast<uintptr_t>(globalAddress);
+  w[1] = (uint64_t(tensorDataType) << 32) | tensorRank;
+  for (cuuint32_t i = 0; i < tensorRank; ++i) w[2 + i] = globalDim[i];
+  for (cuuint32_t i = 0; i < tensorRank; ++i) w[7 + i] = boxDim[i];
+  std::memcpy(tensorMap, w, sizeof w);
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap* tensorMap, void* globalAddress) {
+  if (!tensorMap || (reinterpret_cast<uintptr_t>(globalAddress) & 15)) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t a = reinterpret_cast<uintptr_t>(globalAddress);
+  std::memcpy(tensorMap, &a, sizeof a);
+  return CUDA_SUCCESS;
 }

@@ -3797,14 +3797,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfRefSetArray(CUsurfref hSurfRef, CU
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(CUtensorMap * /*tensorMap*/, CUtensorMapDataType /*tensorDataType*/, cuuint32_t /*tensorRank*/, void * /*globalAddress*/, const cuuint64_t * /*globalDim*/, const cuuint64_t * /*globalStrides*/, const int * /*pixelBoxLowerCorner*/, const int * /*pixelBoxUpperCorner*/, cuuint32_t /*channelsPerPixel*/, cuuint32_t /*pixelsPerColumn*/, const cuuint32_t * /*elementStrides*/, CUtensorMapInterleave /*interleave*/, CUtensorMapSwizzle /*swizzle*/, CUtensorMapL2promotion /*l2Promotion*/, CUtensorMapFloatOOBfill /*oobFill*/) { return rgpu::client::unsupported("cuTensorMapEncodeIm2col"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2colWide(CUtensorMap * /*tensorMap*/, CUtensorMapDataType /*tensorDataType*/, cuuint32_t /*tensorRank*/, void * /*globalAddress*/, const cuuint64_t * /*globalDim*/, const cuuint64_t * /*globalStrides*/, int /*pixelBoxLowerCornerWidth*/, int /*pixelBoxUpperCornerWidth*/, cuuint32_t /*channelsPerPixel*/, cuuint32_t /*pixelsPerColumn*/, const cuuint32_t * /*elementStrides*/, CUtensorMapInterleave /*interleave*/, CUtensorMapIm2ColWideMode /*mode*/, CUtensorMapSwizzle /*swizzle*/, CUtensorMapL2promotion /*l2Promotion*/, CUtensorMapFloatOOBfill /*oobFill*/) { return rgpu::client::unsupported("cuTensorMapEncodeIm2colWide"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap * /*tensorMap*/, CUtensorMapDataType /*tensorDataType*/, cuuint32_t /*tensorRank*/, void * /*globalAddress*/, const cuuint64_t * /*globalDim*/, const cuuint64_t * /*globalStrides*/, const cuuint32_t * /*boxDim*/, const cuuint32_t * /*elementStrides*/, CUtensorMapInterleave /*interleave*/, CUtensorMapSwizzle /*swizzle*/, CUtensorMapL2promotion /*l2Promotion*/, CUtensorMapFloatOOBfill /*oobFill*/) { return rgpu::client::unsupported("cuTensorMapEncodeTiled"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap * /*tensorMap*/, void * /*globalAddress*/) { return rgpu::client::unsupported("cuTensorMapReplaceAddress"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexObjectDestroy(CUtexObject texObject) {
   rgpu::client::trace_call("cuTexObjectDestroy");
   rgpu::client::Call c(rgpu::op::cuTexObjectDestroy, rgpu::client::kWaits);

@@ -7336,6 +7336,10 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuSurfObjectGetResourceDesc: return &rgpu::server::handlers::cuSurfObjectGetResourceDesc;
     case rgpu::op::cuSurfRefGetArray: return &h_cuSurfRefGetArray;
     case rgpu::op::cuSurfRefSetArray: return &h_cuSurfRefSetArray;
+    case rgpu::op::cuTensorMapEncodeIm2col: return &rgpu::server::handlers::cuTensorMapEncodeIm2col;
+    case rgpu::op::cuTensorMapEncodeIm2colWide: return &rgpu::server::handlers::cuTensorMapEncodeIm2colWide;
+    case rgpu::op::cuTensorMapEncodeTiled: return &rgpu::server::handlers::cuTensorMapEncodeTiled;
+    case rgpu::op::cuTensorMapReplaceAddress: return &rgpu::server::handlers::cuTensorMapReplaceAddress;
     case rgpu::op::cuTexObjectCreate: return &rgpu::server::handlers::cuTexObjectCreate;
     case rgpu::op::cuTexObjectDestroy: return &h_cuTexObjectDestroy;
     case rgpu::op::cuTexObjectGetResourceDesc: return &rgpu::server::handlers::cuTexObjectGetResourceDesc;

@@ -73,6 +73,10 @@ void cuStreamSetAttribute(Dispatch& d);
 void cuStreamSetAttribute_ptsz(Dispatch& d);
 void cuSurfObjectCreate(Dispatch& d);
 void cuSurfObjectGetResourceDesc(Dispatch& d);
+void cuTensorMapEncodeIm2col(Dispatch& d);
+void cuTensorMapEncodeIm2colWide(Dispatch& d);
+void cuTensorMapEncodeTiled(Dispatch& d);
+void cuTensorMapReplaceAddress(Dispatch& d);
 void cuTexObjectCreate(Dispatch& d);
 void cuTexObjectGetResourceDesc(Dispatch& d);
 

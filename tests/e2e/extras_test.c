@@ -176,6 +176,44 @@ static void test_stream_attributes(int through_rgpu) {
   CU(cuStreamDestroy(s));
 }
 
+
+/* ---------- TMA tensor maps ---------- */
+
+static int map_is_zero(const CUtensorMap* m) {
+  const unsigned char* b = (const unsigned char*)m;
+  for (size_t i = 0; i < sizeof *m; ++i)
+    if (b[i]) return 0;
+  return 1;
+}
+
+/* A 2D float tile over device memory, as CUTLASS/cuBLAS kernels on sm_90 build them; the map the
+   driver encodes must come back whole, and invalid arguments must be refused, not crash. */
+static void test_tensor_map(void) {
+  CUdeviceptr buf = 0;
+  CU(cuMemAlloc(&buf, 256 * 256 * sizeof(float)));
+  cuuint64_t dims[2] = {256, 256};
+  cuuint64_t strides[1] = {256 * sizeof(float)};
+  cuuint32_t box[2] = {64, 64};
+  cuuint32_t elem[2] = {1, 1};
+  CUtensorMap map;
+  memset(&map, 0, sizeof map);
+  CU(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void*)buf, dims, strides, box, elem,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  CHECK(!map_is_zero(&map), "cuTensorMapEncodeTiled left the map all zero");
+  CUtensorMap moved = map;
+  CU(cuTensorMapReplaceAddress(&moved, (void*)(buf + 1024)));
+  CHECK(memcmp(&moved, &map, sizeof map) != 0, "cuTensorMapReplaceAddress changed nothing");
+  CU(cuTensorMapReplaceAddress(&moved, (void*)buf));
+  CHECK(memcmp(&moved, &map, sizeof map) == 0, "replacing the address back does not give the first map");
+  CHECK(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 9, (void*)buf, dims, strides, box, elem,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                               CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+            CUDA_ERROR_INVALID_VALUE,
+        "rank 9 accepted");
+  CU(cuMemFree(buf));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s FATBIN (built from tests/kernels/test_kernels.cu)\n", argv[0]);
@@ -208,6 +246,7 @@ int main(int argc, char** argv) {
   test_vmm(dev, through_rgpu);
   if (through_rgpu) test_shareable_refused();
   test_stream_attributes(through_rgpu);
+  test_tensor_map();
 
   if (mod) CU(cuModuleUnload(mod));
   CU(cuCtxSynchronize());
