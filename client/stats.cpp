@@ -97,6 +97,8 @@ bool write_now() {
   }
   // ops: by total wait. oneway_ops: the ops that never waited (they would all tie at 0 and fall
   // out of the first list), by count.
+  std::vector<Row> all = rows;
+  std::sort(all.begin(), all.end(), [](const Row& a, const Row& b) { return a.name < b.name; });
   std::vector<Row> oneway;
   for (const Row& r : rows)
     if (!r.waited) oneway.push_back(r);
@@ -135,6 +137,11 @@ bool write_now() {
     }
     fprintf(f, "%s]%s\n", v.empty() ? "" : "\n  ", last ? "" : ",");
   };
+  // calls: every op this process sent and how often, by name (the lists below keep the top ones).
+  fprintf(f, "  \"calls\": {");
+  for (size_t i = 0; i < all.size(); ++i)
+    fprintf(f, "%s\n    \"%s\": %llu", i ? "," : "", all[i].name.c_str(), static_cast<unsigned long long>(all[i].count));
+  fprintf(f, "%s},\n", all.empty() ? "" : "\n  ");
   list("ops", rows, false);
   list("oneway_ops", oneway, true);
   fprintf(f, "}\n");

@@ -9,6 +9,7 @@
 //     "bytes_sent": 39845888,      // frame bytes (headers + payloads) sent after the handshake
 //     "bytes_received": 123456,    // frame bytes received after the handshake
 //                                  // (Connection::bytes_sent / bytes_received)
+//     "calls": {"cuLaunchKernel": 3000, ...},  // every op sent, by name: how many times
 //     "ops": [                     // at most 20, by total_wait_us, largest first
 //       {"op": "cuMemcpyHtoD_v2", "count": 46, "waited": 8, "total_wait_us": 16363, "max_wait_us": 14170},
 //       {"op": "cuCtxSynchronize", "count": 7, "waited": 7, "total_wait_us": 5120, "max_wait_us": 2210},

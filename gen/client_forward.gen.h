@@ -20,4 +20,14 @@ CUresult CUDAAPI rgpu_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel
 CUresult CUDAAPI rgpu_fwd_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib);
 CUresult CUDAAPI rgpu_fwd_cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 CUresult CUDAAPI rgpu_fwd_cuLibraryUnload(CUlibrary library);
+CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_ptsz(CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
+CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
+CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out);
+CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out);
+CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 }  // extern "C"

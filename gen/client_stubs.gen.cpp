@@ -3228,7 +3228,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream /*stream*
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream /*stream*/, unsigned int /*count*/, CUstreamBatchMemOpParams * /*paramArray*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuStreamBatchMemOp_v2_ptsz"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream) {
   rgpu::client::trace_call("cuStreamBeginCapture");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -3239,14 +3239,14 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream /*h
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream /*hStream*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, const CUgraphEdgeData * /*dependencyData*/, size_t /*numDependencies*/, CUstreamCaptureMode /*mode*/) { return rgpu::client::unsupported("cuStreamBeginCaptureToGraph_ptsz"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamBeginCapture_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_ptsz, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   rgpu::client::trace_call("cuStreamBeginCapture_v2");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_v2, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -3254,7 +3254,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   rgpu::client::trace_call("cuStreamBeginCapture_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_v2_ptsz, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -3319,7 +3319,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
   rgpu::client::trace_call("cuStreamEndCapture");
   rgpu::client::Call c(rgpu::op::cuStreamEndCapture, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -3331,7 +3331,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUg
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
   rgpu::client::trace_call("cuStreamEndCapture_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamEndCapture_ptsz, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -3343,7 +3343,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
   rgpu::client::trace_call("cuStreamGetCaptureInfo");
   rgpu::client::Call c(rgpu::op::cuStreamGetCaptureInfo, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -3357,7 +3357,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream,
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
   rgpu::client::trace_call("cuStreamGetCaptureInfo_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetCaptureInfo_ptsz, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -3531,7 +3531,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStrea
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
   rgpu::client::trace_call("cuStreamIsCapturing");
   rgpu::client::Call c(rgpu::op::cuStreamIsCapturing, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -3543,7 +3543,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CU
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
   rgpu::client::trace_call("cuStreamIsCapturing_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamIsCapturing_ptsz, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));

@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# PyTorch for the torch tests (.venv/); without it those tests skip and say why.
+scripts/setup_torch.sh >/dev/null || echo "test: warning: could not install torch; the PyTorch tests will skip" >&2
 python3 codegen/generate.py --check
 python3 codegen/generate_nvml.py --check
 cd build

@@ -31,6 +31,10 @@ def test_stats_file_counts_calls_bytes_and_waits(server, tmp_path):
         assert o["max_wait_us"] <= o["total_wait_us"]
     assert "cuLaunchKernel" in ops and ops["cuLaunchKernel"]["waited"] == 0
     assert ops["cuLaunchKernel"]["count"] > 0
+    # "calls" holds every op, whether or not it made the top lists, with the same counts.
+    for name, o in ops.items():
+        assert s["calls"][name] == o["count"]
+    assert s["round_trips"] + s["oneway_calls"] >= sum(s["calls"].values()) > 0
     assert "cuCtxSynchronize" in ops and ops["cuCtxSynchronize"]["waited"] > 0
 
 
