@@ -193,6 +193,17 @@ void trace_call(const char* name) {
   fflush(g_trace);
 }
 
+// A failed call's result on its own trace line, so a trace shows which call failed and how.
+void trace_result(uint16_t op, CUresult rc, bool deferred) {
+  if (!g_trace) return;
+  const char* name = op::name(op);
+  const char* err = nullptr;
+  if (cuGetErrorName(rc, &err) != CUDA_SUCCESS) err = nullptr;
+  fprintf(g_trace, "rgpu-trace   %s %s -> %s (%d)\n", deferred ? "earlier one-way call" : "",
+          name ? name : "control", err ? err : "?", static_cast<int>(rc));
+  fflush(g_trace);
+}
+
 CUresult unsupported(const char* name) {
   trace_call(name);
   log::error("%s is not supported by rgpu yet (returning CUDA_ERROR_NOT_SUPPORTED)", name);
@@ -251,8 +262,10 @@ CUresult Call::finish() {
     const char* failed = op::name(prefix.deferred_op);
     log::debug("an earlier one-way call %s failed with error %d; reporting it now", failed ? failed : "?",
                prefix.deferred_result);
+    if (g_trace) trace_result(prefix.deferred_op, static_cast<CUresult>(prefix.deferred_result), true);
     if (own == CUDA_SUCCESS) return static_cast<CUresult>(prefix.deferred_result);
   }
+  if (own != CUDA_SUCCESS && g_trace) trace_result(op_, static_cast<CUresult>(own), false);
   return static_cast<CUresult>(own);
 }
 
