@@ -6,6 +6,10 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
+#   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,bench   the steps to run (default: all)
+#   RGPU_GPU_SAMPLES=REGEX         runs only the samples matching REGEX
+#   RGPU_GPU_TRACE_SAMPLES=REGEX   also runs the samples matching REGEX through rgpu with RGPU_TRACE=2
+#                                  (logs in samples_trace.tsv.logs/), to see which call fails
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-results}
@@ -19,6 +23,8 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,corpus,samples,nvml,torch,bench},"
+want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
 nproc_=$(nproc)
@@ -29,6 +35,7 @@ nvidia-smi -L
 
 IMAGE=build/tests/kernels/test_kernels.fatbin
 
+if want core; then
 step "driver_api_test directly on the real driver"
 LD_LIBRARY_PATH=$REAL_DIR build/bin/driver_api_test $IMAGE 2>&1 | tee "$OUT/e2e_local.log" | tail -4
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -51,6 +58,7 @@ echo "server log (proof the calls were served remotely):"
 cat "$OUT/server.log"
 kill $server 2>/dev/null
 wait $server 2>/dev/null
+fi
 
 if [ "${RGPU_GPU_CTEST:-0}" = 1 ]; then
   step "unit and fake-driver tests"
@@ -58,11 +66,13 @@ if [ "${RGPU_GPU_CTEST:-0}" = 1 ]; then
     { tail -30 "$OUT/ctest.log"; status=1; }
 fi
 
-step "runtime needs (libraries, pinned memory, callbacks...): real driver, then through rgpu"
 port=19715
 build/bin/rgpu-server --listen 127.0.0.1:$port --driver "$REAL" >"$OUT/server_runtime.log" 2>&1 &
 server=$!
+trap 'kill $server 2>/dev/null' EXIT
 sleep 0.5
+if want runtime; then
+step "runtime needs (libraries, pinned memory, callbacks...): real driver, then through rgpu"
 LD_LIBRARY_PATH=$REAL_DIR build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_local.log" 2>&1; echo "local: rc $? $(tail -1 "$OUT/runtime_needs_local.log")"
 LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_rgpu.log" 2>&1
 rc=$?; echo "rgpu:  rc $rc $(tail -1 "$OUT/runtime_needs_rgpu.log")"; [ $rc = 0 ] || status=1
@@ -72,7 +82,9 @@ for prog in memcpy2d_test extras_test exit_teardown_test; do
   echo "$prog: local rc $l, rgpu rc $r: $(tail -1 "$OUT/${prog}_rgpu.log")"
   [ $r = 0 ] || status=1
 done
+fi
 
+if want corpus; then
 step "CUDA runtime and NVIDIA libraries (tests/cuda): real driver, then through rgpu"
 printf "%-28s %-8s %s\n" program local rgpu
 for prog in build/tests/cuda/*_static build/tests/cuda/*_shared; do
@@ -80,25 +92,46 @@ for prog in build/tests/cuda/*_static build/tests/cuda/*_shared; do
   name=$(basename "$prog")
   LD_LIBRARY_PATH=$REAL_DIR:/usr/local/cuda/lib64 timeout 120 "$prog" >"$OUT/cuda_${name}_local.log" 2>&1
   l=$?
-  LD_LIBRARY_PATH=$PWD/build/lib:/usr/local/cuda/lib64 RGPU_SERVER=127.0.0.1:$port timeout 120 "$prog" \
+  LD_LIBRARY_PATH=$PWD/build/lib:/usr/local/cuda/lib64 RGPU_SERVER=127.0.0.1:$port RGPU_TRACE=2 timeout 120 "$prog" \
     >"$OUT/cuda_${name}_rgpu.log" 2>&1
   r=$?
+  [ $r = 0 ] || grep -e "->" "$OUT/cuda_${name}_rgpu.log" | sort | uniq -c | sort -rn | head -5 >&2
   printf "%-28s %-8s %s\n" "$name" "$([ $l = 0 ] && echo pass || echo "FAIL($l)")" "$([ $r = 0 ] && echo pass || echo "FAIL($r): $(grep -m1 FAIL "$OUT/cuda_${name}_rgpu.log")")"
 done | tee "$OUT/cuda_corpus.txt"
+fi
+
+if want torch; then
+  step "PyTorch ladder (tests/gpu/torch_ladder.py): local GPU, then through rgpu"
+  PY=${RGPU_TORCH_PYTHON:-python3}
+  SITE=$($PY -c "import os,torch;print(os.path.dirname(torch.__file__))" 2>/dev/null)
+  "$PY" tests/gpu/torch_ladder.py --out "$OUT/torch_local.json" 2>&1 | tee "$OUT/torch_local.log" | grep -E "PASS|FAIL|ladder"
+  LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port TRITON_LIBCUDA_PATH=$PWD/build/lib \
+    RGPU_STATS="$OUT/torch_rgpu_stats.json" "$PY" tests/gpu/torch_ladder.py --out "$OUT/torch_rgpu.json" 2>&1 |
+    tee "$OUT/torch_rgpu.log" | grep -E "PASS|FAIL|ladder"
+  "$PY" tests/gpu/torch_ladder.py --compare "$OUT/torch_local.json" "$OUT/torch_rgpu.json" || status=1
+fi
 kill $server 2>/dev/null
 wait $server 2>/dev/null
 
-if [ -x .samples/run.sh ]; then
+if want samples && [ -x .samples/run.sh ]; then
   step "NVIDIA cuda-samples through rgpu (built and carried separately; see the closing note)"
   build/bin/rgpu-server --listen 127.0.0.1:19713 --driver "$REAL" >"$OUT/server_samples.log" 2>&1 &
   server=$!
   sleep 0.5
-  SAMPLE_TIMEOUT=${SAMPLE_TIMEOUT:-30} timeout "${SAMPLES_BUDGET:-300}" .samples/run.sh rgpu "$OUT/samples_rgpu.tsv" >"$OUT/samples_run.log" 2>&1
+  SAMPLE_TIMEOUT=${SAMPLE_TIMEOUT:-30} timeout "${SAMPLES_BUDGET:-300}" .samples/run.sh rgpu "$OUT/samples_rgpu.tsv" ${RGPU_GPU_SAMPLES:-} >"$OUT/samples_run.log" 2>&1
   echo "samples: $(grep -c "	pass	" "$OUT/samples_rgpu.tsv") pass, $(grep -vc "	pass	" "$OUT/samples_rgpu.tsv") not, of $(wc -l <"$OUT/samples_rgpu.tsv") run"
+  grep -v "	pass	" "$OUT/samples_rgpu.tsv" | cut -c1-200
+  if [ -n "${RGPU_GPU_TRACE_SAMPLES:-}" ]; then
+    RGPU_TRACE=2 SAMPLE_TIMEOUT=${SAMPLE_TIMEOUT:-30} .samples/run.sh rgpu "$OUT/samples_trace.tsv" "$RGPU_GPU_TRACE_SAMPLES" >/dev/null 2>&1
+    for f in "$OUT"/samples_trace.tsv.logs/*.log; do
+      echo "--- $(basename "$f"): failed calls"; grep -e "->" "$f" | sort | uniq -c | sort -rn | head -8
+    done
+  fi
   kill $server 2>/dev/null
   wait $server 2>/dev/null
 fi
 
+if want nvml; then
 step "nvidia-smi through rgpu's NVML shim (libnvidia-ml.so.1 -> rgpu-server -> real NVML)"
 REAL_NVML=${RGPU_REAL_NVML:-$REAL_DIR/libnvidia-ml.so.1}
 nport=19714
@@ -122,8 +155,9 @@ echo "server log:"
 cat "$OUT/server_nvml.log"
 kill $nserver 2>/dev/null
 wait $nserver 2>/dev/null
+fi
 
-if [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
+if want bench && [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
   step "driver-path benchmark"
   bench/run_driver_bench.sh $QUICK --driver "$REAL" --out "$OUT" >"$OUT/bench.log" 2>&1 || status=1
   cat "$OUT/driver_bench.md" 2>/dev/null || tail -30 "$OUT/bench.log"
