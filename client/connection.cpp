@@ -294,6 +294,21 @@ bool Connection::read_one() {
     cb_cv_.notify_one();
     return true;
   }
+  if (h.op == proto::kOpMappedUpdate && !(h.flags & proto::kReply)) {
+    // What kernels wrote to mapped host memory (client/mapped_memory.h), before the reply it
+    // precedes.
+    std::vector<uint8_t> payload(h.length);
+    if (!recv_exact(payload.data(), payload.size())) {
+      mark_broken("the connection broke in the middle of a mapped-memory update");
+      return false;
+    }
+    MappedUpdateHandler apply = mapped_handler_.load();
+    if (!apply || !apply(payload.data(), payload.size())) {
+      mark_broken(log::format("the server sent a mapped-memory update outside any mapped buffer (%u bytes)", h.length));
+      return false;
+    }
+    return true;
+  }
   ReplySlot* slot = nullptr;
   {
     std::lock_guard<std::mutex> lock(recv_mu_);

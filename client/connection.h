@@ -72,6 +72,11 @@ class Connection {
   // Host callbacks. The handler runs on the callback thread for each kOpCallback frame.
   using CallbackHandler = void (*)(uint64_t id, int32_t status, bool run);
   void set_callback_handler(CallbackHandler h);
+  // Mapped host memory: the handler applies each kOpMappedUpdate frame on the reading thread and
+  // returns false when the update is out of bounds (the connection then breaks). Without one,
+  // such a frame breaks the connection.
+  using MappedUpdateHandler = bool (*)(const uint8_t* payload, size_t n);
+  void set_mapped_update_handler(MappedUpdateHandler h) { mapped_handler_.store(h); }
   // Announces one kOpCallback frame to come (call before sending the request that causes it).
   void expect_callback();
   // Sends a one-way control frame now, behind everything queued. False when the connection is gone.
@@ -135,6 +140,7 @@ class Connection {
   size_t awaited_ = 0;                               // announced, not yet delivered
   bool cb_stop_ = false;
   CallbackHandler cb_handler_ = nullptr;
+  std::atomic<MappedUpdateHandler> mapped_handler_{nullptr};
   std::thread cb_thread_;
 
   std::atomic<bool> broken_{false};

@@ -27,7 +27,8 @@ std::mutex& g_mem_mu = *new std::mutex;
 std::map<CUdeviceptr, std::shared_ptr<Alloc>>& g_allocs = *new std::map<CUdeviceptr, std::shared_ptr<Alloc>>;
 struct Pinned {
   size_t size;
-  bool owned;  // allocated by us (cuMemAllocHost / cuMemHostAlloc), freed by cuMemFreeHost
+  bool owned;           // allocated by us (cuMemAllocHost / cuMemHostAlloc), freed by cuMemFreeHost
+  bool mapped = false;  // DEVICEMAP: kernels reach it; its device pointer is its host address
 };
 std::map<uintptr_t, Pinned>& g_pinned = *new std::map<uintptr_t, Pinned>;
 size_t g_used = 0;
@@ -106,7 +107,18 @@ CUresult memset(CUdeviceptr d, uint32_t value, size_t elem, size_t count, CUstre
 bool device_span(CUdeviceptr p, size_t n, Span* out) {
   std::lock_guard lk(g_mem_mu);
   auto it = g_allocs.upper_bound(p);
-  if (it == g_allocs.begin()) return false;
+  if (it == g_allocs.begin() || p < std::prev(it)->second->base ||
+      p - std::prev(it)->second->base >= std::prev(it)->second->size) {
+    // Mapped host memory (DEVICEMAP): the device pointer is the host address.
+    auto pin = g_pinned.upper_bound(p);
+    if (pin == g_pinned.begin()) return false;
+    --pin;
+    uint64_t off = p - pin->first;
+    if (!pin->second.mapped || p < pin->first || off >= pin->second.size || n > pin->second.size - off) return false;
+    out->hold = nullptr;
+    out->host = reinterpret_cast<uint8_t*>(p);
+    return true;
+  }
   --it;
   const Alloc& a = *it->second;
   uint64_t off = p - a.base;
@@ -212,7 +224,7 @@ FAKE_API CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned in
   void* p = std::aligned_alloc(4096, (bytesize + 4095) / 4096 * 4096);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard lk(g_mem_mu);
-  g_pinned[reinterpret_cast<uintptr_t>(p)] = Pinned{bytesize, true};
+  g_pinned[reinterpret_cast<uintptr_t>(p)] = Pinned{bytesize, true, (Flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0};
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -240,7 +252,20 @@ FAKE_API CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigne
   if (it != g_pinned.end() && it->first < u + bytesize) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   if (it != g_pinned.begin() && std::prev(it)->first + std::prev(it)->second.size > u)
     return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-  g_pinned[u] = Pinned{bytesize, false};
+  g_pinned[u] = Pinned{bytesize, false, (Flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0};
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  if (CUresult r = check_init()) return r;
+  if (!pdptr || Flags) return CUDA_ERROR_INVALID_VALUE;
+  uintptr_t u = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_pinned.upper_bound(u);
+  if (it == g_pinned.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (!it->second.mapped || u - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
+  *pdptr = u;
   return CUDA_SUCCESS;
 }
 

@@ -104,6 +104,20 @@ enum Op : uint16_t {
   // than this op answers CUDA_ERROR_NOT_SUPPORTED, which the client treats as NOT_FOUND. The
   // server adds images that load successfully through the load ops to its cache.
   kOpModuleByHash = 20,
+  // Mapped host memory (server/mapped_memory.h has the scheme). Page size for the exchanges: 4096.
+  // kOpMappedAlloc, request: u64 client address, u64 size, u32 flags (CU_MEMHOSTALLOC_*).
+  //   Reply: CUresult, u64 device pointer, u64 server address (equal to the client address when
+  //   the server could map its copy there).
+  kOpMappedAlloc = 23,
+  // kOpMappedFree, request (no reply wanted): u64 client address.
+  kOpMappedFree = 24,
+  // kOpMappedWrite, request (no reply wanted; sent before the call it precedes, with the thread
+  // id of that call): u64 client address, u64 offset, then the bytes to the end of the payload.
+  kOpMappedWrite = 25,
+  // kOpMappedUpdate, server -> client, not a reply (flags 0, request_id 0): u64 client address,
+  // u64 offset, then the bytes. Sent before the reply it precedes; the client applies it on its
+  // reading thread, after checking that it lies inside a buffer it mapped.
+  kOpMappedUpdate = 26,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

@@ -25,6 +25,7 @@
 #include "protocol/messages.h"
 #include "server/dispatch.h"
 #include "server/handle_map.h"
+#include "server/mapped_memory.h"
 #include "server/handlers/control.h"
 #include "server/nvml/nvml_server.h"
 
@@ -212,6 +213,20 @@ class Session : public ClientCallbacks {
 
   const DriverTable& driver() const { return *opt_.driver; }
   HandleMap& handles() { return handles_; }
+  MappedMemory& mapped() { return mapped_; }
+
+  // Sends kOpMappedUpdate frames for what the GPU changed in mapped host memory.
+  bool send_mapped_updates() {
+    if (mapped_.empty()) return true;
+    bool ok = mapped_.send_updates([this](const std::vector<uint8_t>& payload) {
+      proto::FrameHeader h = proto::make_header(proto::kOpMappedUpdate, 0, 0, 0, payload.size());
+      iovec iov[2] = {{&h, sizeof h}, {const_cast<uint8_t*>(payload.data()), payload.size()}};
+      std::lock_guard<std::mutex> lock(write_mu_);
+      if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
+      return !failed_.load();
+    });
+    return ok;
+  }
 
   void run(uint64_t id, int32_t status) override {
     {
@@ -296,6 +311,7 @@ class Session : public ClientCallbacks {
   int fd_;
   SessionOptions opt_;
   HandleMap handles_;
+  MappedMemory mapped_;
   std::mutex write_mu_;
   std::atomic<bool> failed_{false};
   uint64_t calls_ = 0;
@@ -347,7 +363,19 @@ void Worker::loop() {
     if (f.h.op == proto::kOpSnapshot) h = handlers::snapshot;
     if (f.h.op == proto::kOpModuleByHash) h = handlers::module_by_hash;
     if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
-    if (!h) {
+    bool mapped_op = true;
+    switch (f.h.op) {  // mapped host memory (server/mapped_memory.h)
+      case proto::kOpMappedAlloc: session_->mapped().alloc(session_->driver(), in, out); break;
+      case proto::kOpMappedFree: session_->mapped().free(session_->driver(), in, out); break;
+      case proto::kOpMappedWrite: session_->mapped().write(in, out); break;
+      default: mapped_op = false;
+    }
+    if (mapped_op) {
+      if (!in.ok() || body.size() < sizeof(int32_t)) {
+        session_->hostile(log::format("a malformed mapped-memory message (op %u, %u bytes)", f.h.op, f.h.length));
+        return;
+      }
+    } else if (!h) {
       // Unknown op: answered (or, one-way, deferred) as NOT_SUPPORTED; the connection stays.
       const char* name = op::name(f.h.op);
       log::warn("%s (op %u) has no handler in this server; answering CUDA_ERROR_NOT_SUPPORTED",
@@ -366,6 +394,8 @@ void Worker::loop() {
     int32_t result;
     std::memcpy(&result, body.data(), sizeof result);
     if (wants_reply) {
+      // What kernels wrote to mapped host memory reaches the client before this reply does.
+      if (!session_->send_mapped_updates()) return;
       proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
       deferred_result_ = 0;
       deferred_op_ = 0;

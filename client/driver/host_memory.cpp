@@ -2,8 +2,9 @@
 // a network. Pinned memory is allocated or registered in the client process (page-aligned,
 // tracked in client/host_memory.h); the server is not told. What the real driver adds to pinned
 // memory is a device mapping (a kernel reading host memory through a pointer): that cannot reach
-// the client's memory across the network, so cuMemHostGetDevicePointer and the DEVICEMAP flags
-// are refused with one line naming the call and the reason, as are managed memory and IPC.
+// the client's memory across the network, so DEVICEMAP memory gets a copy on the server that the
+// two ends keep in step at call boundaries (client/mapped_memory.h). Managed memory and IPC are
+// refused with one line naming the call and the reason.
 //
 // Wire (cuPointerGetAttribute, cuPointerGetAttributes; only for pointers outside the client's
 // pinned ranges): u64 ptr, u32 n, n × i32 attribute. Reply: CUresult, then n × (i32 result,
@@ -21,6 +22,7 @@
 
 #include "client/call.h"
 #include "client/contexts.h"
+#include "client/mapped_memory.h"
 #include "client/runtime.h"
 #include "common/log.h"
 #include "gen/export.gen.h"
@@ -78,6 +80,20 @@ constexpr const char* kIpcWhy =
     "IPC handles share GPU memory between processes of one machine, and this process's GPU is on "
     "another machine";
 
+// Mapped buffers are placed where the server can usually map its copy at the same address (away
+// from where heaps and libraries go), so a kernel given the host pointer itself finds it there.
+void* mapped_address(size_t size) {
+  static std::atomic<uintptr_t> next{uintptr_t(0x5a0000000000)};
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    uintptr_t want = next.fetch_add((size + (uintptr_t(1) << 21)) & ~((uintptr_t(1) << 21) - 1));
+    void* p = mmap(reinterpret_cast<void*>(want), size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == reinterpret_cast<void*>(want)) return p;
+    if (p != MAP_FAILED) munmap(p, size);
+  }
+  return MAP_FAILED;
+}
+
 CUresult check_init() { return rgpu::client::connection() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED; }
 
 CUresult host_alloc(const char* call, void** pp, size_t bytesize, unsigned flags) {
@@ -86,12 +102,20 @@ CUresult host_alloc(const char* call, void** pp, size_t bytesize, unsigned flags
   if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   if (flags & ~unsigned(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
     return CUDA_ERROR_INVALID_VALUE;
-  if (flags & CU_MEMHOSTALLOC_DEVICEMAP) return refuse("cuMemHostAlloc (CU_MEMHOSTALLOC_DEVICEMAP)", kMappedWhy);
   size_t page = rgpu::client::page_size();
   if (bytesize > SIZE_MAX - page) return CUDA_ERROR_OUT_OF_MEMORY;
   size_t size = (bytesize + page - 1) / page * page;
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = MAP_FAILED;
+  if (flags & CU_MEMHOSTALLOC_DEVICEMAP) p = mapped_address(size);
+  if (p == MAP_FAILED) p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
+    CUdeviceptr dptr = 0;
+    if (CUresult rc = rgpu::client::mapped::map(p, size, flags, &dptr)) {
+      munmap(p, size);
+      return rc;
+    }
+  }
   HostRange r{reinterpret_cast<uintptr_t>(p), size, flags, false, rgpu::client::g_next_id.fetch_add(1)};
   {
     std::lock_guard<std::mutex> lock(rgpu::client::g_mu);
@@ -107,7 +131,12 @@ CUresult host_attribute(const HostRange& r, CUdeviceptr ptr, CUpointer_attribute
   switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = rgpu::client::contexts::current(); break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_HOST; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: {
+      CUdeviceptr d = 0;
+      if (!rgpu::client::mapped::device_pointer(reinterpret_cast<const void*>(ptr), &d)) return CUDA_ERROR_NOT_SUPPORTED;
+      *static_cast<CUdeviceptr*>(data) = d;
+      break;
+    }
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data) = reinterpret_cast<void*>(ptr); break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = r.id; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: {
@@ -179,6 +208,7 @@ RGPU_EXPORT CUresult CUDAAPI cuMemFreeHost(void* p) {
   }
   // Copies from this memory were consumed when they were issued, and copies into it landed
   // before their call returned (client/driver/memory.cpp), so nothing in flight still uses it.
+  if (r.flags & CU_MEMHOSTALLOC_DEVICEMAP) rgpu::client::mapped::unmap(reinterpret_cast<void*>(r.base));
   munmap(reinterpret_cast<void*>(r.base), r.size);
   return CUDA_SUCCESS;
 }
@@ -190,7 +220,6 @@ RGPU_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsi
   if (Flags & ~unsigned(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
                         CU_MEMHOSTREGISTER_READ_ONLY))
     return CUDA_ERROR_INVALID_VALUE;
-  if (Flags & CU_MEMHOSTREGISTER_DEVICEMAP) return refuse("cuMemHostRegister (CU_MEMHOSTREGISTER_DEVICEMAP)", kMappedWhy);
   if (Flags & CU_MEMHOSTREGISTER_IOMEMORY)
     return refuse("cuMemHostRegister (CU_MEMHOSTREGISTER_IOMEMORY)",
                   "I/O memory of this machine cannot be mapped for a GPU on another machine");
@@ -203,6 +232,13 @@ RGPU_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsi
   if (it != rgpu::client::g_ranges.begin()) {
     --it;
     if (it->second.base + it->second.size > base) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  }
+  if (Flags & CU_MEMHOSTREGISTER_DEVICEMAP) {
+    // The server's copy covers whole pages around the range.
+    size_t page = rgpu::client::page_size();
+    uintptr_t first = base / page * page, last = (base + bytesize + page - 1) / page * page;
+    CUdeviceptr dptr = 0;
+    if (CUresult rc = rgpu::client::mapped::map(reinterpret_cast<void*>(first), last - first, Flags, &dptr)) return rc;
   }
   rgpu::client::g_ranges[base] = HostRange{base, bytesize, Flags, true, rgpu::client::g_next_id.fetch_add(1)};
   return CUDA_SUCCESS;
@@ -217,6 +253,10 @@ RGPU_EXPORT CUresult CUDAAPI cuMemHostUnregister(void* p) {
   std::lock_guard<std::mutex> lock(rgpu::client::g_mu);
   auto it = rgpu::client::g_ranges.find(reinterpret_cast<uintptr_t>(p));
   if (it == rgpu::client::g_ranges.end() || !it->second.registered) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  if (it->second.flags & CU_MEMHOSTREGISTER_DEVICEMAP) {
+    size_t page = rgpu::client::page_size();
+    rgpu::client::mapped::unmap(reinterpret_cast<void*>(it->second.base / page * page));
+  }
   rgpu::client::g_ranges.erase(it);
   return CUDA_SUCCESS;
 }
@@ -231,11 +271,22 @@ RGPU_EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int* pFlags, void* p) {
   return CUDA_SUCCESS;
 }
 
-RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr*, void*, unsigned int) {
-  return refuse("cuMemHostGetDevicePointer", kMappedWhy);
+// Mapped memory (DEVICEMAP) has a device pointer: its server copy's (client/mapped_memory.h).
+RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  rgpu::client::trace_call("cuMemHostGetDevicePointer_v2");
+  if (CUresult rc = check_init()) return rc;
+  if (!pdptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (rgpu::client::mapped::device_pointer(p, pdptr)) return CUDA_SUCCESS;
+  if (rgpu::client::find_host_range(p, 0, nullptr))
+    return refuse("cuMemHostGetDevicePointer (pinned memory allocated without DEVICEMAP)", kMappedWhy);
+  return CUDA_ERROR_INVALID_VALUE;
 }
-RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr_v1*, void*, unsigned int) {
-  return refuse("cuMemHostGetDevicePointer", kMappedWhy);
+RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr_v1* pdptr, void* p, unsigned int Flags) {
+  CUdeviceptr d = 0;
+  if (!pdptr) return CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = cuMemHostGetDevicePointer_v2(&d, p, Flags);
+  if (rc == CUDA_SUCCESS) *pdptr = static_cast<CUdeviceptr_v1>(d);
+  return rc;
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr*, size_t, unsigned int) {

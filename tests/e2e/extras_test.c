@@ -214,6 +214,85 @@ static void test_tensor_map(void) {
   CU(cuMemFree(buf));
 }
 
+/* ---------- mapped host memory (DEVICEMAP) ---------- */
+
+/* A kernel writes host memory through its mapped device pointer and through the host pointer
+   itself (unified addressing); the host sees the values once a synchronizing call returns; the
+   host's own writes reach the kernel. Through rgpu the memory has a server copy kept in step at
+   call boundaries (client/mapped_memory.h). */
+static void test_mapped_host_memory(CUmodule mod) {
+  CUfunction fill = NULL, vadd = NULL;
+  CU(cuModuleGetFunction(&fill, mod, "rgpu_fill_u32"));
+  CU(cuModuleGetFunction(&vadd, mod, "rgpu_vec_add"));
+  if (!fill || !vadd) return;
+  enum { N = 3000 }; /* a little under three pages of u32 */
+  unsigned* h = NULL;
+  CU(cuMemHostAlloc((void**)&h, N * sizeof(unsigned), CU_MEMHOSTALLOC_DEVICEMAP));
+  if (!h) return;
+  unsigned flags = 0;
+  CU(cuMemHostGetFlags(&flags, h));
+  CHECK(flags & CU_MEMHOSTALLOC_DEVICEMAP, "flags 0x%x lack DEVICEMAP", flags);
+  CUdeviceptr d = 0;
+  CU(cuMemHostGetDevicePointer(&d, h, 0));
+  CHECK(d != 0, "no device pointer");
+  CUdeviceptr d_mid = 0;
+  CU(cuMemHostGetDevicePointer(&d_mid, h + 1000, 0));
+  CHECK(d_mid == d + 1000 * sizeof(unsigned), "device pointer of an inner address is off");
+
+  unsigned value = 0xC0FFEEu;
+  unsigned long long n = N;
+  void* args[] = {&d, &value, &n};
+  CU(cuLaunchKernel(fill, 4, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+  CU(cuCtxSynchronize());
+  int bad = 0;
+  for (int i = 0; i < N; ++i) bad += h[i] != value;
+  CHECK(bad == 0, "%d of %d values written by the kernel did not reach the host", bad, N);
+
+  /* The host's writes reach the kernel: c = a + b with a, b, c all in mapped memory. */
+  float* f = NULL;
+  CU(cuMemHostAlloc((void**)&f, 3 * 1024 * sizeof(float), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  if (f) {
+    for (int i = 0; i < 1024; ++i) {
+      f[i] = (float)i;
+      f[1024 + i] = 0.5f * (float)i;
+    }
+    CUdeviceptr df = 0;
+    CU(cuMemHostGetDevicePointer(&df, f, 0));
+    CUdeviceptr a = df, b = df + 1024 * sizeof(float), c = df + 2048 * sizeof(float);
+    int cnt = 1024;
+    void* vargs[] = {&a, &b, &c, &cnt};
+    CU(cuLaunchKernel(vadd, 8, 1, 1, 128, 1, 1, 0, NULL, vargs, NULL));
+    CU(cuCtxSynchronize());
+    bad = 0;
+    for (int i = 0; i < 1024; ++i) bad += f[2048 + i] != 1.5f * (float)i;
+    CHECK(bad == 0, "%d sums wrong: the kernel did not see the host's values", bad);
+    /* Again after the host changes its inputs. */
+    f[7] = 100.0f;
+    CU(cuLaunchKernel(vadd, 8, 1, 1, 128, 1, 1, 0, NULL, vargs, NULL));
+    CU(cuCtxSynchronize());
+    CHECK(f[2048 + 7] == 103.5f, "after a host write: %f, want 103.5", f[2048 + 7]);
+    CU(cuMemFreeHost(f));
+  }
+
+  /* Host memory registered with DEVICEMAP. */
+  unsigned* reg = NULL;
+  if (posix_memalign((void**)&reg, 4096, 8192) == 0) {
+    memset(reg, 0, 8192);
+    CU(cuMemHostRegister(reg, 8192, CU_MEMHOSTREGISTER_DEVICEMAP));
+    CUdeviceptr dr = 0;
+    CU(cuMemHostGetDevicePointer(&dr, reg, 0));
+    unsigned v2 = 77;
+    unsigned long long n2 = 2048;
+    void* rargs[] = {&dr, &v2, &n2};
+    CU(cuLaunchKernel(fill, 2, 1, 1, 256, 1, 1, 0, NULL, rargs, NULL));
+    CU(cuCtxSynchronize());
+    CHECK(reg[0] == 77 && reg[2047] == 77, "registered mapped memory: %u %u", reg[0], reg[2047]);
+    CU(cuMemHostUnregister(reg));
+    free(reg);
+  }
+  CU(cuMemFreeHost(h));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s FATBIN (built from tests/kernels/test_kernels.cu)\n", argv[0]);
@@ -247,6 +326,7 @@ int main(int argc, char** argv) {
   if (through_rgpu) test_shareable_refused();
   test_stream_attributes(through_rgpu);
   test_tensor_map();
+  if (mod) test_mapped_host_memory(mod);
 
   if (mod) CU(cuModuleUnload(mod));
   CU(cuCtxSynchronize());
