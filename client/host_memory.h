@@ -21,4 +21,11 @@ struct HostRange {
 // True when [p, p + n) lies inside one pinned range (n = 0: p inside one); fills *out.
 bool find_host_range(const void* p, size_t n, HostRange* out);
 
+// Host callbacks (client/driver/host_callback.cpp) queued and not yet finished. An async copy
+// from pinned memory reads the buffer when it is issued, where the driver reads it when the
+// stream reaches the copy; a callback ahead of it on the stream may still write the buffer, so
+// such a copy first waits for the callbacks queued before it to run.
+bool host_callbacks_pending();
+void wait_host_callbacks();
+
 }  // namespace rgpu::client

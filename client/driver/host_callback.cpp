@@ -12,10 +12,13 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <unordered_map>
 
 #include "client/call.h"
+#include "client/host_memory.h"
 #include "client/runtime.h"
 #include "common/log.h"
 #include "gen/export.gen.h"
@@ -38,6 +41,7 @@ std::mutex g_mu;
 // Leaked on purpose: programs call the driver from exit handlers, after static destructors.
 auto& g_callbacks = *new std::unordered_map<uint64_t, Callback>();
 std::atomic<uint64_t> g_next_id{1};
+auto& g_done_cv = *new std::condition_variable();
 
 // Runs on the connection's callback thread. status: the stream's status (cuStreamAddCallback);
 // run = false: the server could not queue the callback; forget it, run nothing, answer nothing.
@@ -52,11 +56,19 @@ void deliver(uint64_t id, int32_t status, bool run) {
       return;
     }
     cb = it->second;
-    g_callbacks.erase(it);
+    if (!run) g_callbacks.erase(it);
   }
-  if (!run) return;
+  if (!run) {
+    g_done_cv.notify_all();
+    return;
+  }
   if (cb.host_fn) cb.host_fn(cb.user);
   else if (cb.stream_fn) cb.stream_fn(cb.stream, static_cast<CUresult>(status), cb.user);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_callbacks.erase(id);  // only now: wait_host_callbacks() waits for functions to return
+  }
+  g_done_cv.notify_all();
   uint8_t ack[8];
   for (int i = 0; i < 8; ++i) ack[i] = static_cast<uint8_t>(id >> (8 * i));  // u64, little-endian
   if (auto* conn = rgpu::client::connection()) conn->send_control(rgpu::proto::kOpCallbackDone, ack, sizeof ack);
@@ -91,6 +103,31 @@ CUresult add(uint16_t op, const char* name, CUstream stream, const Callback& cb,
 }
 
 }  // namespace
+
+namespace rgpu::client {
+
+bool host_callbacks_pending() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return !g_callbacks.empty();
+}
+
+void wait_host_callbacks() {
+  Connection* conn = connection();
+  if (!conn) return;
+  uint64_t limit = g_next_id.load();
+  conn->flush();  // the callbacks' own calls may still be queued here
+  std::unique_lock<std::mutex> lock(g_mu);
+  // Re-checked every 100 ms as well: a broken connection notifies nobody.
+  while (!g_done_cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
+    if (!connection() || connection()->broken()) return true;
+    for (const auto& [id, cb] : g_callbacks)
+      if (id < limit) return false;
+    return true;
+  })) {
+  }
+}
+
+}  // namespace rgpu::client
 
 extern "C" {
 

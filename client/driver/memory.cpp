@@ -39,6 +39,8 @@ using rgpu::client::handle_id;
 // Wire: u64 dst, u64 stream (async ops only), u64 n, then n bytes of data.
 CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
   if (n && !src) return CUDA_ERROR_INVALID_VALUE;
+  if (async && rgpu::client::host_callbacks_pending() && rgpu::client::find_host_range(src, n, nullptr))
+    rgpu::client::wait_host_callbacks();  // a callback ahead may still write the source
   size_t off = 0;
   do {
     size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);

@@ -13,12 +13,13 @@ import pytest
 from conftest import BUILD, run_client
 
 PROGRAMS = BUILD / "tests/cuda"
-NAMES = ["runtime_startup", "cublas_create", "cudnn_create", "cufft_plan"]
+NAMES = ["runtime_startup", "runtime_pinned", "runtime_host_func", "cublas_create", "cudnn_create", "cufft_plan"]
 MODES = ["static", "shared"]
 
 # (program, mode) pairs that print PASS and exit 0 through the shim on the fake driver. Add a
 # pair here when it starts passing; never list one that does not.
-PASSING = [("runtime_startup", "static"), ("runtime_startup", "shared"), ("cudnn_create", "static"), ("cudnn_create", "shared")]
+PASSING = [(name, mode) for name in ["runtime_startup", "runtime_pinned", "runtime_host_func", "cudnn_create"]
+           for mode in MODES]
 
 
 def program(name, mode):

@@ -85,19 +85,9 @@ done
 fi
 
 if want corpus; then
-step "CUDA runtime and NVIDIA libraries (tests/cuda): real driver, then through rgpu"
-printf "%-28s %-8s %s\n" program local rgpu
-for prog in build/tests/cuda/*_static build/tests/cuda/*_shared; do
-  [ -x "$prog" ] || continue
-  name=$(basename "$prog")
-  LD_LIBRARY_PATH=$REAL_DIR:/usr/local/cuda/lib64 timeout 120 "$prog" >"$OUT/cuda_${name}_local.log" 2>&1
-  l=$?
-  LD_LIBRARY_PATH=$PWD/build/lib:/usr/local/cuda/lib64 RGPU_SERVER=127.0.0.1:$port RGPU_TRACE=2 timeout 120 "$prog" \
-    >"$OUT/cuda_${name}_rgpu.log" 2>&1
-  r=$?
-  [ $r = 0 ] || grep -e "->" "$OUT/cuda_${name}_rgpu.log" | sort | uniq -c | sort -rn | head -5 >&2
-  printf "%-28s %-8s %s\n" "$name" "$([ $l = 0 ] && echo pass || echo "FAIL($l)")" "$([ $r = 0 ] && echo pass || echo "FAIL($r): $(grep -m1 FAIL "$OUT/cuda_${name}_rgpu.log")")"
-done | tee "$OUT/cuda_corpus.txt"
+  step "tests/cuda corpus: real driver, then through rgpu (tests/gpu/corpus.sh)"
+  OUT="$OUT" RGPU_REAL_DRIVER="$REAL" tests/gpu/corpus.sh build | tee "$OUT/corpus.txt" | grep -v '^PASS'
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if want torch; then
