@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "common/env.h"
@@ -292,6 +293,18 @@ bool Connection::read_one() {
     ready_.push_back({id, status, run});
     if (awaited_) --awaited_;
     cb_cv_.notify_one();
+    return true;
+  }
+  if (h.op == proto::kOpDeviceOutput && !(h.flags & proto::kReply)) {
+    // What kernels printed, before the reply of the synchronizing call that flushed it: into
+    // this process's stdout, through stdio so it keeps its place among the program's own lines.
+    std::vector<char> text(h.length);
+    if (!recv_exact(text.data(), text.size())) {
+      mark_broken("the connection broke in the middle of device output");
+      return false;
+    }
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
     return true;
   }
   if (h.op == proto::kOpMappedUpdate && !(h.flags & proto::kReply)) {

@@ -118,6 +118,10 @@ enum Op : uint16_t {
   // u64 offset, then the bytes. Sent before the reply it precedes; the client applies it on its
   // reading thread, after checking that it lies inside a buffer it mapped.
   kOpMappedUpdate = 26,
+  // Device printf: server -> client, not a reply (flags 0, request_id 0): what kernels printed
+  // (the driver writes it to the server's stdout at synchronizing calls), as raw bytes. Sent
+  // before the reply it precedes; the client writes it to its own stdout.
+  kOpDeviceOutput = 27,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

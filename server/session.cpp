@@ -1,14 +1,19 @@
 // Implementation of server/session.h.
 #include "server/session.h"
 
+#include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -46,6 +51,62 @@ struct Frame {
 };
 
 class Session;
+
+// Device printf: the driver prints what kernels printed to this process's stdout when a
+// synchronizing call returns. The session process points its stdout at a pipe; a thread keeps
+// the pipe drained (so the driver never blocks on a full pipe) and the bytes go to the client
+// before the next reply (protocol/messages.h, kOpDeviceOutput).
+class DeviceOutput {
+ public:
+  // Redirects stdout; false (stdout left alone) if the pipe cannot be made.
+  bool start() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return false;
+    std::fflush(stdout);
+    if (dup2(fds[1], STDOUT_FILENO) < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return false;
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+    fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    std::thread([this] { drain_loop(); }).detach();
+    return true;
+  }
+  // Everything printed so far (flushing the driver's buffered stdout first).
+  std::string take() {
+    if (fd_ < 0) return {};
+    std::fflush(stdout);
+    std::lock_guard<std::mutex> lock(mu_);
+    read_available();
+    std::string out;
+    out.swap(buf_);
+    return out;
+  }
+
+ private:
+  void read_available() {
+    char chunk[65536];
+    for (;;) {
+      ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return;
+      // Bounded: a kernel printing without end must not exhaust the server's memory.
+      if (buf_.size() < (64u << 20)) buf_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+  void drain_loop() {
+    for (;;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, -1) < 0 && errno != EINTR) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      read_available();
+    }
+  }
+  int fd_ = -1;
+  std::mutex mu_;
+  std::string buf_;
+};
 
 // Runs one client thread's calls in order.
 class Worker {
@@ -215,6 +276,18 @@ class Session : public ClientCallbacks {
   HandleMap& handles() { return handles_; }
   MappedMemory& mapped() { return mapped_; }
 
+  // Sends what kernels printed since the last reply (kOpDeviceOutput), if anything.
+  bool send_device_output() {
+    std::string text = output_.take();
+    if (text.empty()) return true;
+    proto::FrameHeader h = proto::make_header(proto::kOpDeviceOutput, 0, 0, 0, text.size());
+    iovec iov[2] = {{&h, sizeof h}, {text.data(), text.size()}};
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
+    return !failed_.load();
+  }
+  DeviceOutput& output() { return output_; }
+
   // Sends kOpMappedUpdate frames for what the GPU changed in mapped host memory.
   bool send_mapped_updates() {
     if (mapped_.empty()) return true;
@@ -312,6 +385,7 @@ class Session : public ClientCallbacks {
   SessionOptions opt_;
   HandleMap handles_;
   MappedMemory mapped_;
+  DeviceOutput output_;
   std::mutex write_mu_;
   std::atomic<bool> failed_{false};
   uint64_t calls_ = 0;
@@ -394,8 +468,9 @@ void Worker::loop() {
     int32_t result;
     std::memcpy(&result, body.data(), sizeof result);
     if (wants_reply) {
-      // What kernels wrote to mapped host memory reaches the client before this reply does.
-      if (!session_->send_mapped_updates()) return;
+      // What kernels wrote to mapped host memory, and what they printed, reaches the client
+      // before this reply does.
+      if (!session_->send_mapped_updates() || !session_->send_device_output()) return;
       proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
       deferred_result_ = 0;
       deferred_op_ = 0;
@@ -427,6 +502,7 @@ int run_session(int fd, const SessionOptions& options) {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   // Workers are left running at exit on purpose (see Session::run), so the session is leaked.
   auto* s = new Session(fd, options);
+  if (!s->output().start()) log::warn("cannot capture device printf output (pipe: %s); it stays on this server's stdout", strerror(errno));
   return s->run();
 }
 

@@ -76,7 +76,7 @@ step "runtime needs (libraries, pinned memory, callbacks...): real driver, then 
 LD_LIBRARY_PATH=$REAL_DIR build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_local.log" 2>&1; echo "local: rc $? $(tail -1 "$OUT/runtime_needs_local.log")"
 LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_rgpu.log" 2>&1
 rc=$?; echo "rgpu:  rc $rc $(tail -1 "$OUT/runtime_needs_rgpu.log")"; [ $rc = 0 ] || status=1
-for prog in memcpy2d_test extras_test exit_teardown_test; do
+for prog in memcpy2d_test extras_test exit_teardown_test printf_test; do
   LD_LIBRARY_PATH=$REAL_DIR build/bin/$prog $IMAGE >"$OUT/${prog}_local.log" 2>&1; l=$?
   LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/$prog $IMAGE >"$OUT/${prog}_rgpu.log" 2>&1; r=$?
   echo "$prog: local rc $l, rgpu rc $r: $(tail -1 "$OUT/${prog}_rgpu.log")"
