@@ -151,3 +151,10 @@ bool write_now() {
 }
 
 }  // namespace rgpu::client::stats
+
+// For benchmarks (bench/train_bench.py): writes the RGPU_STATS file now, so a program can read its
+// counters mid-run (round trips per training step = the difference of two snapshots). Returns 0
+// when written, -1 when RGPU_STATS is not set or the file cannot be written.
+extern "C" __attribute__((visibility("default"))) int rgpu_stats_write(void) {
+  return rgpu::client::stats::write_now() ? 0 : -1;
+}

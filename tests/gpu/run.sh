@@ -6,7 +6,7 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
-#   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,bench   the steps to run (default: all)
+#   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,bench,train   the steps to run (default: all)
 #   RGPU_GPU_SAMPLES=REGEX         runs only the samples matching REGEX
 #   RGPU_GPU_TRACE_SAMPLES=REGEX   also runs the samples matching REGEX through rgpu with RGPU_TRACE=2
 #                                  (logs in samples_trace.tsv.logs/), to see which call fails
@@ -23,7 +23,7 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
-STEPS=",${RGPU_GPU_STEPS:-core,runtime,corpus,samples,nvml,torch,bench},"
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,corpus,samples,nvml,torch,bench,train},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
@@ -152,6 +152,11 @@ if want bench && [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
   bench/run_driver_bench.sh $QUICK --driver "$REAL" --out "$OUT" >"$OUT/bench.log" 2>&1 || status=1
   cat "$OUT/driver_bench.md" 2>/dev/null || tail -30 "$OUT/bench.log"
   cp "$OUT/driver_bench.md" "$OUT/driver_bench.json" "$RESULTS/" 2>/dev/null
+fi
+if want train; then
+  step "training-step benchmark (bench/run_train_bench.sh): local GPU vs rgpu at 0, 1 and 30 ms added"
+  bench/run_train_bench.sh --driver "$REAL" --out "$OUT" ${RGPU_TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_bench.log" | tail -20
+  cp "$OUT/train_bench.md" "$OUT/train_bench.json" "$RESULTS/" 2>/dev/null
 fi
 tar czf "$RESULTS/gpu-logs.tgz" -C "$RESULTS" logs
 

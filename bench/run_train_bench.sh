@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Training-step benchmark through rgpu against the local GPU, same machine, same run (issue 4):
+# bench/train_bench.py for the small 6-layer model and GPT-2 small, locally and through rgpu at
+# each added round-trip delay (rgpu-delay-proxy), then bench/train_report.py writes
+# OUT/train_bench.{json,md}. Needs a GPU, torch, and a build (build/).
+#   bench/run_train_bench.sh --driver /usr/local/nvidia/lib64/libcuda.so.1 [--out DIR] [--delays "0 1 30"]
+#   [--models "small gpt2"]
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${RGPU_BUILD_DIR:-$ROOT/build}"
+DRIVER=/usr/local/nvidia/lib64/libcuda.so.1
+OUT="$ROOT/bench/results"
+DELAYS="0 1 30"
+MODELS="small gpt2"
+PY=${RGPU_TORCH_PYTHON:-python3}
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --driver) DRIVER=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --delays) DELAYS=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    *) echo "run_train_bench: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT/train"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+"$BUILD/bin/rgpu-server" --listen 127.0.0.1:$port --driver "$DRIVER" --cache-dir "$OUT/train/module-cache" >"$OUT/train/server.log" 2>&1 &
+server=$!
+proxy=""
+trap 'kill $server $proxy 2>/dev/null' EXIT
+sleep 0.5
+steps_for() { case "$1:$2" in *:30) echo 8 ;; gpt2:*) echo 15 ;; *) echo 25 ;; esac; }
+for m in $MODELS; do
+  RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
+    --steps "$(steps_for $m 0)" --out "$OUT/train/${m}_local.json" 2>&1 | tail -1
+  for d in $DELAYS; do
+    target=127.0.0.1:$port
+    if [ "$d" != 0 ]; then
+      pport=$(free_port)
+      "$BUILD/bin/rgpu-delay-proxy" --listen 127.0.0.1:$pport --target 127.0.0.1:$port --delay-ms "$d" >"$OUT/train/proxy_$d.log" 2>&1 &
+      proxy=$!
+      sleep 0.3
+      target=127.0.0.1:$pport
+    fi
+    # Twice: the first run fills the server's module cache (cold), the second finds it warm.
+    for run in cold warm; do
+      [ "$run" = cold ] && [ "$d" != 0 ] && continue  # cold start measured at 0 ms only
+      RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=$target TRITON_LIBCUDA_PATH="$BUILD/lib" \
+        RGPU_STATS="$OUT/train/${m}_rgpu_${d}ms_$run.stats.json" \
+        "$PY" "$ROOT/bench/train_bench.py" --model $m --steps "$(steps_for $m $d)" --warmup 3 \
+        --out "$OUT/train/${m}_rgpu_${d}ms_$run.json" 2>&1 | tail -1
+    done
+    [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }
+  done
+done
+"$PY" "$ROOT/bench/train_report.py" "$OUT/train" "$OUT"

@@ -1,0 +1,124 @@
+"""Training-step benchmark (issue 4): a model trained with stock PyTorch on `cuda`, timed per step.
+Run it once on the local GPU and once through rgpu (shim on LD_LIBRARY_PATH, RGPU_SERVER set);
+bench/run_train_bench.sh does both, at several added round-trip delays, and writes the table.
+
+  python bench/train_bench.py --model small|gpt2 --steps N --out result.json
+
+Prints and writes: median step time (after warm-up steps), the time from process start to the
+end of the first step (RGPU_BENCH_T0 = the launcher's clock when it started the process, in
+seconds since the epoch; else this interpreter's start), the losses (to compare runs), and,
+through rgpu with RGPU_STATS set, the round trips per step (from two stats snapshots)."""
+import argparse
+import json
+import os
+import statistics
+import time
+
+T0 = float(os.environ.get("RGPU_BENCH_T0", time.time()))
+
+import torch  # noqa: E402  (imported after T0: its import is part of the time to first step)
+
+
+def model_and_batch(kind):
+    torch.manual_seed(0)
+    if kind == "small":  # 6-layer nanoGPT-like: d=384, T=256, B=64 (gpu-machine.md baseline 37.6 ms)
+        V, T, D, H, L, B = 65, 256, 384, 6, 6, 64
+    else:  # GPT-2 small: 124M, T=1024, B=8 (baseline 59.8 ms)
+        V, T, D, H, L, B = 50304, 1024, 768, 12, 12, 8
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(D), torch.nn.LayerNorm(D)
+            self.qkv, self.proj = torch.nn.Linear(D, 3 * D), torch.nn.Linear(D, D)
+            self.fc, self.out = torch.nn.Linear(D, 4 * D), torch.nn.Linear(4 * D, D)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, H, D // H).permute(2, 0, 3, 1, 4)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, t, D))
+            return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+    class GPT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = torch.nn.Embedding(V, D), torch.nn.Embedding(T, D)
+            self.blocks = torch.nn.ModuleList([Block() for _ in range(L)])
+            self.ln, self.head = torch.nn.LayerNorm(D), torch.nn.Linear(D, V, bias=False)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.ln(x))
+
+    g = torch.Generator().manual_seed(1)
+    data = torch.randint(0, V, (B, T + 1), generator=g)
+    return GPT(), data, V
+
+
+def stats_round_trips():
+    path = os.environ.get("RGPU_STATS")
+    if not path:
+        return None
+    import ctypes
+
+    try:  # the shim writes its stats file on demand through this entry point, if present
+        lib = ctypes.CDLL("libcuda.so.1")
+        fn = getattr(lib, "rgpu_stats_write", None)
+        if fn is None or fn() != 0:
+            return None
+        return json.load(open(path))["round_trips"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=["small", "gpt2"], default="small")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    model, data, V = model_and_batch(a.model)
+    model = model.cuda()
+    batch = data.cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    times, losses = [], []
+    first_step_s = None
+    rt_before = None
+    for i in range(a.steps):
+        if i == a.warmup:
+            rt_before = stats_round_trips()
+        t = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(batch[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V).float(), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # the one read per step: the loop's only wait
+        times.append(time.perf_counter() - t)
+        if i == 0:
+            first_step_s = time.time() - T0
+    rt_after = stats_round_trips()
+    steady = times[a.warmup:] or times
+    res = {
+        "model": a.model,
+        "through_rgpu": bool(os.environ.get("RGPU_SERVER")),
+        "steps": a.steps,
+        "step_ms_median": 1000 * statistics.median(steady),
+        "step_ms_min": 1000 * min(steady),
+        "first_step_s": first_step_s,
+        "losses": losses,
+        "round_trips_per_step": (rt_after - rt_before) / (a.steps - a.warmup)
+        if rt_before is not None and rt_after is not None and a.steps > a.warmup else None,
+    }
+    json.dump(res, open(a.out, "w"), indent=1)
+    print(f"{a.model}: median step {res['step_ms_median']:.2f} ms, first step after {first_step_s:.2f} s, "
+          f"round trips/step {res['round_trips_per_step']}, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+
+
+if __name__ == "__main__":
+    main()

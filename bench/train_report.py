@@ -1,0 +1,34 @@
+"""Merges bench/train_bench.py results (DIR/*.json) into OUT/train_bench.json and a markdown table
+OUT/train_bench.md: per model, local step time, and through rgpu at each added delay the step
+time, its ratio to local, round trips per step and time to the first finished step (cold = the
+server's module cache empty, warm = filled by the run before)."""
+import json
+import sys
+from pathlib import Path
+
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+runs = {p.stem: json.loads(p.read_text()) for p in sorted(src.glob("*.json")) if not p.name.endswith("stats.json")}
+TARGET = {"small": 1.10, "gpt2": 1.05}
+rows, table = [], ["| model | path | step (median) | × local | round trips/step | first step | target |",
+                   "|---|---|---|---|---|---|---|"]
+for model in ["small", "gpt2"]:
+    local = runs.get(f"{model}_local")
+    if not local:
+        continue
+    table.append(f"| {model} | local | {local['step_ms_median']:.2f} ms | 1.00 | | {local['first_step_s']:.2f} s | |")
+    for name, r in runs.items():
+        if not name.startswith(f"{model}_rgpu_"):
+            continue
+        ratio = r["step_ms_median"] / local["step_ms_median"]
+        delay = name.split("_")[2]
+        target = f"≤ {TARGET[model]:.2f} {'pass' if ratio <= TARGET[model] else 'FAIL'}" if delay == "0ms" else ""
+        rt = r.get("round_trips_per_step")
+        rows.append({"model": model, "run": name, "delay": delay, "step_ms": r["step_ms_median"], "ratio": ratio,
+                     "round_trips_per_step": rt, "first_step_s": r["first_step_s"],
+                     "loss_first": r["losses"][0], "loss_last": r["losses"][-1]})
+        table.append(f"| {model} | rgpu {delay} {name.split('_')[-1]} | {r['step_ms_median']:.2f} ms | {ratio:.2f} | "
+                     f"{'' if rt is None else f'{rt:.1f}'} | {r['first_step_s']:.2f} s | {target} |")
+    rows.append({"model": model, "run": "local", "step_ms": local["step_ms_median"], "first_step_s": local["first_step_s"]})
+(out / "train_bench.json").write_text(json.dumps(rows, indent=1))
+(out / "train_bench.md").write_text("\n".join(table) + "\n")
+print("\n".join(table))
