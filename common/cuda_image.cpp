@@ -11,8 +11,13 @@
 //   Section ".nv.info.<kernel>" holds attribute records {u8 format, u8 attribute, ...}, format 4
 //   (sized value) followed by u16 size and the payload, formats 1-3 (none, byte, half) by a u16:
 //   every record stays 4-byte aligned. Attribute 0x17 (KPARAM_INFO), payload of 12 bytes:
-//   {u32 index, u16 ordinal, u16 offset, u32 bits, the size in bits 18..31}; attribute 0x19
-//   (CBANK_PARAM_SIZE) gives the whole buffer's size.
+//   {u32 index, u16 ordinal, u16 offset, u32 bits, the size in bits 18..31}: 14 bits, so at
+//   most 16383 bytes. A kernel whose parameters exceed 4 KiB (CUDA 12.1+ allows 32764 bytes)
+//   gets attribute 0x45 records instead, for every parameter: {u32 index, u16 ordinal, u16
+//   offset, u32 size in bytes} (nvcc 13.0, for an 8 KiB and a 32000-byte struct parameter; pinned
+//   by rgpu_big_params in cuda_image_test.cpp). Attribute 0x19 (CBANK_PARAM_SIZE) gives the whole
+//   buffer's size; a buffer with no parameter records this reader knows leaves the kernel's
+//   layout_known false, so callers ask the driver instead.
 // - PTX: ".entry name ( .param <type> [.ptr <space> .align N] name[N], ... )"; a parameter's
 //   alignment is its ".align" (before any .ptr) or its type's size; offsets follow in order.
 #include "common/cuda_image.h"
@@ -34,6 +39,9 @@ constexpr uint16_t kEntryElf = 2;
 constexpr uint8_t kStoCudaEntry = 0x10;
 constexpr uint8_t kEiattrKparamInfo = 0x17;
 constexpr uint8_t kEiattrCbankParamSize = 0x19;
+constexpr uint8_t kEiattrKparamInfoWide = 0x45;  // the large-parameter form (see the top)
+// The most parameter bytes a kernel may take (CUDA 12.1+, Volta and later).
+constexpr uint32_t kMaxParamBytes = 32764;
 constexpr uint32_t kShtSymtab = 2;
 constexpr uint32_t kShtNobits = 8;
 // The most a compressed entry may inflate to: generous for code, small enough that a hostile
@@ -153,10 +161,14 @@ bool read_nv_info(const Elf& elf, const Section& s, Kernel* k, std::string* err)
     if (fmt != 4) return fail(err, "unknown record format " + std::to_string(fmt) + " in .nv.info." + k->name);
     uint16_t size = b.at<uint16_t>(pos + 2);
     if (!b.has(pos + 4, size)) return fail(err, "truncated record in .nv.info." + k->name);
-    if (attr == kEiattrKparamInfo) {
+    if (attr == kEiattrKparamInfo || attr == kEiattrKparamInfoWide) {
       if (size < 12) return fail(err, "short KPARAM_INFO record in .nv.info." + k->name);
-      uint32_t bits = b.at<uint32_t>(pos + 12);
-      k->params.push_back(Param{b.at<uint16_t>(pos + 8), b.at<uint16_t>(pos + 10), bits >> 18});
+      uint32_t word = b.at<uint32_t>(pos + 12);
+      uint32_t bytes = attr == kEiattrKparamInfo ? word >> 18 : word;
+      Param p{b.at<uint16_t>(pos + 8), b.at<uint16_t>(pos + 10), bytes};
+      if (uint64_t(p.offset) + p.size > kMaxParamBytes)
+        return fail(err, "a parameter of " + k->name + " lies past the 32764-byte limit");
+      k->params.push_back(p);
     }
     pos += 4 + uint64_t(size);
   }
@@ -167,6 +179,10 @@ bool read_nv_info(const Elf& elf, const Section& s, Kernel* k, std::string* err)
     end = std::max(end, k->params[i].offset + k->params[i].size);
   }
   k->param_bytes = std::max(end, cbank_size);
+  // A parameter buffer described by records this reader does not know: packing it from nothing
+  // would hand the kernel zeros for pointers (an illegal address at best). Only this kernel's
+  // layout is then unknown; the rest of the image stays usable.
+  k->layout_known = !(k->params.empty() && k->param_bytes > 0);
   return true;
 }
 

@@ -31,6 +31,9 @@ struct Kernel {
   std::string name;           // as in the image (mangled unless extern "C")
   std::vector<Param> params;  // sorted by ordinal, one per parameter
   uint32_t param_bytes = 0;   // size of the whole parameter buffer (end of the last parameter)
+  // False when the image gives the buffer's size but describes its parameters in records this
+  // reader does not know: params is then empty and only the driver can say where they go.
+  bool layout_known = true;
 };
 
 struct Image {

@@ -33,6 +33,8 @@ const std::map<std::string, Expected>& expected() {
       {"rgpu_spin", {{{0, 0, 8}}, 8}},
       {"rgpu_empty", {{}, 0}},
       {"rgpu_printf", {{{0, 0, 4}}, 4}},
+      // Over 4 KiB of parameters: the cubin describes them in the wide record (attribute 0x45).
+      {"rgpu_big_params", {{{0, 0, 8192}, {1, 8192, 8}, {2, 8200, 4}}, 8204}},
   };
   return m;
 }
@@ -219,6 +221,35 @@ TEST(CudaImage, CorruptedCubinRecordsAreRefusedOrIgnoredButNeverMisread) {
       for (size_t j = 0; j < k.params.size(); ++j) ASSERT_EQ(k.params[j].ordinal, j);
     }
   }
+}
+
+// A kernel whose parameter records the reader does not know keeps its buffer size but is marked
+// unknown (callers then ask the driver), and the image's other kernels stay usable: issue 3, where
+// an unread 8 KiB layout was packed as zeros and the kernel faulted on the device.
+TEST(CudaImage, UnreadableParameterRecordsLeaveOnlyThatKernelsLayoutUnknown) {
+  if (!RGPU_HAVE_TEST_KERNELS) GTEST_SKIP() << "nvcc was not found at configure time";
+  std::vector<uint8_t> d = read_file(RGPU_TEST_KERNEL_CUBIN);
+  // The wide records are {u8 format 4, u8 attribute 0x45, u16 size 12}: rename the attribute.
+  int renamed = 0;
+  for (size_t i = 0; i + 4 <= d.size(); ++i) {
+    if (d[i] == 0x04 && d[i + 1] == 0x45 && d[i + 2] == 0x0c && d[i + 3] == 0x00) {
+      d[i + 1] = 0x7e;
+      ++renamed;
+    }
+  }
+  ASSERT_EQ(renamed, 3) << "rgpu_big_params should have one wide record per parameter";
+  Image img;
+  std::string err;
+  ASSERT_TRUE(parse(d.data(), d.size(), &img, &err)) << err;
+  const Kernel* big = img.find("rgpu_big_params");
+  ASSERT_NE(big, nullptr);
+  EXPECT_FALSE(big->layout_known);
+  EXPECT_TRUE(big->params.empty());
+  EXPECT_EQ(big->param_bytes, 8204u);
+  const Kernel* vec = img.find("rgpu_vec_add");
+  ASSERT_NE(vec, nullptr);
+  EXPECT_TRUE(vec->layout_known);
+  EXPECT_EQ(vec->params.size(), 4u);
 }
 
 }  // namespace

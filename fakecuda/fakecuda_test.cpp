@@ -445,9 +445,10 @@ TEST_F(FakeImages, LoadsEveryImageKindWithAllTestKernels) {
     CUmodule m = load_module(img.path, img.ptx);
     unsigned count = 0;
     ASSERT_EQ(cuModuleGetFunctionCount(&count, m), CUDA_SUCCESS);
-    EXPECT_EQ(count, 6u) << img.path;
+    EXPECT_EQ(count, 7u) << img.path;
     CUfunction f;
-    for (const char* k : {"rgpu_vec_add", "rgpu_fill_u32", "rgpu_affine", "rgpu_spin", "rgpu_empty", "rgpu_printf"})
+    for (const char* k :
+         {"rgpu_vec_add", "rgpu_fill_u32", "rgpu_affine", "rgpu_spin", "rgpu_empty", "rgpu_printf", "rgpu_big_params"})
       EXPECT_EQ(cuModuleGetFunction(&f, m, k), CUDA_SUCCESS) << img.path << " " << k;
     EXPECT_EQ(cuModuleGetFunction(&f, m, "rgpu_nope"), CUDA_ERROR_NOT_FOUND);
     ASSERT_EQ(cuModuleGetFunction(&f, m, "rgpu_affine"), CUDA_SUCCESS);
@@ -637,6 +638,90 @@ TEST_F(FakeImages, FillAndPrintfAndEmptyRun) {
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
   RecordProperty("empty_launch_us", std::to_string(ms_since(t0) * 100));
   cuMemFree_v2(d);
+}
+
+// ---------- graphs (graph.cpp) and JIT links (link.cpp) ----------
+
+TEST_F(FakeImages, GraphRunsNodesInDependencyOrderAndInstancesAreCopies) {
+  CUdeviceptr p = alloc(4096), q = alloc(4096);
+  CUgraph g = nullptr;
+  ASSERT_EQ(cuGraphCreate(&g, 0), CUDA_SUCCESS);
+  unsigned v = 5;
+  unsigned long long n = 1024;
+  void* args[] = {&p, &v, &n};
+  CUDA_KERNEL_NODE_PARAMS k{};
+  k.func = func("rgpu_fill_u32");
+  k.gridDimX = k.gridDimY = k.gridDimZ = 1;
+  k.blockDimX = 128, k.blockDimY = k.blockDimZ = 1;
+  k.kernelParams = args;
+  CUgraphNode kn = nullptr, cn = nullptr;
+  ASSERT_EQ(cuGraphAddKernelNode_v2(&kn, g, nullptr, 0, &k), CUDA_SUCCESS);
+  CUDA_MEMCPY3D c{};
+  c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = p, c.dstDevice = q;
+  c.WidthInBytes = 4096, c.Height = c.Depth = 1;
+  ASSERT_EQ(cuGraphAddMemcpyNode(&cn, g, &kn, 1, &c, ctx_), CUDA_SUCCESS);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+  v = 6;  // the node copied its arguments; the graph changes, the instance does not
+  ASSERT_EQ(cuGraphKernelNodeSetParams_v2(kn, &k), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  std::vector<uint32_t> out(1024);
+  ASSERT_EQ(cuMemcpyDtoH_v2(out.data(), q, 4096), CUDA_SUCCESS);
+  EXPECT_EQ(out[0], 5u);
+  EXPECT_EQ(out[1023], 5u);
+  // A second edge between the same nodes: refused.
+  EXPECT_EQ(cuGraphAddDependencies(g, &kn, &cn, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuGraphExecDestroy(x), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(g), CUDA_ERROR_INVALID_VALUE);
+  cuMemFree_v2(p);
+  cuMemFree_v2(q);
+}
+
+TEST_F(FakeImages, GraphExecUpdateRefusesAnotherTopology) {
+  CUgraph a = nullptr, b = nullptr;
+  ASSERT_EQ(cuGraphCreate(&a, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphCreate(&b, 0), CUDA_SUCCESS);
+  CUgraphNode n1, n2, n3;
+  ASSERT_EQ(cuGraphAddEmptyNode(&n1, a, nullptr, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphAddEmptyNode(&n2, b, nullptr, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuGraphAddEmptyNode(&n3, b, &n2, 1), CUDA_SUCCESS);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(cuGraphInstantiateWithFlags(&x, a, 0), CUDA_SUCCESS);
+  CUgraphExecUpdateResultInfo info{};
+  EXPECT_EQ(cuGraphExecUpdate_v2(x, b, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  EXPECT_EQ(cuGraphExecDestroy(x), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(a), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(b), CUDA_SUCCESS);
+}
+
+TEST_F(FakeImages, LinkHandsBackItsOneInputAndLogsBadInput) {
+  std::vector<uint8_t> ptx = read_file(RGPU_TEST_KERNEL_PTX, true);
+  char info[256] = {}, error[256] = {};
+  CUjit_option opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+                         CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* vals[] = {info, reinterpret_cast<void*>(sizeof info), error, reinterpret_cast<void*>(sizeof error)};
+  CUlinkState st = nullptr;
+  ASSERT_EQ(cuLinkCreate_v2(4, opts, vals, &st), CUDA_SUCCESS);
+  char junk[] = "not ptx";
+  EXPECT_EQ(cuLinkAddData_v2(st, CU_JIT_INPUT_PTX, junk, sizeof junk, "junk", 0, nullptr, nullptr),
+            CUDA_ERROR_INVALID_PTX);
+  EXPECT_NE(std::string(error).find("cannot link junk"), std::string::npos) << error;
+  ASSERT_EQ(cuLinkAddData_v2(st, CU_JIT_INPUT_PTX, ptx.data(), ptx.size(), "k.ptx", 0, nullptr, nullptr),
+            CUDA_SUCCESS);
+  void* out = nullptr;
+  size_t size = 0;
+  ASSERT_EQ(cuLinkComplete(st, &out, &size), CUDA_SUCCESS);
+  EXPECT_EQ(size, ptx.size());
+  EXPECT_EQ(std::string(info), "fakecuda: linked k.ptx");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(vals[1]), std::string(info).size() + 1);
+  CUmodule m = nullptr;
+  EXPECT_EQ(cuModuleLoadData(&m, out), CUDA_SUCCESS);
+  if (m) cuModuleUnload(m);
+  EXPECT_EQ(cuLinkDestroy(st), CUDA_SUCCESS);
 }
 
 }  // namespace

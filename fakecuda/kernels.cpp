@@ -91,6 +91,17 @@ CUresult print(const LaunchDims& d, const uint8_t* prm) {
   return CUDA_SUCCESS;
 }
 
+// (BigParams{unsigned v[2048]} @0, unsigned* out @8192, int n @8200): out[i] = v[i] + n
+CUresult big_params(const LaunchDims& d, const uint8_t* prm) {
+  size_t n = std::min<size_t>(one_per_thread(d, arg<int>(prm, 8200)), 2048);
+  if (n == 0) return CUDA_SUCCESS;
+  Span ho;
+  uint32_t* out = span_of<uint32_t>(arg<CUdeviceptr>(prm, 8192), n, &ho);
+  if (!out) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  for (size_t i = 0; i < n; ++i) out[i] = arg<uint32_t>(prm, 4 * i) + uint32_t(arg<int>(prm, 8200));
+  return CUDA_SUCCESS;
+}
+
 struct Entry {
   const char* name;
   HostKernel fn;
@@ -98,6 +109,7 @@ struct Entry {
 constexpr Entry kKernels[] = {
     {"rgpu_vec_add", vec_add}, {"rgpu_fill_u32", fill_u32}, {"rgpu_affine", affine},
     {"rgpu_spin", spin},       {"rgpu_empty", empty},       {"rgpu_printf", print},
+    {"rgpu_big_params", big_params},
 };
 
 }  // namespace

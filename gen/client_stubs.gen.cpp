@@ -555,7 +555,25 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, 
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice /*device*/, CUgraphMem_attribute /*attr*/, void * /*value*/) { return rgpu::client::unsupported("cuDeviceGetGraphMemAttribute"); }
+extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value) {
+  rgpu::client::trace_call("cuDeviceGetGraphMemAttribute");
+  const uint64_t value_n = uint64_t{8};
+  if (value_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
+  rgpu::client::Call c(rgpu::op::cuDeviceGetGraphMemAttribute, rgpu::client::kWaits);
+  c.args().put<CUdevice>(rgpu::client::server_device(device));
+  c.args().put<CUgraphMem_attribute>(attr);
+  c.args().put_u8(value != nullptr);
+  c.args().put_u64(value_n);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  if (value) {
+    size_t reply_len = 0;
+    const uint8_t* reply_bytes = c.reply().bytes(&reply_len, static_cast<size_t>(value_n));
+    if (reply_bytes && reply_len) std::memcpy(value, reply_bytes, reply_len);
+  }
+  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  return rc;
+}
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetHostAtomicCapabilities(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice dev) {
   rgpu::client::trace_call("cuDeviceGetHostAtomicCapabilities");
@@ -704,14 +722,14 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice de
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxReset");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxReset, rgpu::client::kWaits);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxReset_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxReset_v2, rgpu::client::kWaits);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -748,7 +766,17 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice d
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceRegisterAsyncNotification(CUdevice /*device*/, CUasyncCallback /*callbackFunc*/, void * /*userData*/, CUasyncCallbackHandle * /*callback*/) { return rgpu::client::unsupported("cuDeviceRegisterAsyncNotification"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice /*device*/, CUgraphMem_attribute /*attr*/, void * /*value*/) { return rgpu::client::unsupported("cuDeviceSetGraphMemAttribute"); }
+extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value) {
+  rgpu::client::trace_call("cuDeviceSetGraphMemAttribute");
+  const uint64_t value_n = uint64_t{8};
+  if (value_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
+  rgpu::client::Call c(rgpu::op::cuDeviceSetGraphMemAttribute, rgpu::client::kWaits);
+  c.args().put<CUdevice>(rgpu::client::server_device(device));
+  c.args().put<CUgraphMem_attribute>(attr);
+  c.args().put_u8(value != nullptr);
+  if (value) c.args().put_bytes(value, static_cast<size_t>(value_n));
+  return c.invoke();
+}
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   rgpu::client::trace_call("cuDeviceSetMemPool");
@@ -992,39 +1020,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetSharedSize(CUfunction hfunc, un
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddBatchMemOpNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, const CUDA_BATCH_MEM_OP_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddBatchMemOpNode"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, CUgraph /*childGraph*/) { return rgpu::client::unsupported("cuGraphAddChildGraphNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddDependencies(CUgraph /*hGraph*/, const CUgraphNode * /*from*/, const CUgraphNode * /*to*/, size_t /*numDependencies*/) { return rgpu::client::unsupported("cuGraphAddDependencies"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph /*hGraph*/, const CUgraphNode * /*from*/, const CUgraphNode * /*to*/, const CUgraphEdgeData * /*edgeData*/, size_t /*numDependencies*/) { return rgpu::client::unsupported("cuGraphAddDependencies_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/) { return rgpu::client::unsupported("cuGraphAddEmptyNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, CUevent /*event*/) { return rgpu::client::unsupported("cuGraphAddEventRecordNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, CUevent /*event*/) { return rgpu::client::unsupported("cuGraphAddEventWaitNode"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddExternalSemaphoresSignalNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddExternalSemaphoresSignalNode"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddExternalSemaphoresWaitNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, const CUDA_EXT_SEM_WAIT_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddExternalSemaphoresWaitNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, const CUDA_HOST_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddHostNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, const CUDA_KERNEL_NODE_PARAMS_v1 * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddKernelNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, const CUDA_KERNEL_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddKernelNode_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, CUDA_MEM_ALLOC_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddMemAllocNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, CUdeviceptr /*dptr*/) { return rgpu::client::unsupported("cuGraphAddMemFreeNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, const CUDA_MEMCPY3D * /*copyParams*/, CUcontext /*ctx*/) { return rgpu::client::unsupported("cuGraphAddMemcpyNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, const CUDA_MEMSET_NODE_PARAMS * /*memsetParams*/, CUcontext /*ctx*/) { return rgpu::client::unsupported("cuGraphAddMemsetNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, CUgraphNodeParams * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddNode"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode * /*phGraphNode*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, const CUgraphEdgeData * /*dependencyData*/, size_t /*numDependencies*/, CUgraphNodeParams * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphAddNode_v2"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphBatchMemOpNodeGetParams(CUgraphNode /*hNode*/, CUDA_BATCH_MEM_OP_NODE_PARAMS * /*nodeParams_out*/) { return rgpu::client::unsupported("cuGraphBatchMemOpNodeGetParams"); }
 
@@ -1090,7 +1088,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphDestroyNode(CUgraphNode hNode) {
   rgpu::client::trace_call("cuGraphDestroyNode");
   rgpu::client::Call c(rgpu::op::cuGraphDestroyNode, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hNode));
@@ -1189,14 +1187,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphEx
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec /*hGraphExec*/, CUgraphNode /*hNode*/, const CUDA_HOST_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphExecHostNodeSetParams"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec /*hGraphExec*/, CUgraphNode /*hNode*/, const CUDA_KERNEL_NODE_PARAMS_v1 * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphExecKernelNodeSetParams"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec /*hGraphExec*/, CUgraphNode /*hNode*/, const CUDA_KERNEL_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphExecKernelNodeSetParams_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec /*hGraphExec*/, CUgraphNode /*hNode*/, const CUDA_MEMCPY3D * /*copyParams*/, CUcontext /*ctx*/) { return rgpu::client::unsupported("cuGraphExecMemcpyNodeSetParams"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx) {
   rgpu::client::trace_call("cuGraphExecMemsetNodeSetParams");
   rgpu::client::Call c(rgpu::op::cuGraphExecMemsetNodeSetParams, rgpu::client::kWaits);
@@ -1207,8 +1197,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphEx
   c.args().put_u64(rgpu::client::handle_id(ctx));
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec /*hGraphExec*/, CUgraphNode /*hNode*/, CUgraphNodeParams * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphExecNodeSetParams"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out, CUgraphExecUpdateResult *updateResult_out) {
   rgpu::client::trace_call("cuGraphExecUpdate");
@@ -1225,8 +1213,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec /*hGraphExec*/, CUgraph /*hGraph*/, CUgraphExecUpdateResultInfo * /*resultInfo*/) { return rgpu::client::unsupported("cuGraphExecUpdate_v2"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExternalSemaphoresSignalNodeGetParams(CUgraphNode /*hNode*/, CUDA_EXT_SEM_SIGNAL_NODE_PARAMS * /*params_out*/) { return rgpu::client::unsupported("cuGraphExternalSemaphoresSignalNodeGetParams"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExternalSemaphoresSignalNodeSetParams(CUgraphNode /*hNode*/, const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphExternalSemaphoresSignalNodeSetParams"); }
@@ -1235,19 +1221,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExternalSemaphoresWaitNodeGetPara
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExternalSemaphoresWaitNodeSetParams(CUgraphNode /*hNode*/, const CUDA_EXT_SEM_WAIT_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphExternalSemaphoresWaitNodeSetParams"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphGetEdges(CUgraph /*hGraph*/, CUgraphNode * /*from*/, CUgraphNode * /*to*/, size_t * /*numEdges*/) { return rgpu::client::unsupported("cuGraphGetEdges"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph /*hGraph*/, CUgraphNode * /*from*/, CUgraphNode * /*to*/, CUgraphEdgeData * /*edgeData*/, size_t * /*numEdges*/) { return rgpu::client::unsupported("cuGraphGetEdges_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphGetNodes(CUgraph /*hGraph*/, CUgraphNode * /*nodes*/, size_t * /*numNodes*/) { return rgpu::client::unsupported("cuGraphGetNodes"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphGetRootNodes(CUgraph /*hGraph*/, CUgraphNode * /*rootNodes*/, size_t * /*numRootNodes*/) { return rgpu::client::unsupported("cuGraphGetRootNodes"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode /*hNode*/, CUDA_HOST_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphHostNodeGetParams"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode /*hNode*/, const CUDA_HOST_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphHostNodeSetParams"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
   rgpu::client::trace_call("cuGraphInstantiate");
   if (static_cast<uint64_t>(bufferSize) > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuGraphInstantiate, rgpu::client::kWaits);
@@ -1270,7 +1244,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec *phGraphE
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
   rgpu::client::trace_call("cuGraphInstantiateWithFlags");
   rgpu::client::Call c(rgpu::op::cuGraphInstantiateWithFlags, rgpu::client::kWaits);
   c.args().put_u8(phGraphExec != nullptr);
@@ -1287,7 +1261,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec * /*phGraphExec*/, CUgraph /*hGraph*/, CUDA_GRAPH_INSTANTIATE_PARAMS * /*instantiateParams*/) { return rgpu::client::unsupported("cuGraphInstantiateWithParams_ptsz"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize) {
   rgpu::client::trace_call("cuGraphInstantiate_v2");
   if (static_cast<uint64_t>(bufferSize) > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuGraphInstantiate_v2, rgpu::client::kWaits);
@@ -1320,33 +1294,23 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphN
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode /*hNode*/, CUkernelNodeAttrID /*attr*/, CUkernelNodeAttrValue * /*value_out*/) { return rgpu::client::unsupported("cuGraphKernelNodeGetAttribute"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode /*hNode*/, CUDA_KERNEL_NODE_PARAMS_v1 * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphKernelNodeGetParams"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode /*hNode*/, CUDA_KERNEL_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphKernelNodeGetParams_v2"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode /*hNode*/, CUkernelNodeAttrID /*attr*/, const CUkernelNodeAttrValue * /*value*/) { return rgpu::client::unsupported("cuGraphKernelNodeSetAttribute"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode /*hNode*/, const CUDA_KERNEL_NODE_PARAMS_v1 * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphKernelNodeSetParams"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode /*hNode*/, const CUDA_KERNEL_NODE_PARAMS * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphKernelNodeSetParams_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraph, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphLaunch(CUgraphExec hGraph, CUstream hStream) {
   rgpu::client::trace_call("cuGraphLaunch");
-  rgpu::client::Call c(rgpu::op::cuGraphLaunch, rgpu::client::kWaits);
+  rgpu::client::Call c(rgpu::op::cuGraphLaunch, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   rgpu::client::trace_call("cuGraphLaunch_ptsz");
-  rgpu::client::Call c(rgpu::op::cuGraphLaunch_ptsz, rgpu::client::kWaits);
+  rgpu::client::Call c(rgpu::op::cuGraphLaunch_ptsz, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode /*hNode*/, CUDA_MEM_ALLOC_NODE_PARAMS * /*params_out*/) { return rgpu::client::unsupported("cuGraphMemAllocNodeGetParams"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out) {
   rgpu::client::trace_call("cuGraphMemFreeNodeGetParams");
@@ -1359,10 +1323,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode 
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode /*hNode*/, CUDA_MEMCPY3D * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphMemcpyNodeGetParams"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode /*hNode*/, const CUDA_MEMCPY3D * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphMemcpyNodeSetParams"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams) {
   rgpu::client::trace_call("cuGraphMemsetNodeGetParams");
@@ -1398,14 +1358,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode *phNo
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode /*hNode*/, CUgraphNode * /*dependencies*/, size_t * /*numDependencies*/) { return rgpu::client::unsupported("cuGraphNodeGetDependencies"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetDependencies_v2(CUgraphNode /*hNode*/, CUgraphNode * /*dependencies*/, CUgraphEdgeData * /*edgeData*/, size_t * /*numDependencies*/) { return rgpu::client::unsupported("cuGraphNodeGetDependencies_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode /*hNode*/, CUgraphNode * /*dependentNodes*/, size_t * /*numDependentNodes*/) { return rgpu::client::unsupported("cuGraphNodeGetDependentNodes"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode /*hNode*/, CUgraphNode * /*dependentNodes*/, CUgraphEdgeData * /*edgeData*/, size_t * /*numDependentNodes*/) { return rgpu::client::unsupported("cuGraphNodeGetDependentNodes_v2"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled) {
   rgpu::client::trace_call("cuGraphNodeGetEnabled");
   rgpu::client::Call c(rgpu::op::cuGraphNodeGetEnabled, rgpu::client::kWaits);
@@ -1440,8 +1392,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraph
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode /*hNode*/, CUgraphNodeParams * /*nodeParams*/) { return rgpu::client::unsupported("cuGraphNodeSetParams"); }
-
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count) {
   rgpu::client::trace_call("cuGraphReleaseUserObject");
   rgpu::client::Call c(rgpu::op::cuGraphReleaseUserObject, rgpu::client::kWaits);
@@ -1450,10 +1400,6 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph graph, 
   c.args().put<unsigned int>(count);
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphRemoveDependencies(CUgraph /*hGraph*/, const CUgraphNode * /*from*/, const CUgraphNode * /*to*/, size_t /*numDependencies*/) { return rgpu::client::unsupported("cuGraphRemoveDependencies"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph /*hGraph*/, const CUgraphNode * /*from*/, const CUgraphNode * /*to*/, const CUgraphEdgeData * /*edgeData*/, size_t /*numDependencies*/) { return rgpu::client::unsupported("cuGraphRemoveDependencies_v2"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags) {
   rgpu::client::trace_call("cuGraphRetainUserObject");
@@ -1810,27 +1756,6 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuLibraryUnload(CUlibrary library) {
   rgpu::client::trace_call("cuLibraryUnload");
   rgpu::client::Call c(rgpu::op::cuLibraryUnload, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(library));
-  return c.invoke();
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLinkAddData(CUlinkState /*state*/, CUjitInputType /*type*/, void * /*data*/, size_t /*size*/, const char * /*name*/, unsigned int /*numOptions*/, CUjit_option * /*options*/, void ** /*optionValues*/) { return rgpu::client::unsupported("cuLinkAddData"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLinkAddData_v2(CUlinkState /*state*/, CUjitInputType /*type*/, void * /*data*/, size_t /*size*/, const char * /*name*/, unsigned int /*numOptions*/, CUjit_option * /*options*/, void ** /*optionValues*/) { return rgpu::client::unsupported("cuLinkAddData_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLinkAddFile(CUlinkState /*state*/, CUjitInputType /*type*/, const char * /*path*/, unsigned int /*numOptions*/, CUjit_option * /*options*/, void ** /*optionValues*/) { return rgpu::client::unsupported("cuLinkAddFile"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState /*state*/, CUjitInputType /*type*/, const char * /*path*/, unsigned int /*numOptions*/, CUjit_option * /*options*/, void ** /*optionValues*/) { return rgpu::client::unsupported("cuLinkAddFile_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLinkComplete(CUlinkState /*state*/, void ** /*cubinOut*/, size_t * /*sizeOut*/) { return rgpu::client::unsupported("cuLinkComplete"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLinkCreate(unsigned int /*numOptions*/, CUjit_option * /*options*/, void ** /*optionValues*/, CUlinkState * /*stateOut*/) { return rgpu::client::unsupported("cuLinkCreate"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLinkCreate_v2(unsigned int /*numOptions*/, CUjit_option * /*options*/, void ** /*optionValues*/, CUlinkState * /*stateOut*/) { return rgpu::client::unsupported("cuLinkCreate_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuLinkDestroy(CUlinkState state) {
-  rgpu::client::trace_call("cuLinkDestroy");
-  rgpu::client::Call c(rgpu::op::cuLinkDestroy, rgpu::client::kWaits);
-  c.args().put_u64(rgpu::client::handle_id(state));
   return c.invoke();
 }
 

@@ -883,6 +883,36 @@ static void h_cuDeviceGetExecAffinitySupport(rgpu::server::Dispatch& d) {
   if (a_pi_has) d.reply.put<int>(a_pi);
 }
 
+static void h_cuDeviceGetGraphMemAttribute(rgpu::server::Dispatch& d) {
+  const CUdevice a_device = d.args.get<CUdevice>();
+  const auto a_attr_raw = d.args.get<std::underlying_type_t<CUgraphMem_attribute>>();
+  const uint8_t a_value_has = d.args.u8();
+  const uint64_t a_value_n = d.args.u64();
+  if (!d.args.ok()) return;
+  if (a_value_n != uint64_t{8}) {
+    d.args.fail();
+    return;
+  }
+  if (a_attr_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUgraphMem_attribute a_attr = static_cast<CUgraphMem_attribute>(a_attr_raw);
+  if (!d.drv.cuDeviceGetGraphMemAttribute) {
+    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+    return;
+  }
+  if (a_value_n > rgpu::gen::kMaxBuffer) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  std::vector<uint8_t> a_value(a_value_has ? static_cast<size_t>(a_value_n) : 0);
+  const CUresult rc = d.drv.cuDeviceGetGraphMemAttribute(a_device, a_attr, a_value_has ? reinterpret_cast<void*>(a_value.data()) : nullptr);
+  d.reply.put<int32_t>(rc);
+  if (rc != CUDA_SUCCESS) return;
+  if (a_value_has) d.reply.put_bytes(a_value.data(), a_value.size());
+}
+
 static void h_cuDeviceGetHostAtomicCapabilities(rgpu::server::Dispatch& d) {
   const uint8_t a_capabilities_has = d.args.u8();
   const uint64_t a_capabilities_n = d.args.u64();
@@ -1145,6 +1175,31 @@ static void h_cuDevicePrimaryCtxSetFlags_v2(rgpu::server::Dispatch& d) {
     return;
   }
   const CUresult rc = d.drv.cuDevicePrimaryCtxSetFlags_v2(a_dev, a_flags);
+  d.reply.put<int32_t>(rc);
+}
+
+static void h_cuDeviceSetGraphMemAttribute(rgpu::server::Dispatch& d) {
+  const CUdevice a_device = d.args.get<CUdevice>();
+  const auto a_attr_raw = d.args.get<std::underlying_type_t<CUgraphMem_attribute>>();
+  const uint8_t a_value_has = d.args.u8();
+  size_t a_value_len = 0;
+  const uint8_t* a_value_view = a_value_has ? d.args.bytes(&a_value_len, rgpu::gen::kMaxBuffer) : nullptr;
+  if (!d.args.ok()) return;
+  if (a_value_has && a_value_len != uint64_t{8}) {
+    d.args.fail();
+    return;
+  }
+  if (a_attr_raw > 3) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return;
+  }
+  const CUgraphMem_attribute a_attr = static_cast<CUgraphMem_attribute>(a_attr_raw);
+  if (!d.drv.cuDeviceSetGraphMemAttribute) {
+    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+    return;
+  }
+  std::vector<uint8_t> a_value(a_value_view, a_value_view + a_value_len);
+  const CUresult rc = d.drv.cuDeviceSetGraphMemAttribute(a_device, a_attr, a_value_has ? reinterpret_cast<void*>(a_value.data()) : nullptr);
   d.reply.put<int32_t>(rc);
 }
 
@@ -1769,6 +1824,7 @@ static void h_cuGraphDestroyNode(rgpu::server::Dispatch& d) {
     return;
   }
   const CUresult rc = d.drv.cuGraphDestroyNode(a_hNode);
+  if (rc == CUDA_SUCCESS) d.handles.unbind(a_hNode_id);
   d.reply.put<int32_t>(rc);
 }
 
@@ -3016,22 +3072,6 @@ static void h_cuLibraryUnload(rgpu::server::Dispatch& d) {
   }
   const CUresult rc = d.drv.cuLibraryUnload(a_library);
   if (rc == CUDA_SUCCESS) d.handles.unbind(a_library_id);
-  d.reply.put<int32_t>(rc);
-}
-
-static void h_cuLinkDestroy(rgpu::server::Dispatch& d) {
-  const uint64_t a_state_id = d.args.u64();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuLinkDestroy) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  CUlinkState a_state{};
-  if (!d.handles.get(a_state_id, &a_state)) {
-    d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
-    return;
-  }
-  const CUresult rc = d.drv.cuLinkDestroy(a_state);
   d.reply.put<int32_t>(rc);
 }
 
@@ -6999,6 +7039,7 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuDeviceGetDefaultMemPool: return &h_cuDeviceGetDefaultMemPool;
     case rgpu::op::cuDeviceGetDevResource: return &h_cuDeviceGetDevResource;
     case rgpu::op::cuDeviceGetExecAffinitySupport: return &h_cuDeviceGetExecAffinitySupport;
+    case rgpu::op::cuDeviceGetGraphMemAttribute: return &h_cuDeviceGetGraphMemAttribute;
     case rgpu::op::cuDeviceGetHostAtomicCapabilities: return &h_cuDeviceGetHostAtomicCapabilities;
     case rgpu::op::cuDeviceGetLuid: return &h_cuDeviceGetLuid;
     case rgpu::op::cuDeviceGetMemPool: return &h_cuDeviceGetMemPool;
@@ -7014,6 +7055,7 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuDevicePrimaryCtxRetain: return &h_cuDevicePrimaryCtxRetain;
     case rgpu::op::cuDevicePrimaryCtxSetFlags: return &h_cuDevicePrimaryCtxSetFlags;
     case rgpu::op::cuDevicePrimaryCtxSetFlags_v2: return &h_cuDevicePrimaryCtxSetFlags_v2;
+    case rgpu::op::cuDeviceSetGraphMemAttribute: return &h_cuDeviceSetGraphMemAttribute;
     case rgpu::op::cuDeviceSetMemPool: return &h_cuDeviceSetMemPool;
     case rgpu::op::cuDeviceUnregisterAsyncNotification: return &h_cuDeviceUnregisterAsyncNotification;
     case rgpu::op::cuEventCreate: return &h_cuEventCreate;
@@ -7041,6 +7083,21 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuFuncSetCacheConfig: return &h_cuFuncSetCacheConfig;
     case rgpu::op::cuFuncSetSharedMemConfig: return &h_cuFuncSetSharedMemConfig;
     case rgpu::op::cuFuncSetSharedSize: return &h_cuFuncSetSharedSize;
+    case rgpu::op::cuGraphAddChildGraphNode: return &rgpu::server::handlers::cuGraphAddChildGraphNode;
+    case rgpu::op::cuGraphAddDependencies: return &rgpu::server::handlers::cuGraphAddDependencies;
+    case rgpu::op::cuGraphAddDependencies_v2: return &rgpu::server::handlers::cuGraphAddDependencies_v2;
+    case rgpu::op::cuGraphAddEmptyNode: return &rgpu::server::handlers::cuGraphAddEmptyNode;
+    case rgpu::op::cuGraphAddEventRecordNode: return &rgpu::server::handlers::cuGraphAddEventRecordNode;
+    case rgpu::op::cuGraphAddEventWaitNode: return &rgpu::server::handlers::cuGraphAddEventWaitNode;
+    case rgpu::op::cuGraphAddHostNode: return &rgpu::server::handlers::cuGraphAddHostNode;
+    case rgpu::op::cuGraphAddKernelNode: return &rgpu::server::handlers::cuGraphAddKernelNode;
+    case rgpu::op::cuGraphAddKernelNode_v2: return &rgpu::server::handlers::cuGraphAddKernelNode_v2;
+    case rgpu::op::cuGraphAddMemAllocNode: return &rgpu::server::handlers::cuGraphAddMemAllocNode;
+    case rgpu::op::cuGraphAddMemFreeNode: return &rgpu::server::handlers::cuGraphAddMemFreeNode;
+    case rgpu::op::cuGraphAddMemcpyNode: return &rgpu::server::handlers::cuGraphAddMemcpyNode;
+    case rgpu::op::cuGraphAddMemsetNode: return &rgpu::server::handlers::cuGraphAddMemsetNode;
+    case rgpu::op::cuGraphAddNode: return &rgpu::server::handlers::cuGraphAddNode;
+    case rgpu::op::cuGraphAddNode_v2: return &rgpu::server::handlers::cuGraphAddNode_v2;
     case rgpu::op::cuGraphChildGraphNodeGetGraph: return &h_cuGraphChildGraphNodeGetGraph;
     case rgpu::op::cuGraphClone: return &h_cuGraphClone;
     case rgpu::op::cuGraphConditionalHandleCreate: return &h_cuGraphConditionalHandleCreate;
@@ -7056,22 +7113,48 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuGraphExecEventRecordNodeSetEvent: return &h_cuGraphExecEventRecordNodeSetEvent;
     case rgpu::op::cuGraphExecEventWaitNodeSetEvent: return &h_cuGraphExecEventWaitNodeSetEvent;
     case rgpu::op::cuGraphExecGetFlags: return &h_cuGraphExecGetFlags;
+    case rgpu::op::cuGraphExecHostNodeSetParams: return &rgpu::server::handlers::cuGraphExecHostNodeSetParams;
+    case rgpu::op::cuGraphExecKernelNodeSetParams: return &rgpu::server::handlers::cuGraphExecKernelNodeSetParams;
+    case rgpu::op::cuGraphExecKernelNodeSetParams_v2: return &rgpu::server::handlers::cuGraphExecKernelNodeSetParams_v2;
+    case rgpu::op::cuGraphExecMemcpyNodeSetParams: return &rgpu::server::handlers::cuGraphExecMemcpyNodeSetParams;
     case rgpu::op::cuGraphExecMemsetNodeSetParams: return &h_cuGraphExecMemsetNodeSetParams;
+    case rgpu::op::cuGraphExecNodeSetParams: return &rgpu::server::handlers::cuGraphExecNodeSetParams;
     case rgpu::op::cuGraphExecUpdate: return &h_cuGraphExecUpdate;
+    case rgpu::op::cuGraphExecUpdate_v2: return &rgpu::server::handlers::cuGraphExecUpdate_v2;
+    case rgpu::op::cuGraphGetEdges: return &rgpu::server::handlers::cuGraphGetEdges;
+    case rgpu::op::cuGraphGetEdges_v2: return &rgpu::server::handlers::cuGraphGetEdges_v2;
+    case rgpu::op::cuGraphGetNodes: return &rgpu::server::handlers::cuGraphGetNodes;
+    case rgpu::op::cuGraphGetRootNodes: return &rgpu::server::handlers::cuGraphGetRootNodes;
+    case rgpu::op::cuGraphHostNodeGetParams: return &rgpu::server::handlers::cuGraphHostNodeGetParams;
+    case rgpu::op::cuGraphHostNodeSetParams: return &rgpu::server::handlers::cuGraphHostNodeSetParams;
     case rgpu::op::cuGraphInstantiate: return &h_cuGraphInstantiate;
     case rgpu::op::cuGraphInstantiateWithFlags: return &h_cuGraphInstantiateWithFlags;
     case rgpu::op::cuGraphInstantiate_v2: return &h_cuGraphInstantiate_v2;
     case rgpu::op::cuGraphKernelNodeCopyAttributes: return &h_cuGraphKernelNodeCopyAttributes;
+    case rgpu::op::cuGraphKernelNodeGetParams: return &rgpu::server::handlers::cuGraphKernelNodeGetParams;
+    case rgpu::op::cuGraphKernelNodeGetParams_v2: return &rgpu::server::handlers::cuGraphKernelNodeGetParams_v2;
+    case rgpu::op::cuGraphKernelNodeSetParams: return &rgpu::server::handlers::cuGraphKernelNodeSetParams;
+    case rgpu::op::cuGraphKernelNodeSetParams_v2: return &rgpu::server::handlers::cuGraphKernelNodeSetParams_v2;
     case rgpu::op::cuGraphLaunch: return &h_cuGraphLaunch;
     case rgpu::op::cuGraphLaunch_ptsz: return &h_cuGraphLaunch_ptsz;
+    case rgpu::op::cuGraphMemAllocNodeGetParams: return &rgpu::server::handlers::cuGraphMemAllocNodeGetParams;
     case rgpu::op::cuGraphMemFreeNodeGetParams: return &h_cuGraphMemFreeNodeGetParams;
+    case rgpu::op::cuGraphMemcpyNodeGetParams: return &rgpu::server::handlers::cuGraphMemcpyNodeGetParams;
+    case rgpu::op::cuGraphMemcpyNodeSetParams: return &rgpu::server::handlers::cuGraphMemcpyNodeSetParams;
     case rgpu::op::cuGraphMemsetNodeGetParams: return &h_cuGraphMemsetNodeGetParams;
     case rgpu::op::cuGraphMemsetNodeSetParams: return &h_cuGraphMemsetNodeSetParams;
     case rgpu::op::cuGraphNodeFindInClone: return &h_cuGraphNodeFindInClone;
+    case rgpu::op::cuGraphNodeGetDependencies: return &rgpu::server::handlers::cuGraphNodeGetDependencies;
+    case rgpu::op::cuGraphNodeGetDependencies_v2: return &rgpu::server::handlers::cuGraphNodeGetDependencies_v2;
+    case rgpu::op::cuGraphNodeGetDependentNodes: return &rgpu::server::handlers::cuGraphNodeGetDependentNodes;
+    case rgpu::op::cuGraphNodeGetDependentNodes_v2: return &rgpu::server::handlers::cuGraphNodeGetDependentNodes_v2;
     case rgpu::op::cuGraphNodeGetEnabled: return &h_cuGraphNodeGetEnabled;
     case rgpu::op::cuGraphNodeGetType: return &h_cuGraphNodeGetType;
     case rgpu::op::cuGraphNodeSetEnabled: return &h_cuGraphNodeSetEnabled;
+    case rgpu::op::cuGraphNodeSetParams: return &rgpu::server::handlers::cuGraphNodeSetParams;
     case rgpu::op::cuGraphReleaseUserObject: return &h_cuGraphReleaseUserObject;
+    case rgpu::op::cuGraphRemoveDependencies: return &rgpu::server::handlers::cuGraphRemoveDependencies;
+    case rgpu::op::cuGraphRemoveDependencies_v2: return &rgpu::server::handlers::cuGraphRemoveDependencies_v2;
     case rgpu::op::cuGraphRetainUserObject: return &h_cuGraphRetainUserObject;
     case rgpu::op::cuGraphUpload: return &h_cuGraphUpload;
     case rgpu::op::cuGraphUpload_ptsz: return &h_cuGraphUpload_ptsz;
@@ -7114,7 +7197,7 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuLibraryGetModule: return &h_cuLibraryGetModule;
     case rgpu::op::cuLibraryLoadData: return &rgpu::server::handlers::cuLibraryLoadData;
     case rgpu::op::cuLibraryUnload: return &h_cuLibraryUnload;
-    case rgpu::op::cuLinkDestroy: return &h_cuLinkDestroy;
+    case rgpu::op::cuLinkComplete: return &rgpu::server::handlers::cuLinkComplete;
     case rgpu::op::cuLogsCurrent: return &h_cuLogsCurrent;
     case rgpu::op::cuLogsUnregisterCallback: return &h_cuLogsUnregisterCallback;
     case rgpu::op::cuMemAddressFree: return &h_cuMemAddressFree;

@@ -104,6 +104,19 @@ enum Op : uint16_t {
   // than this op answers CUDA_ERROR_NOT_SUPPORTED, which the client treats as NOT_FOUND. The
   // server adds images that load successfully through the load ops to its cache.
   kOpModuleByHash = 20,
+  // Export-table slots answered by the server's driver (client/dark_api/README.md has the
+  // signatures, server/handlers/dark_api.cpp the driver side). Driver-private objects never
+  // cross the wire.
+  // TOOLS_CONTEXT slots 51 and 39, asked together once per context (the client caches the answer).
+  // Request: u64 context (client handle; 0: the calling thread's current context).
+  // Reply: CUresult of slot 51 (ctx, NULL, &object); when that succeeded, i32 CUresult of slot 39
+  // (ctx, object, &value) and u64 value (the 8 bytes slot 39 writes).
+  kOpToolsContextObject = 21,
+  // TOOLS_MODULE slot 7: the names of a module's functions, as the driver walks them.
+  // Request: u64 context (client handle; 0: current), u64 module (client handle).
+  // Reply: CUresult; on success u32 n, then n × str name, in the driver's order. The client then
+  // names each function with cuModuleGetFunction (the driver's walk hands out those very objects).
+  kOpModuleFunctions = 22,
   // Mapped host memory (server/mapped_memory.h has the scheme). Page size for the exchanges: 4096.
   // kOpMappedAlloc, request: u64 client address, u64 size, u32 flags (CU_MEMHOSTALLOC_*).
   //   Reply: CUresult, u64 device pointer, u64 server address (equal to the client address when

@@ -436,6 +436,8 @@ void Worker::loop() {
     Handler h = find_handler(f.h.op);
     if (f.h.op == proto::kOpSnapshot) h = handlers::snapshot;
     if (f.h.op == proto::kOpModuleByHash) h = handlers::module_by_hash;
+    if (f.h.op == proto::kOpToolsContextObject) h = handlers::tools_context_object;
+    if (f.h.op == proto::kOpModuleFunctions) h = handlers::module_functions;
     if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
     bool mapped_op = true;
     switch (f.h.op) {  // mapped host memory (server/mapped_memory.h)

@@ -97,7 +97,12 @@ const void* stub_only_table() {
 
 // What on_context_destroyed (tables.cpp) does, per table.
 void cls_context_destroyed(CUcontext ctx);             // context_local_storage.cpp
-void forget_context_number(CUcontext ctx);             // tools_context.cpp
+void tools_context_destroyed(CUcontext ctx);           // tools_context.cpp: number and object
+
+// For tests: how many times TOOLS_CONTEXT slot 51 has asked the server (tools_context.cpp), and
+// TOOLS_MODULE slot 7 (tools_module.cpp).
+uint64_t tools_context_server_queries();
+uint64_t tools_module_server_queries();
 
 // Accessors of the tables with implemented slots, one per file.
 const void* cudart_interface_table();       // cudart_interface.cpp
@@ -108,5 +113,6 @@ const void* context_checks_table();         // context_checks.cpp
 const void* device_extended_rt_table();     // device_extended.cpp
 const void* integrity_check_table();        // integrity_check.cpp
 const void* tools_context_table();          // tools_context.cpp
+const void* tools_module_table();           // tools_module.cpp
 
 }  // namespace rgpu::client::dark

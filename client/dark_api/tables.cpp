@@ -75,10 +75,10 @@ const TableSpec kTables[] = {
    U("da9151d33ae6cc41a5c04f26d533e328"), 7, true,
    stub_only_table<T::kNvrtcCompiler, 7, true>},
   // The driver's CU_ETID_ToolsModule; cuFFT calls slot 7 (walks a module's functions with a
-  // callback that receives driver-private function objects).
+  // visitor that receives each CUfunction and its name).
   {T::kToolsModule, "TOOLS_MODULE",
    U("6e163fbeb958444d835ce182aff1991e"), 99, true,
-   stub_only_table<T::kToolsModule, 99, true>},
+   tools_module_table},
   // Asked by the real libnvidia-ml; gone once rgpu's NVML replaces it.
   {T::kNvmlPrivate, "NVML_PRIVATE",
    U("69a28e9f24498b47b030c5da330ea4e9"), 34, true,
@@ -121,7 +121,7 @@ CUresult report_unimplemented(TableId table, unsigned slot) {
 
 void on_context_destroyed(CUcontext ctx) {
   cls_context_destroyed(ctx);
-  forget_context_number(ctx);
+  tools_context_destroyed(ctx);
 }
 
 }  // namespace rgpu::client::dark

@@ -67,8 +67,8 @@ TEST(ExportTables, AreTheSameObjectOnEveryRequest) {
 TEST(ExportTables, UnimplementedSlotsRefuseWithNotSupported) {
   using AnySlot = CUresult (*)(void*, void*, void*, void*, void*, void*);
   int scratch[64] = {};
-  for (auto [id, slot] : {std::pair{TableId::kToolsContext, 39u}, {TableId::kToolsContext, 51u},
-                          {TableId::kToolsModule, 7u}, {TableId::kNvrtcCompiler, 1u}, {TableId::kCublasLt1734, 4u},
+  for (auto [id, slot] : {std::pair{TableId::kToolsContext, 40u}, {TableId::kToolsContext, 50u},
+                          {TableId::kToolsModule, 8u}, {TableId::kNvrtcCompiler, 1u}, {TableId::kCublasLt1734, 4u},
                           {TableId::kHeapAccess, 1u}, {TableId::kCtxCreateBypass, 1u}, {TableId::kCudartF8cf, 2u}}) {
     auto fn = testing::slot<AnySlot>(id, slot);
     // Twice: the second call is silent but refuses the same way.

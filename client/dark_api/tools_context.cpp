@@ -8,16 +8,27 @@
 // by it need, and answered without a round trip.
 // Slot 3 is (CUcontext, CUdevice *out): the context's device (probed: 0 for device 0's primary).
 //
-// Slot 51 returns a driver-private object that slot 39 then queries (cuSOLVER); what the object
-// is has not been worked out, so both stay unimplemented stubs (README.md has what was probed).
+// Slots 51 and 39 (cuBLAS with the static runtime, cuSOLVER: both right before kernel launches):
+// 51 `(CUcontext, 0, void **object)` returns a driver-private per-context object, 39
+// `(CUcontext, object, u64 *out)` writes 8 bytes about it (on driver 580: 7 times the context's
+// id, 7 for a process's first context). The server's driver answers both (protocol/messages.h
+// kOpToolsContextObject); the driver's object stays on the server, and the caller gets a zeroed
+// block of the shim's own that stands for it. Answers are cached per context, so each context
+// costs one round trip however often it is asked. Why that is sound: README.md,
+// "TOOLS_CONTEXT 51 and 39".
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
+#include "client/call.h"
 #include "client/contexts.h"
 #include "client/dark_api/dark_api.h"
+#include "common/log.h"
+#include "protocol/messages.h"
 
 namespace rgpu::client::dark {
 namespace {
@@ -44,12 +55,104 @@ CUresult CUDAAPI context_number(CUcontext ctx, uint64_t* out) {
   return CUDA_SUCCESS;
 }
 
+// What slot 51 handed out for a context, and what slot 39 answers for it.
+struct ContextObject {
+  // The block the caller holds as "the object": zeroed, never read by the shim, never freed (a
+  // caller may keep the pointer past the context's end; 39 then refuses it by the side table).
+  alignas(16) uint64_t block[8] = {};
+  CUcontext ctx = nullptr;
+  CUresult query_result = CUDA_SUCCESS;
+  uint64_t value = 0;
+};
+// By context and by block address; g_mu guards both. An entry lives as long as its context:
+// tools_context_destroyed (on_context_destroyed) drops it on cuCtxDestroy and primary reset.
+auto& g_objects = *new std::unordered_map<CUcontext, ContextObject*>();
+auto& g_by_block = *new std::unordered_map<const void*, ContextObject*>();
+std::atomic<uint64_t> g_server_queries{0};
+
+// How many bytes slot 39 writes (driver 580, probed with a buffer prefilled with 0xAA).
+constexpr size_t kQueryBytes = 8;
+
+// Drops a context's entry (g_mu held). The block stays allocated: callers may still hold it.
+void drop_locked(ContextObject* entry) {
+  g_by_block.erase(entry->block);
+  g_objects.erase(entry->ctx);
+}
+
+CUresult CUDAAPI context_object(CUcontext ctx, void* selector, void** object) {
+  if (!object) return CUDA_ERROR_INVALID_VALUE;
+  // Every caller seen passes 0; driver 580 gives the same object for 1. What other values do is
+  // unknown, so they are refused by name.
+  if (reinterpret_cast<uintptr_t>(selector) > 1) {
+    log::warn("export table TOOLS_CONTEXT slot 51 was called with a second argument of %p; rgpu knows only 0 and 1 "
+              "and returns CUDA_ERROR_NOT_SUPPORTED",
+              selector);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (!ctx) return CUDA_ERROR_INVALID_HANDLE;  // driver 580: NULL is not "the current context" here
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (auto it = g_objects.find(ctx); it != g_objects.end()) {
+      *object = it->second->block;
+      return CUDA_SUCCESS;
+    }
+  }
+  // First time for this context: the server's driver answers.
+  Call c(proto::kOpToolsContextObject, kWaits);
+  c.args().put_u64(handle_id(ctx));
+  CUresult rc = c.invoke();
+  g_server_queries.fetch_add(1, std::memory_order_relaxed);
+  if (rc != CUDA_SUCCESS) return rc;  // slot 51's own error (or the connection's): not cached
+  auto* entry = new ContextObject();
+  entry->ctx = ctx;
+  entry->query_result = static_cast<CUresult>(c.reply().i32());
+  entry->value = c.reply().u64();
+  if (!c.reply().ok()) {
+    delete entry;
+    log::error("export table TOOLS_CONTEXT slot 51: the server's answer was malformed; returning CUDA_ERROR_UNKNOWN");
+    return CUDA_ERROR_UNKNOWN;
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto [it, fresh] = g_objects.try_emplace(ctx, entry);  // another thread may have asked meanwhile
+  if (fresh) g_by_block[entry->block] = entry;
+  else delete entry;
+  *object = it->second->block;
+  return CUDA_SUCCESS;
+}
+
+// The context argument is not consulted: driver 580 answers by the object alone (NULL and another
+// context's handle got the object's own value).
+CUresult CUDAAPI context_object_query(CUcontext, void* object, void* out) {
+  if (!object || !out) return CUDA_ERROR_INVALID_VALUE;
+  CUresult result;
+  uint64_t value;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_by_block.find(object);
+    if (it == g_by_block.end()) {
+      log::warn("export table TOOLS_CONTEXT slot 39 was given %p, which slot 51 did not return for a live context; "
+                "returning CUDA_ERROR_INVALID_HANDLE",
+                object);
+      return CUDA_ERROR_INVALID_HANDLE;
+    }
+    result = it->second->query_result;
+    value = it->second->value;
+  }
+  if (result == CUDA_SUCCESS) std::memcpy(out, &value, kQueryBytes);
+  return result;
+}
+
 }  // namespace
 
-// A destroyed context's handle may come back for a new context, which must get a new number.
-void forget_context_number(CUcontext ctx) {
+uint64_t tools_context_server_queries() { return g_server_queries.load(std::memory_order_relaxed); }
+
+// A destroyed context's handle may come back for a new context, and a reset primary context keeps
+// its handle: either way the context behind it is new and gets a new number and a new object
+// (driver 580 gave the reset primary context id 4 and a new object valued 28, after 1 and 7).
+void tools_context_destroyed(CUcontext ctx) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_numbers->erase(ctx);
+  if (auto it = g_objects.find(ctx); it != g_objects.end()) drop_locked(it->second);
 }
 
 const void* tools_context_table() {
@@ -57,6 +160,8 @@ const void* tools_context_table() {
     auto t = stub_table<TableId::kToolsContext, 93>(true);
     t[3] = slot_fn(&context_device);
     t[4] = slot_fn(&context_number);
+    t[39] = slot_fn(&context_object_query);
+    t[51] = slot_fn(&context_object);
     return t;
   }();
   return table.data();

@@ -7,14 +7,39 @@
 // parameters, cuCtxCreate_v2 without. CIG (graphics interop) contexts cannot work remotely.
 #include <cuda.h>
 
+#include <mutex>
+#include <unordered_map>
+
 #include "client/call.h"
 #include "client/contexts.h"
+#include "client/dark_api/dark_api.h"
 #include "client/runtime.h"
 #include "common/log.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 
 namespace ctxs = rgpu::client::contexts;
+
+namespace {
+
+// Each device's primary context handle, as retained: what a reset ends. The driver keeps the
+// handle across a reset (probed on driver 580), but not what hangs off it: context-local storage
+// and the export tables' per-context answers (client/dark_api/dark_api.h on_context_destroyed).
+std::mutex g_primary_mu;
+auto& g_primary = *new std::unordered_map<CUdevice, CUcontext>();
+
+CUresult primary_reset(CUresult rc, CUdevice dev) {
+  if (rc != CUDA_SUCCESS) return rc;
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_primary_mu);
+    if (auto it = g_primary.find(dev); it != g_primary.end()) ctx = it->second;
+  }
+  if (ctx) rgpu::client::dark::on_context_destroyed(ctx);
+  return rc;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -57,7 +82,10 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext* pctx, unsigned int flags, CU
 
 RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   CUresult rc = rgpu_fwd_cuCtxDestroy_v2(ctx);
-  if (rc == CUDA_SUCCESS) ctxs::forget(ctx);
+  if (rc == CUDA_SUCCESS) {
+    ctxs::forget(ctx);
+    rgpu::client::dark::on_context_destroyed(ctx);
+  }
   return rc;
 }
 RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
@@ -104,8 +132,20 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) { return cuCtxGetD
 
 RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   CUresult rc = rgpu_fwd_cuDevicePrimaryCtxRetain(pctx, dev);
-  if (rc == CUDA_SUCCESS) ctxs::learn(*pctx, dev);
+  if (rc == CUDA_SUCCESS) {
+    ctxs::learn(*pctx, dev);
+    std::lock_guard<std::mutex> lock(g_primary_mu);
+    g_primary[dev] = *pctx;
+  }
   return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return primary_reset(rgpu_fwd_cuDevicePrimaryCtxReset_v2(dev), dev);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
+  return primary_reset(rgpu_fwd_cuDevicePrimaryCtxReset(dev), dev);
 }
 
 }  // extern "C"

@@ -9,6 +9,8 @@
 // Wire (cuStreamAddCallback[_ptsz]): u64 stream, u64 callback id, u32 flags. One-way.
 // If the server cannot queue the callback, it sends kOpCallback with run = 0 and the error is
 // reported with the next reply on this thread, as for any one-way call.
+// Graph host nodes (client/host_nodes.h, client/driver/graph.cpp) use the same ids and handler,
+// registered as persistent: one id runs at every launch of the graph, so it is never forgotten.
 #include <cuda.h>
 
 #include <atomic>
@@ -19,6 +21,7 @@
 
 #include "client/call.h"
 #include "client/host_memory.h"
+#include "client/host_nodes.h"
 #include "client/runtime.h"
 #include "common/log.h"
 #include "gen/export.gen.h"
@@ -35,6 +38,7 @@ struct Callback {
   CUstreamCallback stream_fn = nullptr;  // cuStreamAddCallback
   void* user = nullptr;
   CUstream stream = nullptr;
+  bool persistent = false;  // a graph host node (client/host_nodes.h): runs at every launch
 };
 
 std::mutex g_mu;
@@ -56,7 +60,7 @@ void deliver(uint64_t id, int32_t status, bool run) {
       return;
     }
     cb = it->second;
-    if (!run) g_callbacks.erase(it);
+    if (!run && !cb.persistent) g_callbacks.erase(it);
   }
   if (!run) {
     g_done_cv.notify_all();
@@ -66,7 +70,8 @@ void deliver(uint64_t id, int32_t status, bool run) {
   else if (cb.stream_fn) cb.stream_fn(cb.stream, static_cast<CUresult>(status), cb.user);
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    g_callbacks.erase(id);  // only now: wait_host_callbacks() waits for functions to return
+    // Only now: wait_host_callbacks() waits for functions to return. Graph host nodes stay.
+    if (!cb.persistent) g_callbacks.erase(id);
   }
   g_done_cv.notify_all();
   uint8_t ack[8];
@@ -74,20 +79,33 @@ void deliver(uint64_t id, int32_t status, bool run) {
   if (auto* conn = rgpu::client::connection()) conn->send_control(rgpu::proto::kOpCallbackDone, ack, sizeof ack);
 }
 
-CUresult add(uint16_t op, const char* name, CUstream stream, const Callback& cb, bool with_flags, unsigned flags) {
+void install_handler(rgpu::client::Connection* conn) {
+  static std::once_flag once;
+  std::call_once(once, [conn] { conn->set_callback_handler(deliver); });
+}
+
+// A host function queued on a capturing stream becomes a host node of the captured graph: it runs
+// at every launch of the graph, not now (the server keeps its side the same way).
+bool captured(CUstream stream, bool ptsz) {
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult rc = ptsz ? cuStreamIsCapturing_ptsz(stream, &st) : cuStreamIsCapturing(stream, &st);
+  return rc == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
+CUresult add(uint16_t op, const char* name, CUstream stream, Callback cb, bool with_flags, unsigned flags) {
   rgpu::client::trace_call(name);
   if (!cb.host_fn && !cb.stream_fn) return CUDA_ERROR_INVALID_VALUE;
   if (with_flags && flags != 0) return CUDA_ERROR_INVALID_VALUE;  // reserved, must be 0
   rgpu::client::Connection* conn = rgpu::client::connection();
   if (!conn) return CUDA_ERROR_NOT_INITIALIZED;
-  static std::once_flag once;
-  std::call_once(once, [conn] { conn->set_callback_handler(deliver); });
+  install_handler(conn);
+  if (cb.host_fn) cb.persistent = captured(stream, op == rgpu::op::cuLaunchHostFunc_ptsz);
   uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_callbacks[id] = cb;
   }
-  conn->expect_callback();
+  if (!cb.persistent) conn->expect_callback();
   Call c(op, rgpu::client::kOneWay);
   c.args().put_u64(handle_id(stream));
   c.args().put_u64(id);
@@ -108,7 +126,9 @@ namespace rgpu::client {
 
 bool host_callbacks_pending() {
   std::lock_guard<std::mutex> lock(g_mu);
-  return !g_callbacks.empty();
+  for (const auto& [id, cb] : g_callbacks)
+    if (!cb.persistent) return true;
+  return false;
 }
 
 void wait_host_callbacks() {
@@ -121,10 +141,44 @@ void wait_host_callbacks() {
   while (!g_done_cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
     if (!connection() || connection()->broken()) return true;
     for (const auto& [id, cb] : g_callbacks)
-      if (id < limit) return false;
+      if (id < limit && !cb.persistent) return false;
     return true;
   })) {
   }
+}
+
+uint64_t register_host_node(CUhostFn fn, void* user) {
+  Connection* conn = connection();
+  if (!conn) return 0;
+  install_handler(conn);
+  uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(g_mu);
+  Callback cb;
+  cb.host_fn = fn;
+  cb.user = user;
+  cb.persistent = true;
+  g_callbacks[id] = cb;
+  return id;
+}
+
+void forget_host_node(uint64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_callbacks.erase(id);
+}
+
+bool host_node(uint64_t id, CUhostFn* fn, void** user) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_callbacks.find(id);
+  if (it == g_callbacks.end() || !it->second.persistent) return false;
+  *fn = it->second.host_fn;
+  *user = it->second.user;
+  return true;
+}
+
+void expect_host_callbacks(uint64_t n) {
+  Connection* conn = connection();
+  if (!conn) return;
+  for (uint64_t i = 0; i < n; ++i) conn->expect_callback();
 }
 
 }  // namespace rgpu::client

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/call.h"
+#include "client/launch_args.h"
 #include "client/modules.h"
 #include "client/runtime.h"
 #include "gen/export.gen.h"
@@ -30,7 +31,9 @@ using rgpu::client::ModuleRegistry;
 // The layout of f: from the image, or asked from the server once.
 std::shared_ptr<const rgpu::image::Kernel> layout(CUfunction f) {
   auto k = ModuleRegistry::get().function(handle_id(f));
-  if (k) return k;
+  // An image layout with parameter records the client could not read is no layout: packing by it
+  // would send a buffer of zeros (issue 3: an 8 KiB struct parameter became an illegal address).
+  if (k && k->layout_known) return k;
   // f may be a CUfunction or a CUkernel (cudart launches kernels by their CUkernel): ask as the
   // one, and if that knows no parameter, as the other.
   rgpu::image::Kernel asked;
@@ -119,6 +122,10 @@ CUresult launch_ex(uint16_t op, const char* name, const CUlaunchConfig* config, 
 }
 
 }  // namespace
+
+CUresult rgpu::client::put_launch_args(Writer& w, CUfunction f, void** kernelParams, void** extra) {
+  return put_args(w, f, kernelParams, extra);
+}
 
 extern "C" {
 

@@ -12,12 +12,21 @@ namespace {
 struct Pending {
   ClientCallbacks* callbacks;
   uint64_t id;
+  bool once = true;  // false: captured into a graph, runs at every launch (never freed)
 };
 
 void CUDA_CB host_fn(void* p) {
   auto* c = static_cast<Pending*>(p);
   c->callbacks->run(c->id, CUDA_SUCCESS);
-  delete c;
+  if (c->once) delete c;
+}
+
+// A host function queued on a capturing stream becomes a graph host node: the client keeps its
+// id for every launch of the graph (client/driver/host_callback.cpp), and so must we.
+bool capturing(Dispatch& d, CUstream s, bool ptsz) {
+  auto fn = ptsz ? d.drv.cuStreamIsCapturing_ptsz : d.drv.cuStreamIsCapturing;
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  return fn && fn(s, &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
 void CUDA_CB stream_fn(CUstream, CUresult status, void* p) {
@@ -30,7 +39,7 @@ using LaunchHostFn = CUresult (*)(CUstream, CUhostFn, void*);
 using AddCallbackFn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);
 
 // Reads u64 stream, u64 id[, u32 flags]; queues the callback; tells the client when it is not.
-void add(Dispatch& d, LaunchHostFn launch_fn, AddCallbackFn add_fn, bool with_flags) {
+void add(Dispatch& d, LaunchHostFn launch_fn, AddCallbackFn add_fn, bool with_flags, bool ptsz) {
   uint64_t stream_id = d.args.u64();
   uint64_t id = d.args.u64();
   unsigned flags = with_flags ? d.args.u32() : 0;
@@ -41,6 +50,7 @@ void add(Dispatch& d, LaunchHostFn launch_fn, AddCallbackFn add_fn, bool with_fl
     rc = CUDA_ERROR_INVALID_HANDLE;
   } else if (d.callbacks && (with_flags ? add_fn != nullptr : launch_fn != nullptr)) {
     auto* p = new Pending{d.callbacks, id};
+    if (!with_flags && capturing(d, stream, ptsz)) p->once = false;
     rc = with_flags ? add_fn(stream, stream_fn, p, flags) : launch_fn(stream, host_fn, p);
     if (rc != CUDA_SUCCESS) delete p;
   }
@@ -50,9 +60,9 @@ void add(Dispatch& d, LaunchHostFn launch_fn, AddCallbackFn add_fn, bool with_fl
 
 }  // namespace
 
-void cuLaunchHostFunc(Dispatch& d) { add(d, d.drv.cuLaunchHostFunc, nullptr, false); }
-void cuLaunchHostFunc_ptsz(Dispatch& d) { add(d, d.drv.cuLaunchHostFunc_ptsz, nullptr, false); }
-void cuStreamAddCallback(Dispatch& d) { add(d, nullptr, d.drv.cuStreamAddCallback, true); }
-void cuStreamAddCallback_ptsz(Dispatch& d) { add(d, nullptr, d.drv.cuStreamAddCallback_ptsz, true); }
+void cuLaunchHostFunc(Dispatch& d) { add(d, d.drv.cuLaunchHostFunc, nullptr, false, false); }
+void cuLaunchHostFunc_ptsz(Dispatch& d) { add(d, d.drv.cuLaunchHostFunc_ptsz, nullptr, false, true); }
+void cuStreamAddCallback(Dispatch& d) { add(d, nullptr, d.drv.cuStreamAddCallback, true, false); }
+void cuStreamAddCallback_ptsz(Dispatch& d) { add(d, nullptr, d.drv.cuStreamAddCallback_ptsz, true, true); }
 
 }  // namespace rgpu::server::handlers

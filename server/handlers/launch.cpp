@@ -13,6 +13,7 @@
 
 #include "gen/server_handlers.gen.h"
 #include "server/dispatch.h"
+#include "server/handlers/launch_args.h"
 
 namespace rgpu::server::handlers {
 namespace {
@@ -26,17 +27,13 @@ struct Launch {
   unsigned shmem = 0;
   CUstream stream = nullptr;
   std::vector<CUlaunchAttribute> attrs;
-  // Arguments: either a layout over `packed`, or (n = 0) an `extra`-style buffer.
-  std::vector<void*> ptrs;
-  const uint8_t* packed = nullptr;
-  size_t packed_len = 0;
-  size_t extra_len = 0;
-  void* extra[5] = {};
+  KernelArgs args;
 };
 
 // What the driver says about a kernel's parameters, reduced to what a launch checks.
 struct DriverLayout {
   std::vector<size_t> offsets;  // of each parameter, in order
+  std::vector<size_t> sizes;    // ... and its size (what a graph kernel node's parameters are read back with)
   size_t bytes = 0;             // the end of the last one: what the packed buffer must hold
 };
 
@@ -61,6 +58,7 @@ std::shared_ptr<const DriverLayout> driver_layout(Dispatch& d, uint64_t fid, CUf
       if (rc == CUDA_ERROR_INVALID_VALUE) return true;  // past the last parameter
       if (rc != CUDA_SUCCESS) return false;
       layout->offsets.push_back(off);
+      layout->sizes.push_back(size);
       layout->bytes = std::max(layout->bytes, off + size);
     }
     return true;
@@ -79,13 +77,13 @@ std::shared_ptr<const DriverLayout> driver_layout(Dispatch& d, uint64_t fid, CUf
 // says it is. So where the driver can describe the kernel, the argument pointers are rebuilt from
 // the driver's own layout over the packed buffer (the client packs at the same offsets, read from
 // the image), and a buffer too short to hold them all is refused. Returns false to refuse.
-bool arguments_fit(Dispatch& d, uint64_t fid, CUfunction f, Launch* l, bool params_form) {
+bool arguments_fit(Dispatch& d, uint64_t fid, CUfunction f, KernelArgs* a, bool params_form) {
   std::shared_ptr<const DriverLayout> want = driver_layout(d, fid, f);
   if (!want) return true;
-  if (l->packed_len < want->bytes) return false;
+  if (a->packed_len < want->bytes) return false;
   if (params_form) {
-    l->ptrs.clear();
-    for (size_t off : want->offsets) l->ptrs.push_back(const_cast<uint8_t*>(l->packed) + off);
+    a->ptrs.clear();
+    for (size_t off : want->offsets) a->ptrs.push_back(const_cast<uint8_t*>(a->packed) + off);
   }
   return true;
 }
@@ -104,36 +102,12 @@ bool read_head(Dispatch& d, Launch* l, bool with_attrs) {
     l->attrs.resize(n);
     for (auto& a : l->attrs) a = d.args.get<CUlaunchAttribute>();
   }
-  // LaunchArgs
-  uint32_t np = d.args.u32();
-  if (np > kMaxParams) return d.args.fail();
-  std::vector<std::pair<uint32_t, uint32_t>> layout(np);
-  for (auto& [off, size] : layout) {
-    off = d.args.u32();
-    size = d.args.u32();
-  }
-  l->packed = d.args.bytes(&l->packed_len);
-  if (!d.args.ok()) return false;
-  for (auto& [off, size] : layout) {
-    if (static_cast<uint64_t>(off) + size > l->packed_len) {
-      d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
-      return false;
-    }
-    l->ptrs.push_back(const_cast<uint8_t*>(l->packed) + off);
-  }
-  if (np == 0 && l->packed_len > 0) {
-    l->extra_len = l->packed_len;
-    l->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-    l->extra[1] = const_cast<uint8_t*>(l->packed);
-    l->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-    l->extra[3] = &l->extra_len;
-    l->extra[4] = CU_LAUNCH_PARAM_END;
-  }
+  if (!read_launch_args(d, &l->args)) return false;
   if (!d.handles.get(fid, &l->f) || !l->f || !d.handles.get(sid, &l->stream)) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
     return false;
   }
-  if (!arguments_fit(d, fid, l->f, l, l->extra_len == 0)) {
+  if (!arguments_fit(d, fid, l->f, &l->args, l->args.extra_len == 0)) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
     return false;
   }
@@ -168,16 +142,16 @@ void launch(Dispatch& d, LaunchFn fn) {
   if (!read_head(d, &l, false)) return;
   if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   d.reply.put<int32_t>(fn(l.f, l.dims[0], l.dims[1], l.dims[2], l.dims[3], l.dims[4], l.dims[5], l.shmem, l.stream,
-                          l.extra_len ? nullptr : l.ptrs.data(), l.extra_len ? l.extra : nullptr));
+                          l.args.params(), l.args.extras()));
 }
 
 void launch_cooperative(Dispatch& d, CoopFn fn) {
   Launch l;
   if (!read_head(d, &l, false)) return;
   if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  if (l.extra_len) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  if (l.args.extra_len) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   d.reply.put<int32_t>(fn(l.f, l.dims[0], l.dims[1], l.dims[2], l.dims[3], l.dims[4], l.dims[5], l.shmem, l.stream,
-                          l.ptrs.data()));
+                          l.args.ptrs.data()));
 }
 
 void launch_ex(Dispatch& d, LaunchExFn fn) {
@@ -195,10 +169,72 @@ void launch_ex(Dispatch& d, LaunchExFn fn) {
   config.hStream = l.stream;
   config.attrs = l.attrs.empty() ? nullptr : l.attrs.data();
   config.numAttrs = static_cast<unsigned>(l.attrs.size());
-  d.reply.put<int32_t>(fn(&config, l.f, l.extra_len ? nullptr : l.ptrs.data(), l.extra_len ? l.extra : nullptr));
+  d.reply.put<int32_t>(fn(&config, l.f, l.args.params(), l.args.extras()));
 }
 
 }  // namespace
+
+bool read_launch_args(Dispatch& d, KernelArgs* a) {
+  uint32_t np = d.args.u32();
+  if (np > kMaxParams) return d.args.fail();
+  std::vector<std::pair<uint32_t, uint32_t>> layout(np);
+  for (auto& [off, size] : layout) {
+    off = d.args.u32();
+    size = d.args.u32();
+  }
+  a->packed = d.args.bytes(&a->packed_len);
+  if (!d.args.ok()) return false;
+  for (auto& [off, size] : layout) {
+    if (static_cast<uint64_t>(off) + size > a->packed_len) {
+      d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+      return false;
+    }
+    a->ptrs.push_back(const_cast<uint8_t*>(a->packed) + off);
+  }
+  if (np == 0 && a->packed_len > 0) {
+    a->extra_len = a->packed_len;
+    a->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+    a->extra[1] = const_cast<uint8_t*>(a->packed);
+    a->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+    a->extra[3] = &a->extra_len;
+    a->extra[4] = CU_LAUNCH_PARAM_END;
+  }
+  return true;
+}
+
+bool launch_args_fit(Dispatch& d, uint64_t fid, CUfunction f, KernelArgs* a) {
+  return arguments_fit(d, fid, f, a, a->extra_len == 0);
+}
+
+void put_launch_args(Dispatch& d, uint64_t fid, CUfunction f, void** kernelParams, void** extra, Writer& w) {
+  if (extra) {
+    const void* buf = nullptr;
+    size_t size = 0;
+    for (int i = 0; i < 64 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) size = *static_cast<const size_t*>(extra[i + 1]);
+    }
+    w.put_u32(0);
+    w.put_bytes(buf, buf ? size : 0);
+    return;
+  }
+  std::shared_ptr<const DriverLayout> k = kernelParams ? driver_layout(d, fid, f) : nullptr;
+  if (!k) {  // no parameters, or none the driver can describe
+    w.put_u32(0);
+    w.put_u64(0);
+    return;
+  }
+  w.put_u32(static_cast<uint32_t>(k->offsets.size()));
+  for (size_t i = 0; i < k->offsets.size(); ++i) {
+    w.put_u32(static_cast<uint32_t>(k->offsets[i]));
+    w.put_u32(static_cast<uint32_t>(k->sizes[i]));
+  }
+  w.put_u64(k->bytes);
+  size_t at = w.size();
+  w.buf().resize(at + k->bytes);
+  for (size_t i = 0; i < k->offsets.size(); ++i)
+    if (kernelParams[i]) std::memcpy(w.buf().data() + at + k->offsets[i], kernelParams[i], k->sizes[i]);
+}
 
 void cuLaunchKernel(Dispatch& d) { launch(d, d.drv.cuLaunchKernel); }
 void cuLaunchKernel_ptsz(Dispatch& d) { launch(d, d.drv.cuLaunchKernel_ptsz); }

@@ -52,6 +52,12 @@ LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/driver_api_
 LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port RGPU_BATCH=0 build/bin/driver_api_test $IMAGE \
   >"$OUT/e2e_rgpu_nobatch.log" 2>&1 && echo "RGPU_BATCH=0: passed" || { echo "RGPU_BATCH=0: FAILED"; status=1; }
 
+step "large_params_test (8 KiB kernel parameters) directly and through rgpu"
+LD_LIBRARY_PATH=$REAL_DIR build/bin/large_params_test $IMAGE 2>&1 | tail -2
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/large_params_test $IMAGE 2>&1 | tail -2
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+
 step "demo program through rgpu"
 LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/vector_add $IMAGE || status=1
 echo "server log (proof the calls were served remotely):"
@@ -76,7 +82,7 @@ step "runtime needs (libraries, pinned memory, callbacks...): real driver, then 
 LD_LIBRARY_PATH=$REAL_DIR build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_local.log" 2>&1; echo "local: rc $? $(tail -1 "$OUT/runtime_needs_local.log")"
 LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_rgpu.log" 2>&1
 rc=$?; echo "rgpu:  rc $rc $(tail -1 "$OUT/runtime_needs_rgpu.log")"; [ $rc = 0 ] || status=1
-for prog in memcpy2d_test extras_test exit_teardown_test printf_test; do
+for prog in memcpy2d_test extras_test exit_teardown_test printf_test graph_test; do
   LD_LIBRARY_PATH=$REAL_DIR build/bin/$prog $IMAGE >"$OUT/${prog}_local.log" 2>&1; l=$?
   LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/$prog $IMAGE >"$OUT/${prog}_rgpu.log" 2>&1; r=$?
   echo "$prog: local rc $l, rgpu rc $r: $(tail -1 "$OUT/${prog}_rgpu.log")"

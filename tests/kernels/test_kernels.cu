@@ -45,3 +45,15 @@ extern "C" __global__ void rgpu_spin(long long ms) {
 extern "C" __global__ void rgpu_empty() {}
 
 extern "C" __global__ void rgpu_printf(int v) { printf("rgpu_printf: %d\n", v); }
+
+// A parameter buffer over 4 KiB (CUDA 12.1+ allows 32764 bytes): nvcc describes such a kernel's
+// parameters in a different .nv.info record (common/cuda_image.cpp). 8 KiB of values at 0, the
+// output pointer at 8192, n at 8200: out[i] = v[i] + n for i < n (n <= 2048), one per thread.
+struct BigParams {
+  unsigned v[2048];
+};
+
+extern "C" __global__ void rgpu_big_params(BigParams p, unsigned* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && i < 2048) out[i] = p.v[i] + static_cast<unsigned>(n);
+}

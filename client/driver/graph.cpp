@@ -1,0 +1,901 @@
+// CUDA graph nodes: cuGraphAdd*Node and cuGraphAddNode(_v2), node parameters (get, set, set in
+// an instance), topology queries and edits, cuGraphExecUpdate_v2, and the client's side of
+// instantiation and launch. Node handles are minted here and bound by the server; node arrays
+// travel as ids. Every entry point's parameters travel in one encoding (NodeParams below): the
+// legacy calls are converted to CUgraphNodeParams here, and the server calls the driver's entry
+// point of the same name with the legacy struct rebuilt (server/handlers/graph.cpp).
+//
+// What runs where:
+//  - Kernel nodes: arguments are packed with the launch path's layout (client/launch_args.h).
+//    cuGraphKernelNodeGetParams returns pointers into storage kept here per node, as the driver
+//    returns pointers into its own.
+//  - Memcpy nodes: device and array endpoints. A host endpoint would be read or written by the
+//    server at every launch of the graph, and the server cannot reach this process's memory:
+//    refused with CUDA_ERROR_NOT_SUPPORTED and a log line naming the call (pinned memory too: it
+//    lives in this process, client/host_memory.h).
+//  - Host nodes: the function runs in this process, in graph order, through the host-callback
+//    machinery (client/host_nodes.h). Host nodes are counted per graph (child graphs included)
+//    and per instance, so that each cuGraphLaunch announces the callbacks it brings: a program
+//    may spin on a flag its host node sets. Instances of captured or cloned graphs count none;
+//    their callbacks still run, read by the next call that waits.
+//  - Conditional nodes: the body graphs the driver creates come back as server-named ids, kept
+//    here per node as the CUDA-owned array phGraph_out points at.
+// Adding a node waits for its reply, unlike cuEventCreate: a graph is built once and launched
+// many times, and a program checks each add's result (a kernel node's arguments, a bad
+// dependency) where it made the call. cuGraphLaunch is one-way, like a kernel launch.
+//
+// Wire:
+//  Deps:       u64 n, n × u64 node, u8 has_edges, (has_edges) n × CUgraphEdgeData
+//  NodeParams: u32 type, then by type
+//    KERNEL       u64 func, u64 kern, u64 ctx, u32 grid x y z, block x y z, shared bytes, LaunchArgs
+//    MEMCPY       u64 ctx, CUDA_MEMCPY3D (host pointers 0, arrays as ids; never a HOST side)
+//    MEMSET       u64 ctx, u64 dst, u64 pitch, u32 value, u32 elementSize, u64 width, u64 height
+//    HOST         u64 callback id
+//    GRAPH        u64 graph, u32 ownership
+//    WAIT_EVENT, EVENT_RECORD   u64 event
+//    MEM_ALLOC    CUmemPoolProps (Windows pointer 0), u32 n, n × CUmemAccessDesc, u64 bytesize,
+//                 u64 dptr (an output when adding)
+//    MEM_FREE     u64 dptr
+//    CONDITIONAL  u64 handle, u32 type, u32 size, u64 ctx
+//    EMPTY        nothing
+//  cuGraphAdd*Node, cuGraphAddNode(_v2): u64 new node id, u64 graph, Deps, NodeParams.
+//    Reply: CUresult, then MEM_ALLOC: u64 dptr; CONDITIONAL: u32 n, n × u64 body graph ids.
+//  cuGraph*NodeSetParams, cuGraphNodeSetParams: u64 node, NodeParams. Reply: CUresult.
+//  cuGraphExec*NodeSetParams, cuGraphExecNodeSetParams: u64 exec, u64 node, NodeParams.
+//  cuGraph{Kernel,Memcpy,Host,MemAlloc}NodeGetParams: u64 node. Reply: CUresult, NodeParams.
+//  Node arrays (cuGraphGetNodes, GetRootNodes, NodeGetDependencies, NodeGetDependentNodes,
+//    GetEdges; _v2 with edge data): u64 graph or node, u8 want_nodes, u8 want_edges,
+//    u64 capacity. Reply: CUresult, u64 count, then (want_nodes) capacity × u64 ids (edges:
+//    capacity from ids, then capacity to ids), (want_edges) capacity × CUgraphEdgeData.
+//  cuGraphAddDependencies, cuGraphRemoveDependencies (_v2): u64 graph, u64 n, n × u64 from,
+//    n × u64 to, u8 has_edges, (has_edges) n × CUgraphEdgeData. Reply: CUresult.
+//  cuGraphExecUpdate_v2: u64 exec, u64 graph. Reply: CUresult, u32 result, u64 error node,
+//    u64 error-from node (whatever the CUresult).
+#include <cuda.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "client/call.h"
+#include "client/host_memory.h"
+#include "client/host_nodes.h"
+#include "client/launch_args.h"
+#include "common/log.h"
+#include "gen/client_forward.gen.h"
+#include "gen/export.gen.h"
+#include "gen/ops.gen.h"
+
+namespace {
+
+using rgpu::Reader;
+using rgpu::Writer;
+using rgpu::client::Call;
+using rgpu::client::handle_from;
+using rgpu::client::handle_id;
+namespace op = rgpu::op;
+
+constexpr uint64_t kMaxNodes = 1 << 20;     // in one array
+constexpr uint32_t kMaxAccessDescs = 1024;  // of one allocation node
+constexpr uint32_t kMaxBodies = 1 << 16;    // of one conditional node
+
+// What the driver would own on the caller's behalf, per node: arguments read back, conditional
+// bodies, access descriptors read back.
+struct NodeStore {
+  std::vector<uint8_t> args;
+  std::vector<void*> ptrs;
+  void* extra[5] = {};
+  size_t extra_size = 0;
+  std::vector<CUgraph> bodies;
+  std::vector<CUmemAccessDesc> descs;
+};
+
+struct State {
+  std::mutex mu;
+  std::unordered_map<uint64_t, std::unique_ptr<NodeStore>> stores;  // node id → storage
+  std::unordered_map<uint64_t, uint64_t> graph_hosts;                // graph id → host nodes in it
+  std::unordered_map<uint64_t, uint64_t> exec_hosts;                 // instance id → host nodes
+  std::unordered_map<uint64_t, uint64_t> host_node_graph;            // host node id → its graph
+};
+// Leaked on purpose: programs call the driver from exit handlers, after static destructors.
+State& state() {
+  static auto* s = new State;
+  return *s;
+}
+
+NodeStore* store_for(uint64_t node, bool fresh) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto& p = s.stores[node];
+  if (!p || fresh) p = std::make_unique<NodeStore>();
+  return p.get();
+}
+
+// A unified address is device memory when the client does not hold it and the server's driver
+// says so (as client/driver/memcpy2d.cpp decides).
+bool is_device(CUdeviceptr p) {
+  if (rgpu::client::find_host_range(reinterpret_cast<void*>(p), 0, nullptr)) return false;
+  unsigned type = 0;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  void* data[1] = {&type};
+  if (cuPointerGetAttributes(1, &attr, data, p) != CUDA_SUCCESS) return false;
+  return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || type == CU_MEMORYTYPE_UNIFIED;
+}
+
+CUresult refuse_host_side(const char* name, const char* side) {
+  rgpu::log::error(
+      "%s: a graph memcpy node whose %s is host memory is not supported by rgpu: the copy would run at every "
+      "launch of the graph on the GPU server, which cannot reach this process's memory (copy to or from device "
+      "memory outside the graph instead); returning CUDA_ERROR_NOT_SUPPORTED",
+      name, side);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult put_copy(Writer& w, const char* name, const CUDA_MEMCPY3D& in) {
+  CUDA_MEMCPY3D c = in;
+  struct Side {
+    CUmemorytype type;
+    CUdeviceptr dev;
+    const char* what;
+  } sides[2] = {{c.srcMemoryType, c.srcDevice, "source"}, {c.dstMemoryType, c.dstDevice, "destination"}};
+  for (const Side& s : sides) {
+    switch (s.type) {
+      case CU_MEMORYTYPE_HOST:
+        return refuse_host_side(name, s.what);
+      case CU_MEMORYTYPE_UNIFIED:
+        if (!is_device(s.dev)) return refuse_host_side(name, s.what);
+        break;
+      case CU_MEMORYTYPE_DEVICE:
+      case CU_MEMORYTYPE_ARRAY:
+        break;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  // Client arrays are ids already; host pointers are never sent.
+  c.srcHost = nullptr;
+  c.dstHost = nullptr;
+  c.reserved0 = nullptr;
+  c.reserved1 = nullptr;
+  w.put(c);
+  return CUDA_SUCCESS;
+}
+
+void map_location(CUmemLocation* l, bool to_server) {
+  if (l->type != CU_MEM_LOCATION_TYPE_DEVICE) return;
+  l->id = to_server ? rgpu::client::server_device(l->id) : rgpu::client::client_device(l->id);
+}
+
+// Appends NodeParams. A host node's function is registered under *host_id (forget it if the
+// call fails).
+CUresult put_params(Writer& w, const char* name, const CUgraphNodeParams& p, uint64_t* host_id) {
+  w.put_u32(static_cast<uint32_t>(p.type));
+  switch (p.type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const auto& k = p.kernel;
+      CUfunction f = k.func ? k.func : reinterpret_cast<CUfunction>(k.kern);
+      if (!f) return CUDA_ERROR_INVALID_VALUE;
+      w.put_u64(handle_id(k.func));
+      w.put_u64(handle_id(k.kern));
+      w.put_u64(handle_id(k.ctx));
+      for (unsigned v : {k.gridDimX, k.gridDimY, k.gridDimZ, k.blockDimX, k.blockDimY, k.blockDimZ, k.sharedMemBytes})
+        w.put_u32(v);
+      return rgpu::client::put_launch_args(w, f, k.kernelParams, k.extra);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (p.memcpy.flags || p.memcpy.reserved) return CUDA_ERROR_INVALID_VALUE;
+      w.put_u64(handle_id(p.memcpy.copyCtx));
+      return put_copy(w, name, p.memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const auto& m = p.memset;
+      w.put_u64(handle_id(m.ctx));
+      w.put_u64(m.dst);
+      w.put_u64(m.pitch);
+      w.put_u32(m.value);
+      w.put_u32(m.elementSize);
+      w.put_u64(m.width);
+      w.put_u64(m.height);
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      if (!p.host.fn) return CUDA_ERROR_INVALID_VALUE;
+      uint64_t id = rgpu::client::register_host_node(p.host.fn, p.host.userData);
+      if (!id) return CUDA_ERROR_NOT_INITIALIZED;
+      *host_id = id;
+      w.put_u64(id);
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      w.put_u64(handle_id(p.graph.graph));
+      w.put_u32(static_cast<uint32_t>(p.graph.ownership));
+      return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      w.put_u64(handle_id(p.eventWait.event));
+      return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      w.put_u64(handle_id(p.eventRecord.event));
+      return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      const auto& a = p.alloc;
+      if (a.poolProps.win32SecurityAttributes) return CUDA_ERROR_INVALID_VALUE;  // Windows only
+      if (a.accessDescCount && !a.accessDescs) return CUDA_ERROR_INVALID_VALUE;
+      if (a.accessDescCount > kMaxAccessDescs) return CUDA_ERROR_INVALID_VALUE;
+      CUmemPoolProps props = a.poolProps;
+      map_location(&props.location, true);
+      w.put(props);
+      w.put_u32(static_cast<uint32_t>(a.accessDescCount));
+      for (size_t i = 0; i < a.accessDescCount; ++i) {
+        CUmemAccessDesc d = a.accessDescs[i];
+        map_location(&d.location, true);
+        w.put(d);
+      }
+      w.put_u64(a.bytesize);
+      w.put_u64(0);
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      w.put_u64(p.free.dptr);
+      return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      if (p.conditional.size > kMaxBodies) return CUDA_ERROR_INVALID_VALUE;
+      w.put_u64(p.conditional.handle);
+      w.put_u32(static_cast<uint32_t>(p.conditional.type));
+      w.put_u32(p.conditional.size);
+      w.put_u64(handle_id(p.conditional.ctx));
+      return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return CUDA_SUCCESS;
+    default:
+      rgpu::log::error("%s: graph node type %d is not supported by rgpu yet; returning CUDA_ERROR_NOT_SUPPORTED",
+                       name, static_cast<int>(p.type));
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+// Reads NodeParams as the server encodes a node's parameters; storage the result points at is
+// kept per node.
+CUresult read_params(Reader& r, uint64_t node, CUgraphNodeParams* p) {
+  *p = CUgraphNodeParams{};
+  p->type = static_cast<CUgraphNodeType>(r.u32());
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      auto& k = p->kernel;
+      k.func = handle_from<CUfunction>(r.u64());
+      k.kern = handle_from<CUkernel>(r.u64());
+      k.ctx = handle_from<CUcontext>(r.u64());
+      unsigned* dims[] = {&k.gridDimX, &k.gridDimY, &k.gridDimZ, &k.blockDimX, &k.blockDimY, &k.blockDimZ,
+                          &k.sharedMemBytes};
+      for (unsigned* v : dims) *v = r.u32();
+      uint32_t n = r.u32();
+      if (n > 4096) return CUDA_ERROR_UNKNOWN;
+      std::vector<std::pair<uint32_t, uint32_t>> layout(n);
+      for (auto& [off, size] : layout) off = r.u32(), size = r.u32();
+      size_t len = 0;
+      const uint8_t* bytes = r.bytes(&len);
+      if (!r.ok()) return CUDA_ERROR_UNKNOWN;
+      NodeStore* s = store_for(node, true);
+      s->args.assign(bytes, bytes + len);
+      for (auto& [off, size] : layout) {
+        if (uint64_t(off) + size > len) return CUDA_ERROR_UNKNOWN;
+        s->ptrs.push_back(s->args.data() + off);
+      }
+      if (n) {
+        k.kernelParams = s->ptrs.data();
+      } else if (len) {
+        s->extra_size = len;
+        s->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+        s->extra[1] = s->args.data();
+        s->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+        s->extra[3] = &s->extra_size;
+        s->extra[4] = CU_LAUNCH_PARAM_END;
+        k.extra = s->extra;
+      }
+      break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      p->memcpy.copyCtx = handle_from<CUcontext>(r.u64());
+      p->memcpy.copyParams = r.get<CUDA_MEMCPY3D>();
+      break;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      p->memset.ctx = handle_from<CUcontext>(r.u64());
+      p->memset.dst = r.u64();
+      p->memset.pitch = r.u64();
+      p->memset.value = r.u32();
+      p->memset.elementSize = r.u32();
+      p->memset.width = r.u64();
+      p->memset.height = r.u64();
+      break;
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      uint64_t id = r.u64();
+      if (id && !rgpu::client::host_node(id, &p->host.fn, &p->host.userData)) {
+        rgpu::log::warn("host node %llu names a callback this process never registered",
+                        static_cast<unsigned long long>(id));
+      }
+      break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      auto& a = p->alloc;
+      a.poolProps = r.get<CUmemPoolProps>();
+      map_location(&a.poolProps.location, false);
+      uint32_t n = r.u32();
+      if (n > kMaxAccessDescs) return CUDA_ERROR_UNKNOWN;
+      NodeStore* s = store_for(node, false);
+      s->descs.resize(n);
+      for (auto& d : s->descs) {
+        d = r.get<CUmemAccessDesc>();
+        map_location(&d.location, false);
+      }
+      a.accessDescs = n ? s->descs.data() : nullptr;
+      a.accessDescCount = n;
+      a.bytesize = r.u64();
+      a.dptr = r.u64();
+      break;
+    }
+    default:
+      return CUDA_ERROR_UNKNOWN;  // the server encodes only the types above
+  }
+  return r.ok() ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+CUresult put_deps(Writer& w, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n) {
+  if ((n && !deps) || n > kMaxNodes) return CUDA_ERROR_INVALID_VALUE;
+  w.put_u64(n);
+  for (size_t i = 0; i < n; ++i) w.put_u64(handle_id(deps[i]));
+  w.put_u8(edges != nullptr && n > 0);
+  if (edges)
+    for (size_t i = 0; i < n; ++i) w.put(edges[i]);
+  return CUDA_SUCCESS;
+}
+
+void count_host_node(uint64_t graph, uint64_t node) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ++s.graph_hosts[graph];
+  s.host_node_graph[node] = graph;
+}
+
+void count_child(uint64_t graph, uint64_t child) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.graph_hosts.find(child);
+  if (it != s.graph_hosts.end()) s.graph_hosts[graph] += it->second;
+}
+
+uint64_t hosts_of_graph(uint64_t graph) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.graph_hosts.find(graph);
+  return it == s.graph_hosts.end() ? 0 : it->second;
+}
+
+void note_instance(CUgraphExec exec, CUgraph graph) {
+  uint64_t n = hosts_of_graph(handle_id(graph));
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.exec_hosts[handle_id(exec)] = n;
+}
+
+CUresult add(uint16_t opcode, const char* name, CUgraphNode* ph, CUgraph graph, const CUgraphNode* deps,
+             const CUgraphEdgeData* edges, size_t n, CUgraphNodeParams* p) {
+  rgpu::client::trace_call(name);
+  if (!ph || !p) return CUDA_ERROR_INVALID_VALUE;
+  Call c(opcode, rgpu::client::kWaits);
+  uint64_t id = rgpu::client::mint_handle();
+  c.args().put_u64(id);
+  c.args().put_u64(handle_id(graph));
+  if (CUresult rc = put_deps(c.args(), deps, edges, n)) return rc;
+  uint64_t host_id = 0;
+  if (CUresult rc = put_params(c.args(), name, *p, &host_id)) return rc;
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) {
+    if (host_id) rgpu::client::forget_host_node(host_id);
+    return rc;
+  }
+  Reader& r = c.reply();
+  if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) p->alloc.dptr = r.u64();
+  if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+    uint32_t nb = r.u32();
+    if (!r.ok() || nb > kMaxBodies) return CUDA_ERROR_UNKNOWN;
+    NodeStore* s = store_for(id, false);
+    s->bodies.resize(nb);
+    for (auto& b : s->bodies) b = handle_from<CUgraph>(r.u64());
+    p->conditional.phGraph_out = s->bodies.data();
+  }
+  if (!r.ok()) return CUDA_ERROR_UNKNOWN;
+  *ph = handle_from<CUgraphNode>(id);
+  if (p->type == CU_GRAPH_NODE_TYPE_HOST) count_host_node(handle_id(graph), id);
+  if (p->type == CU_GRAPH_NODE_TYPE_GRAPH) count_child(handle_id(graph), handle_id(p->graph.graph));
+  return CUDA_SUCCESS;
+}
+
+// cuGraph*NodeSetParams (exec == nullptr and !in_exec) and cuGraphExec*NodeSetParams.
+CUresult set(uint16_t opcode, const char* name, bool in_exec, CUgraphExec exec, CUgraphNode node,
+             const CUgraphNodeParams& p) {
+  rgpu::client::trace_call(name);
+  Call c(opcode, rgpu::client::kWaits);
+  if (in_exec) c.args().put_u64(handle_id(exec));
+  c.args().put_u64(handle_id(node));
+  uint64_t host_id = 0;
+  if (CUresult rc = put_params(c.args(), name, p, &host_id)) return rc;
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS && host_id) rgpu::client::forget_host_node(host_id);
+  return rc;
+}
+
+CUresult get(uint16_t opcode, const char* name, CUgraphNode node, CUgraphNodeType want, CUgraphNodeParams* p) {
+  rgpu::client::trace_call(name);
+  Call c(opcode, rgpu::client::kWaits);
+  c.args().put_u64(handle_id(node));
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  rc = read_params(c.reply(), handle_id(node), p);
+  if (rc == CUDA_SUCCESS && p->type != want) return CUDA_ERROR_UNKNOWN;
+  return rc;
+}
+
+// Node arrays out: nodes (and, for edges, to_nodes) and edge data, in the driver's count rules.
+CUresult node_array(uint16_t opcode, const char* name, const void* handle, CUgraphNode* nodes, CUgraphNode* to_nodes,
+                    bool edges_form, CUgraphEdgeData* edge_data, size_t* count) {
+  rgpu::client::trace_call(name);
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  if (edges_form && (!nodes != !to_nodes)) return CUDA_ERROR_INVALID_VALUE;
+  bool want = nodes != nullptr;
+  uint64_t cap = (want || edge_data) ? *count : 0;
+  if (cap > kMaxNodes) return CUDA_ERROR_INVALID_VALUE;
+  Call c(opcode, rgpu::client::kWaits);
+  c.args().put_u64(handle_id(handle));
+  c.args().put_u8(want);
+  c.args().put_u8(edge_data != nullptr);
+  c.args().put_u64(cap);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  Reader& r = c.reply();
+  uint64_t n = r.u64();
+  if (want) {
+    for (uint64_t i = 0; i < cap; ++i) nodes[i] = handle_from<CUgraphNode>(r.u64());
+    if (edges_form)
+      for (uint64_t i = 0; i < cap; ++i) to_nodes[i] = handle_from<CUgraphNode>(r.u64());
+  }
+  if (edge_data)
+    for (uint64_t i = 0; i < cap; ++i) edge_data[i] = r.get<CUgraphEdgeData>();
+  if (!r.ok()) return CUDA_ERROR_UNKNOWN;
+  *count = n;
+  return CUDA_SUCCESS;
+}
+
+CUresult change_deps(uint16_t opcode, const char* name, CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                     const CUgraphEdgeData* edges, size_t n) {
+  rgpu::client::trace_call(name);
+  if ((n && (!from || !to)) || n > kMaxNodes) return CUDA_ERROR_INVALID_VALUE;
+  Call c(opcode, rgpu::client::kWaits);
+  c.args().put_u64(handle_id(graph));
+  c.args().put_u64(n);
+  for (size_t i = 0; i < n; ++i) c.args().put_u64(handle_id(from[i]));
+  for (size_t i = 0; i < n; ++i) c.args().put_u64(handle_id(to[i]));
+  c.args().put_u8(edges != nullptr && n > 0);
+  if (edges)
+    for (size_t i = 0; i < n; ++i) c.args().put(edges[i]);
+  return c.invoke();
+}
+
+// Legacy structs ↔ CUgraphNodeParams.
+template <class K>
+CUgraphNodeParams from_kernel(const K& k) {
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  p.kernel.func = k.func;
+  p.kernel.gridDimX = k.gridDimX, p.kernel.gridDimY = k.gridDimY, p.kernel.gridDimZ = k.gridDimZ;
+  p.kernel.blockDimX = k.blockDimX, p.kernel.blockDimY = k.blockDimY, p.kernel.blockDimZ = k.blockDimZ;
+  p.kernel.sharedMemBytes = k.sharedMemBytes;
+  p.kernel.kernelParams = k.kernelParams;
+  p.kernel.extra = k.extra;
+  if constexpr (requires { k.kern; }) {
+    p.kernel.kern = k.kern;
+    p.kernel.ctx = k.ctx;
+  }
+  return p;
+}
+
+template <class K>
+void to_kernel(const CUgraphNodeParams& p, K* k) {
+  k->func = p.kernel.func;
+  k->gridDimX = p.kernel.gridDimX, k->gridDimY = p.kernel.gridDimY, k->gridDimZ = p.kernel.gridDimZ;
+  k->blockDimX = p.kernel.blockDimX, k->blockDimY = p.kernel.blockDimY, k->blockDimZ = p.kernel.blockDimZ;
+  k->sharedMemBytes = p.kernel.sharedMemBytes;
+  k->kernelParams = p.kernel.kernelParams;
+  k->extra = p.kernel.extra;
+  if constexpr (requires { k->kern; }) {
+    k->kern = p.kernel.kern;
+    k->ctx = p.kernel.ctx;
+  }
+}
+
+CUgraphNodeParams from_copy(const CUDA_MEMCPY3D& c, CUcontext ctx) {
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  p.memcpy.copyCtx = ctx;
+  p.memcpy.copyParams = c;
+  return p;
+}
+
+CUgraphNodeParams from_memset(const CUDA_MEMSET_NODE_PARAMS& m, CUcontext ctx) {
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  p.memset.dst = m.dst;
+  p.memset.pitch = m.pitch;
+  p.memset.value = m.value;
+  p.memset.elementSize = m.elementSize;
+  p.memset.width = m.width;
+  p.memset.height = m.height;
+  p.memset.ctx = ctx;
+  return p;
+}
+
+CUgraphNodeParams from_host(const CUDA_HOST_NODE_PARAMS& h) {
+  CUgraphNodeParams p{};
+  p.type = CU_GRAPH_NODE_TYPE_HOST;
+  p.host.fn = h.fn;
+  p.host.userData = h.userData;
+  return p;
+}
+
+CUgraphNodeParams of_type(CUgraphNodeType t) {
+  CUgraphNodeParams p{};
+  p.type = t;
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- adding nodes ----
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                  const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p = from_kernel(*params);
+  return add(op::cuGraphAddKernelNode, "cuGraphAddKernelNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                     const CUDA_KERNEL_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p = from_kernel(*params);
+  return add(op::cuGraphAddKernelNode_v2, "cuGraphAddKernelNode_v2", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                  const CUDA_MEMCPY3D* copy, CUcontext ctx) {
+  if (!copy) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p = from_copy(*copy, ctx);
+  return add(op::cuGraphAddMemcpyNode, "cuGraphAddMemcpyNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                  const CUDA_MEMSET_NODE_PARAMS* params, CUcontext ctx) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p = from_memset(*params, ctx);
+  return add(op::cuGraphAddMemsetNode, "cuGraphAddMemsetNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                const CUDA_HOST_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p = from_host(*params);
+  return add(op::cuGraphAddHostNode, "cuGraphAddHostNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                      CUgraph child) {
+  CUgraphNodeParams p = of_type(CU_GRAPH_NODE_TYPE_GRAPH);
+  p.graph.graph = child;
+  return add(op::cuGraphAddChildGraphNode, "cuGraphAddChildGraphNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n) {
+  CUgraphNodeParams p = of_type(CU_GRAPH_NODE_TYPE_EMPTY);
+  return add(op::cuGraphAddEmptyNode, "cuGraphAddEmptyNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                       CUevent event) {
+  CUgraphNodeParams p = of_type(CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+  p.eventRecord.event = event;
+  return add(op::cuGraphAddEventRecordNode, "cuGraphAddEventRecordNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                     CUevent event) {
+  CUgraphNodeParams p = of_type(CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+  p.eventWait.event = event;
+  return add(op::cuGraphAddEventWaitNode, "cuGraphAddEventWaitNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                    CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p = of_type(CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+  p.alloc.poolProps = params->poolProps;
+  p.alloc.accessDescs = params->accessDescs;
+  p.alloc.accessDescCount = params->accessDescCount;
+  p.alloc.bytesize = params->bytesize;
+  CUresult rc = add(op::cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode", ph, g, deps, nullptr, n, &p);
+  if (rc == CUDA_SUCCESS) params->dptr = p.alloc.dptr;
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                                   CUdeviceptr dptr) {
+  CUgraphNodeParams p = of_type(CU_GRAPH_NODE_TYPE_MEM_FREE);
+  p.free.dptr = dptr;
+  return add(op::cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode", ph, g, deps, nullptr, n, &p);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps, size_t n,
+                                            CUgraphNodeParams* params) {
+  return add(op::cuGraphAddNode, "cuGraphAddNode", ph, g, deps, nullptr, n, params);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* ph, CUgraph g, const CUgraphNode* deps,
+                                               const CUgraphEdgeData* edges, size_t n, CUgraphNodeParams* params) {
+  return add(op::cuGraphAddNode_v2, "cuGraphAddNode_v2", ph, g, deps, edges, n, params);
+}
+
+// ---- node parameters ----
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v1* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p;
+  CUresult rc =
+      get(op::cuGraphKernelNodeGetParams, "cuGraphKernelNodeGetParams", node, CU_GRAPH_NODE_TYPE_KERNEL, &p);
+  if (rc == CUDA_SUCCESS) to_kernel(p, out);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p;
+  CUresult rc =
+      get(op::cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams_v2", node, CU_GRAPH_NODE_TYPE_KERNEL, &p);
+  if (rc == CUDA_SUCCESS) to_kernel(p, out);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphKernelNodeSetParams, "cuGraphKernelNodeSetParams", false, nullptr, node, from_kernel(*params));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphKernelNodeSetParams_v2, "cuGraphKernelNodeSetParams_v2", false, nullptr, node,
+             from_kernel(*params));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p;
+  CUresult rc = get(op::cuGraphMemcpyNodeGetParams, "cuGraphMemcpyNodeGetParams", node, CU_GRAPH_NODE_TYPE_MEMCPY, &p);
+  if (rc == CUDA_SUCCESS) *out = p.memcpy.copyParams;
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D* copy) {
+  if (!copy) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphMemcpyNodeSetParams, "cuGraphMemcpyNodeSetParams", false, nullptr, node,
+             from_copy(*copy, nullptr));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p;
+  CUresult rc = get(op::cuGraphHostNodeGetParams, "cuGraphHostNodeGetParams", node, CU_GRAPH_NODE_TYPE_HOST, &p);
+  if (rc == CUDA_SUCCESS) {
+    out->fn = p.host.fn;
+    out->userData = p.host.userData;
+  }
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode node, const CUDA_HOST_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphHostNodeSetParams, "cuGraphHostNodeSetParams", false, nullptr, node, from_host(*params));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphNodeParams p;
+  CUresult rc =
+      get(op::cuGraphMemAllocNodeGetParams, "cuGraphMemAllocNodeGetParams", node, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &p);
+  if (rc == CUDA_SUCCESS) {
+    out->poolProps = p.alloc.poolProps;
+    out->accessDescs = p.alloc.accessDescs;
+    out->accessDescCount = p.alloc.accessDescCount;
+    out->bytesize = p.alloc.bytesize;
+    out->dptr = p.alloc.dptr;
+  }
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphNodeSetParams, "cuGraphNodeSetParams", false, nullptr, node, *params);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                            const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams", true, exec, node,
+             from_kernel(*params));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                               const CUDA_KERNEL_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphExecKernelNodeSetParams_v2, "cuGraphExecKernelNodeSetParams_v2", true, exec, node,
+             from_kernel(*params));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                            const CUDA_MEMCPY3D* copy, CUcontext ctx) {
+  if (!copy) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphExecMemcpyNodeSetParams, "cuGraphExecMemcpyNodeSetParams", true, exec, node,
+             from_copy(*copy, ctx));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                          const CUDA_HOST_NODE_PARAMS* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphExecHostNodeSetParams, "cuGraphExecHostNodeSetParams", true, exec, node, from_host(*params));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set(op::cuGraphExecNodeSetParams, "cuGraphExecNodeSetParams", true, exec, node, *params);
+}
+
+// ---- topology ----
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* n) {
+  return node_array(op::cuGraphGetNodes, "cuGraphGetNodes", g, nodes, nullptr, false, nullptr, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphGetRootNodes(CUgraph g, CUgraphNode* nodes, size_t* n) {
+  return node_array(op::cuGraphGetRootNodes, "cuGraphGetRootNodes", g, nodes, nullptr, false, nullptr, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphGetEdges(CUgraph g, CUgraphNode* from, CUgraphNode* to, size_t* n) {
+  return node_array(op::cuGraphGetEdges, "cuGraphGetEdges", g, from, to, true, nullptr, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph g, CUgraphNode* from, CUgraphNode* to,
+                                                CUgraphEdgeData* edges, size_t* n) {
+  return node_array(op::cuGraphGetEdges_v2, "cuGraphGetEdges_v2", g, from, to, true, edges, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode* deps, size_t* n) {
+  return node_array(op::cuGraphNodeGetDependencies, "cuGraphNodeGetDependencies", node, deps, nullptr, false, nullptr,
+                    n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetDependencies_v2(CUgraphNode node, CUgraphNode* deps,
+                                                           CUgraphEdgeData* edges, size_t* n) {
+  return node_array(op::cuGraphNodeGetDependencies_v2, "cuGraphNodeGetDependencies_v2", node, deps, nullptr, false,
+                    edges, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode* deps, size_t* n) {
+  return node_array(op::cuGraphNodeGetDependentNodes, "cuGraphNodeGetDependentNodes", node, deps, nullptr, false,
+                    nullptr, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode node, CUgraphNode* deps,
+                                                             CUgraphEdgeData* edges, size_t* n) {
+  return node_array(op::cuGraphNodeGetDependentNodes_v2, "cuGraphNodeGetDependentNodes_v2", node, deps, nullptr,
+                    false, edges, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddDependencies(CUgraph g, const CUgraphNode* from, const CUgraphNode* to,
+                                                    size_t n) {
+  return change_deps(op::cuGraphAddDependencies, "cuGraphAddDependencies", g, from, to, nullptr, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph g, const CUgraphNode* from, const CUgraphNode* to,
+                                                       const CUgraphEdgeData* edges, size_t n) {
+  return change_deps(op::cuGraphAddDependencies_v2, "cuGraphAddDependencies_v2", g, from, to, edges, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphRemoveDependencies(CUgraph g, const CUgraphNode* from, const CUgraphNode* to,
+                                                       size_t n) {
+  return change_deps(op::cuGraphRemoveDependencies, "cuGraphRemoveDependencies", g, from, to, nullptr, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph g, const CUgraphNode* from, const CUgraphNode* to,
+                                                          const CUgraphEdgeData* edges, size_t n) {
+  return change_deps(op::cuGraphRemoveDependencies_v2, "cuGraphRemoveDependencies_v2", g, from, to, edges, n);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node) {
+  CUresult rc = rgpu_fwd_cuGraphDestroyNode(node);
+  if (rc == CUDA_SUCCESS) {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.stores.erase(handle_id(node));
+    auto it = s.host_node_graph.find(handle_id(node));
+    if (it != s.host_node_graph.end()) {
+      auto g = s.graph_hosts.find(it->second);
+      if (g != s.graph_hosts.end() && g->second) --g->second;
+      s.host_node_graph.erase(it);
+    }
+  }
+  return rc;
+}
+
+// ---- instances ----
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* ph, CUgraph g, CUgraphNode* err, char* log, size_t n) {
+  CUresult rc = rgpu_fwd_cuGraphInstantiate(ph, g, err, log, n);
+  if (rc == CUDA_SUCCESS && ph) note_instance(*ph, g);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* ph, CUgraph g, CUgraphNode* err, char* log,
+                                                   size_t n) {
+  CUresult rc = rgpu_fwd_cuGraphInstantiate_v2(ph, g, err, log, n);
+  if (rc == CUDA_SUCCESS && ph) note_instance(*ph, g);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* ph, CUgraph g, unsigned long long flags) {
+  CUresult rc = rgpu_fwd_cuGraphInstantiateWithFlags(ph, g, flags);
+  if (rc == CUDA_SUCCESS && ph) note_instance(*ph, g);
+  return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultInfo* info) {
+  rgpu::client::trace_call("cuGraphExecUpdate_v2");
+  Call c(op::cuGraphExecUpdate_v2, rgpu::client::kWaits);
+  c.args().put_u64(handle_id(exec));
+  c.args().put_u64(handle_id(g));
+  CUresult rc = c.invoke();
+  Reader& r = c.reply();
+  uint32_t result = r.u32();
+  uint64_t err_node = r.u64(), err_from = r.u64();
+  if (r.ok() && info) {
+    info->result = static_cast<CUgraphExecUpdateResult>(result);
+    info->errorNode = handle_from<CUgraphNode>(err_node);
+    info->errorFromNode = handle_from<CUgraphNode>(err_from);
+  }
+  if (rc == CUDA_SUCCESS) note_instance(exec, g);
+  return rc;
+}
+
+// One-way, like a kernel launch; the instance's host callbacks are announced first.
+RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  uint64_t n = 0;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.exec_hosts.find(handle_id(exec));
+    if (it != s.exec_hosts.end()) n = it->second;
+  }
+  rgpu::client::expect_host_callbacks(n);
+  return rgpu_fwd_cuGraphLaunch(exec, stream);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  uint64_t n = 0;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.exec_hosts.find(handle_id(exec));
+    if (it != s.exec_hosts.end()) n = it->second;
+  }
+  rgpu::client::expect_host_callbacks(n);
+  return rgpu_fwd_cuGraphLaunch_ptsz(exec, stream);
+}
+
+}  // extern "C"

@@ -1,0 +1,109 @@
+// Export-table slots the client cannot answer itself (protocol/messages.h kOpToolsContextObject,
+// kOpModuleFunctions): run here on the driver's own tables, with the session's contexts and
+// modules. What the driver hands back (its objects, its function pointers) stays in this process;
+// the client gets values and names. Signatures: client/dark_api/README.md.
+#include <cuda.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "server/handlers/control.h"
+
+namespace rgpu::server::handlers {
+namespace {
+
+constexpr CUuuid kToolsContext = {{0x21, 0x31, char(0x8c), 0x60, char(0x97), 0x14, 0x32, 0x48, char(0x8c),
+                                   char(0xa6), 0x41, char(0xff), 0x73, 0x24, char(0xc8), char(0xf2)}};
+constexpr CUuuid kToolsModule = {{0x6e, 0x16, 0x3f, char(0xbe), char(0xb9), 0x58, 0x44, 0x4d, char(0x83), 0x5c,
+                                  char(0xe1), char(0x82), char(0xaf), char(0xf1), char(0x99), 0x1e}};
+constexpr unsigned kToolsContextObjectSlot = 51, kToolsContextQuerySlot = 39, kToolsModuleWalkSlot = 7;
+
+using ContextObjectFn = CUresult (*)(CUcontext, void*, void**);
+using ContextQueryFn = CUresult (*)(CUcontext, void*, void*);
+using FunctionVisitor = int (*)(void* user, CUfunction f, const char* name);
+using ModuleWalkFn = uint64_t (*)(CUcontext, CUmodule, FunctionVisitor, void*);
+
+// Slot `slot` of the driver's table `id`, or nullptr (with a log line naming both) when the driver
+// has no such table or the table is too short. Asked every time: cuGetExportTable is a lookup.
+const void* driver_slot(Dispatch& d, const CUuuid& id, const char* table, unsigned slot) {
+  const void* t = nullptr;
+  if (!d.drv.cuGetExportTable || d.drv.cuGetExportTable(&t, &id) != CUDA_SUCCESS || !t) {
+    log::warn("the driver does not serve export table %s; slot %u is answered CUDA_ERROR_NOT_SUPPORTED", table, slot);
+    return nullptr;
+  }
+  auto* words = static_cast<const void* const*>(t);
+  size_t bytes = reinterpret_cast<uintptr_t>(words[0]);
+  if (bytes <= slot * sizeof(void*) || !words[slot]) {
+    log::warn("the driver's export table %s (%zu bytes) has no slot %u; answering CUDA_ERROR_NOT_SUPPORTED", table,
+              bytes, slot);
+    return nullptr;
+  }
+  return words[slot];
+}
+
+// The context a request names: the client's handle, or this thread's current one for 0. Never
+// NULL on success: the driver's slots are not known to accept it.
+CUresult context_of(Dispatch& d, uint64_t id, CUcontext* out) {
+  CUcontext ctx = nullptr;
+  if (id == 0) {
+    if (!d.drv.cuCtxGetCurrent || d.drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS) ctx = nullptr;
+  } else if (!d.handles.get(id, &ctx)) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *out = ctx;
+  return ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+struct Visit {
+  std::vector<std::string> names;
+};
+
+int collect(void* user, CUfunction, const char* name) {
+  static_cast<Visit*>(user)->names.emplace_back(name ? name : "");
+  return 0;  // driver 580 ignores what the visitor returns (probed: 0 and 1 both walk every function)
+}
+
+}  // namespace
+
+void tools_context_object(Dispatch& d) {
+  uint64_t ctx_id = d.args.u64();
+  if (!d.args.ok()) return;
+  CUcontext ctx;
+  if (CUresult rc = context_of(d, ctx_id, &ctx)) return d.reply.put<int32_t>(rc);
+  auto get = reinterpret_cast<ContextObjectFn>(driver_slot(d, kToolsContext, "TOOLS_CONTEXT", kToolsContextObjectSlot));
+  auto query = reinterpret_cast<ContextQueryFn>(driver_slot(d, kToolsContext, "TOOLS_CONTEXT", kToolsContextQuerySlot));
+  if (!get || !query) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  void* object = nullptr;
+  CUresult rc = get(ctx, nullptr, &object);
+  d.reply.put<int32_t>(rc);
+  if (rc != CUDA_SUCCESS) return;
+  // Room beyond the 8 bytes slot 39 was seen to write: a wider write lands here, not on the stack.
+  uint64_t out[4] = {};
+  rc = query(ctx, object, out);
+  d.reply.put<int32_t>(rc);
+  d.reply.put_u64(out[0]);
+}
+
+void module_functions(Dispatch& d) {
+  uint64_t ctx_id = d.args.u64();
+  uint64_t module_id = d.args.u64();
+  if (!d.args.ok()) return;
+  CUcontext ctx;
+  if (CUresult rc = context_of(d, ctx_id, &ctx)) return d.reply.put<int32_t>(rc);
+  CUmodule module = nullptr;
+  if (!d.handles.get(module_id, &module) || !module) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  auto walk = reinterpret_cast<ModuleWalkFn>(driver_slot(d, kToolsModule, "TOOLS_MODULE", kToolsModuleWalkSlot));
+  if (!walk) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  Visit v;
+  uint64_t count = walk(ctx, module, &collect, &v);
+  if (count != v.names.size())
+    log::warn("TOOLS_MODULE slot 7 returned %llu but visited %zu functions; sending the visited ones",
+              static_cast<unsigned long long>(count), v.names.size());
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  d.reply.put_u32(static_cast<uint32_t>(v.names.size()));
+  for (const auto& name : v.names) d.reply.put_str(name);
+}
+
+}  // namespace rgpu::server::handlers

@@ -1,0 +1,85 @@
+"""CUDA graphs built node by node and JIT linking (tests/e2e/graph_test.c), end to end through the
+shim to rgpu-server on the fake driver; and the refusal of a memcpy node with a host side."""
+from conftest import BUILD, IMAGE, run_client
+
+PROGRAM = str(BUILD / "bin/graph_test")
+PTX = str(BUILD / "tests/kernels/test_kernels.ptx")
+
+
+def test_graph_program_passes_through_the_shim(server):
+    r = run_client([PROGRAM, IMAGE, PTX], server)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "graph_test: all" in r.stdout and "checks passed" in r.stdout
+
+
+def test_host_side_memcpy_node_is_refused_naming_the_call(server):
+    r = run_client([PROGRAM, IMAGE, PTX], server)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stderr.splitlines() if "cuGraphAddMemcpyNode" in l and "not supported by rgpu" in l]
+    assert len(lines) == 2, r.stderr  # the host side named as host memory, then as a unified address
+    for line in lines:
+        assert "source is host memory" in line and "CUDA_ERROR_NOT_SUPPORTED" in line, line
+
+
+def test_every_call_waiting_gives_the_same_results(server):
+    r = run_client([PROGRAM, IMAGE, PTX], server, env_extra={"RGPU_BATCH": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_graph_calls_are_traced_by_name(server, tmp_path):
+    trace = tmp_path / "trace.txt"
+    r = run_client([PROGRAM, IMAGE, PTX], server, env_extra={"RGPU_TRACE": str(trace)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = trace.read_text()
+    for call in ("cuGraphAddKernelNode_v2", "cuGraphAddNode_v2", "cuGraphExecUpdate_v2", "cuLinkComplete"):
+        assert call in text, call
+
+
+# ---------- hostile payloads for the graph handlers (every byte from the wire is hostile) ----------
+import struct  # noqa: E402
+
+import rgpu_wire as wire  # noqa: E402
+
+CUDA_ERROR_NOT_SUPPORTED = 801
+MEMORYTYPE_DEVICE, MEMORYTYPE_UNIFIED = 2, 4
+NODE_TYPE_MEMCPY = 1
+
+
+def memcpy3d(src_type, src_device, dst_type, dst_device, width):
+    """A CUDA_MEMCPY3D (200 bytes): per side XInBytes, Y, Z, LOD, MemoryType (+4 pad), Host, Device,
+    Array, reserved, Pitch, Height; then WidthInBytes, Height, Depth."""
+    side = "<QQQQI4xQQQQQQ"
+    return (struct.pack(side, 0, 0, 0, 0, src_type, 0, src_device, 0, 0, width, 1) +
+            struct.pack(side, 0, 0, 0, 0, dst_type, 0, dst_device, 0, 0, width, 1) + struct.pack("<QQQ", width, 1, 1))
+
+
+def new_graph(c):
+    r = c.call(wire.OPS["cuGraphCreate"], struct.pack("<BI", 1, 0))
+    assert r.result == 0, r
+    return struct.unpack_from("<Q", r.body)[0]
+
+
+def test_memcpy_node_naming_server_memory_is_refused_and_the_connection_stays(server):
+    with wire.Conn(server.addr) as c:
+        c.snapshot()
+        c.make_context_current()
+        g = new_graph(c)
+        copy = memcpy3d(MEMORYTYPE_UNIFIED, 0x10000, MEMORYTYPE_DEVICE, 0x7e0000000000, 64)
+        payload = struct.pack("<QQQBIQ", 0x100000, g, 0, 0, NODE_TYPE_MEMCPY, 0) + copy
+        r = c.call(wire.OPS["cuGraphAddMemcpyNode"], payload)
+        assert r.result == CUDA_ERROR_NOT_SUPPORTED, r
+        r = c.call(wire.OPS["cuGraphGetNodes"], struct.pack("<QBBQ", g, 0, 0, 0))
+        assert r.result == 0 and struct.unpack_from("<Q", r.body)[0] == 0, r
+    assert server.alive()
+
+
+def test_node_arrays_longer_than_their_payload_close_the_connection(server):
+    for op, payload in (("cuGraphAddEmptyNode", struct.pack("<QQQ", 0x100000, 0x1000, 1 << 20)),
+                        ("cuGraphGetNodes", struct.pack("<QBBQ", 0x1000, 1, 0, 1 << 21)),
+                        ("cuGraphAddDependencies", struct.pack("<QQ", 0x1000, 1 << 19))):
+        with wire.Conn(server.addr) as c:
+            c.snapshot()
+            c.send(wire.frame(wire.OPS[op], payload, 0, 7, 1))
+            assert wire.peer_closed(c.sock), op
+        assert server.alive()
+    assert wire.healthy_session(server.addr) > 0
