@@ -347,7 +347,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long 
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxGetLimit(size_t *pvalue, CUlimit limit) {
   rgpu::client::trace_call("cuCtxGetLimit");
   rgpu::client::Call c(rgpu::op::cuCtxGetLimit, rgpu::client::kWaits);
   c.args().put_u8(pvalue != nullptr);
@@ -436,7 +436,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxSetFlags(unsigned int flags) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxSetLimit(CUlimit limit, size_t value) {
   rgpu::client::trace_call("cuCtxSetLimit");
   rgpu::client::Call c(rgpu::op::cuCtxSetLimit, rgpu::client::kWaits);
   c.args().put<CUlimit>(limit);
@@ -694,28 +694,14 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
-  rgpu::client::trace_call("cuDevicePrimaryCtxGetState");
-  rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxGetState, rgpu::client::kWaits);
-  c.args().put<CUdevice>(rgpu::client::server_device(dev));
-  c.args().put_u8(flags != nullptr);
-  c.args().put_u8(active != nullptr);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (flags) *flags = c.reply().get<unsigned int>();
-  if (active) *active = c.reply().get<int>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxRelease");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRelease, rgpu::client::kWaits);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxRelease_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRelease_v2, rgpu::client::kWaits);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -748,7 +734,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, C
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
   rgpu::client::trace_call("cuDevicePrimaryCtxSetFlags");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxSetFlags, rgpu::client::kWaits);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -756,7 +742,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev,
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   rgpu::client::trace_call("cuDevicePrimaryCtxSetFlags_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxSetFlags_v2, rgpu::client::kWaits);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -931,7 +917,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFlushGPUDirectRDMAWrites(CUflushGPUDir
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc) {
   rgpu::client::trace_call("cuFuncGetAttribute");
   rgpu::client::Call c(rgpu::op::cuFuncGetAttribute, rgpu::client::kWaits);
   c.args().put_u8(pi != nullptr);
@@ -975,7 +961,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncLoad(CUfunction function) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
   rgpu::client::trace_call("cuFuncSetAttribute");
   rgpu::client::Call c(rgpu::op::cuFuncSetAttribute, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
@@ -994,7 +980,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetBlockShape(CUfunction hfunc, in
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
   rgpu::client::trace_call("cuFuncSetCacheConfig");
   rgpu::client::Call c(rgpu::op::cuFuncSetCacheConfig, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
@@ -1592,7 +1578,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuImportExternalMemory(CUexternalMemory 
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuImportExternalSemaphore(CUexternalSemaphore * /*extSem_out*/, const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC * /*semHandleDesc*/) { return rgpu::client::unsupported("cuImportExternalSemaphore"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
   rgpu::client::trace_call("cuKernelGetAttribute");
   rgpu::client::Call c(rgpu::op::cuKernelGetAttribute, rgpu::client::kWaits);
   c.args().put_u8(pi != nullptr);
@@ -1646,9 +1632,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, si
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
   rgpu::client::trace_call("cuKernelSetAttribute");
-  rgpu::client::Call c(rgpu::op::cuKernelSetAttribute, rgpu::client::kWaits);
+  rgpu::client::Call c(rgpu::op::cuKernelSetAttribute, rgpu::client::kOneWay);
   c.args().put<CUfunction_attribute>(attrib);
   c.args().put<int>(val);
   c.args().put_u64(rgpu::client::handle_id(kernel));
@@ -1656,7 +1642,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribut
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) {
   rgpu::client::trace_call("cuKernelSetCacheConfig");
   rgpu::client::Call c(rgpu::op::cuKernelSetCacheConfig, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(kernel));
@@ -3051,21 +3037,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize) {
-  rgpu::client::trace_call("cuOccupancyMaxActiveBlocksPerMultiprocessor");
-  rgpu::client::Call c(rgpu::op::cuOccupancyMaxActiveBlocksPerMultiprocessor, rgpu::client::kWaits);
-  c.args().put_u8(numBlocks != nullptr);
-  c.args().put_u64(rgpu::client::handle_id(func));
-  c.args().put<int>(blockSize);
-  c.args().put<size_t>(dynamicSMemSize);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (numBlocks) *numBlocks = c.reply().get<int>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  return rc;
-}
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags) {
   rgpu::client::trace_call("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
   rgpu::client::Call c(rgpu::op::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, rgpu::client::kWaits);
   c.args().put_u8(numBlocks != nullptr);

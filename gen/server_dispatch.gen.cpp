@@ -1077,24 +1077,6 @@ static void h_cuDeviceGraphMemTrim(rgpu::server::Dispatch& d) {
   d.reply.put<int32_t>(rc);
 }
 
-static void h_cuDevicePrimaryCtxGetState(rgpu::server::Dispatch& d) {
-  const CUdevice a_dev = d.args.get<CUdevice>();
-  const uint8_t a_flags_has = d.args.u8();
-  const uint8_t a_active_has = d.args.u8();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuDevicePrimaryCtxGetState) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  unsigned int a_flags{};
-  int a_active{};
-  const CUresult rc = d.drv.cuDevicePrimaryCtxGetState(a_dev, a_flags_has ? &a_flags : nullptr, a_active_has ? &a_active : nullptr);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_flags_has) d.reply.put<unsigned int>(a_flags);
-  if (a_active_has) d.reply.put<int>(a_active);
-}
-
 static void h_cuDevicePrimaryCtxRelease(rgpu::server::Dispatch& d) {
   const CUdevice a_dev = d.args.get<CUdevice>();
   if (!d.args.ok()) return;
@@ -5049,28 +5031,6 @@ static void h_cuOccupancyAvailableDynamicSMemPerBlock(rgpu::server::Dispatch& d)
   if (a_dynamicSmemSize_has) d.reply.put<size_t>(a_dynamicSmemSize);
 }
 
-static void h_cuOccupancyMaxActiveBlocksPerMultiprocessor(rgpu::server::Dispatch& d) {
-  const uint8_t a_numBlocks_has = d.args.u8();
-  const uint64_t a_func_id = d.args.u64();
-  const int a_blockSize = d.args.get<int>();
-  const size_t a_dynamicSMemSize = d.args.get<size_t>();
-  if (!d.args.ok()) return;
-  if (!d.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor) {
-    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    return;
-  }
-  int a_numBlocks{};
-  CUfunction a_func{};
-  if (!d.handles.get(a_func_id, &a_func)) {
-    d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
-    return;
-  }
-  const CUresult rc = d.drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(a_numBlocks_has ? &a_numBlocks : nullptr, a_func, a_blockSize, a_dynamicSMemSize);
-  d.reply.put<int32_t>(rc);
-  if (rc != CUDA_SUCCESS) return;
-  if (a_numBlocks_has) d.reply.put<int>(a_numBlocks);
-}
-
 static void h_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(rgpu::server::Dispatch& d) {
   const uint8_t a_numBlocks_has = d.args.u8();
   const uint64_t a_func_id = d.args.u64();
@@ -7047,7 +7007,6 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuDeviceGetP2PAttribute: return &h_cuDeviceGetP2PAttribute;
     case rgpu::op::cuDeviceGetTexture1DLinearMaxWidth: return &h_cuDeviceGetTexture1DLinearMaxWidth;
     case rgpu::op::cuDeviceGraphMemTrim: return &h_cuDeviceGraphMemTrim;
-    case rgpu::op::cuDevicePrimaryCtxGetState: return &h_cuDevicePrimaryCtxGetState;
     case rgpu::op::cuDevicePrimaryCtxRelease: return &h_cuDevicePrimaryCtxRelease;
     case rgpu::op::cuDevicePrimaryCtxRelease_v2: return &h_cuDevicePrimaryCtxRelease_v2;
     case rgpu::op::cuDevicePrimaryCtxReset: return &h_cuDevicePrimaryCtxReset;
@@ -7340,7 +7299,6 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuMulticastGetGranularity: return &h_cuMulticastGetGranularity;
     case rgpu::op::cuMulticastUnbind: return &h_cuMulticastUnbind;
     case rgpu::op::cuOccupancyAvailableDynamicSMemPerBlock: return &h_cuOccupancyAvailableDynamicSMemPerBlock;
-    case rgpu::op::cuOccupancyMaxActiveBlocksPerMultiprocessor: return &h_cuOccupancyMaxActiveBlocksPerMultiprocessor;
     case rgpu::op::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags: return &h_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags;
     case rgpu::op::cuOccupancyMaxActiveClusters: return &rgpu::server::handlers::cuOccupancyMaxActiveClusters;
     case rgpu::op::cuOccupancyMaxPotentialBlockSize: return &rgpu::server::handlers::cuOccupancyMaxPotentialBlockSize;

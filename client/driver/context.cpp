@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "client/cached_answers.h"
 #include "client/call.h"
 #include "client/contexts.h"
 #include "client/dark_api/dark_api.h"
@@ -28,14 +29,42 @@ namespace {
 std::mutex g_primary_mu;
 auto& g_primary = *new std::unordered_map<CUdevice, CUcontext>();
 
+// Each device's primary context state as this process made it (cuDevicePrimaryCtxGetState):
+// the server session is this process's alone and starts with every primary context inactive
+// and flags 0, and every call that changes the state passes through here, so the answer is
+// known without asking. The CUDA runtime asks it before almost every call (1,450 times per
+// training step in the PyTorch profile): a round trip each would cost more than the step.
+struct PrimaryState {
+  unsigned flags = 0;
+  int retained = 0;  // cuDevicePrimaryCtxRetain minus Release; 0 after a reset
+};
+auto& g_primary_state = *new std::unordered_map<CUdevice, PrimaryState>();
+
 CUresult primary_reset(CUresult rc, CUdevice dev) {
   if (rc != CUDA_SUCCESS) return rc;
   CUcontext ctx = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_primary_mu);
     if (auto it = g_primary.find(dev); it != g_primary.end()) ctx = it->second;
+    g_primary_state[dev].retained = 0;
   }
   if (ctx) rgpu::client::dark::on_context_destroyed(ctx);
+  rgpu::client::forget_cached_answers();
+  return rc;
+}
+
+CUresult primary_release(CUresult rc, CUdevice dev) {
+  if (rc != CUDA_SUCCESS) return rc;
+  std::lock_guard<std::mutex> lock(g_primary_mu);
+  int& n = g_primary_state[dev].retained;
+  if (n > 0) --n;
+  return rc;
+}
+
+CUresult primary_set_flags(CUresult rc, CUdevice dev, unsigned flags) {
+  if (rc != CUDA_SUCCESS) return rc;
+  std::lock_guard<std::mutex> lock(g_primary_mu);
+  g_primary_state[dev].flags = flags;
   return rc;
 }
 
@@ -85,6 +114,7 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   if (rc == CUDA_SUCCESS) {
     ctxs::forget(ctx);
     rgpu::client::dark::on_context_destroyed(ctx);
+    rgpu::client::forget_cached_answers();
   }
   return rc;
 }
@@ -136,8 +166,34 @@ RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice 
     ctxs::learn(*pctx, dev);
     std::lock_guard<std::mutex> lock(g_primary_mu);
     g_primary[dev] = *pctx;
+    ++g_primary_state[dev].retained;
   }
   return rc;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  rgpu::client::trace_call("cuDevicePrimaryCtxGetState");
+  if (!rgpu::client::connection()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (rgpu::client::server_device(dev) < 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_primary_mu);
+  const PrimaryState& st = g_primary_state[dev];
+  *flags = st.flags;
+  *active = st.retained > 0;
+  return CUDA_SUCCESS;
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return primary_release(rgpu_fwd_cuDevicePrimaryCtxRelease_v2(dev), dev);
+}
+RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return primary_release(rgpu_fwd_cuDevicePrimaryCtxRelease(dev), dev);
+}
+RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  return primary_set_flags(rgpu_fwd_cuDevicePrimaryCtxSetFlags_v2(dev, flags), dev, flags);
+}
+RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  return primary_set_flags(rgpu_fwd_cuDevicePrimaryCtxSetFlags(dev, flags), dev, flags);
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {

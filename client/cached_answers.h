@@ -1,0 +1,11 @@
+// Answers that do not change until this process changes them, kept on the client so that asking
+// again costs no round trip (DESIGN.md §3: what never changes is asked once). Each cache is
+// dropped by the calls that can change what it holds (client/driver/cached_answers.cpp).
+#pragma once
+
+namespace rgpu::client {
+
+// Drops every cached answer (a context was destroyed or a primary context reset).
+void forget_cached_answers();
+
+}  // namespace rgpu::client

@@ -1,0 +1,70 @@
+"""Answers kept on the client (client/cached_answers.h, client/driver/context.cpp): asking again
+costs no round trip, the answers stay right when the program changes them, and the state of
+primary contexts is tracked locally. Drives the shim in-process with ctypes; the RGPU_STATS
+counters (written mid-run by rgpu_stats_write) show what crossed the network."""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import BUILD, IMAGE, run_client
+
+SCRIPT = textwrap.dedent(r"""
+    import ctypes, json, os, sys
+    cu = ctypes.CDLL(os.environ["SHIM"])
+    def ok(rc, what):
+        if rc != 0:
+            print(f"FAIL {what}: {rc}"); sys.exit(1)
+    ok(cu.cuInit(0), "cuInit")
+    dev = ctypes.c_int()
+    ok(cu.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+    flags, active = ctypes.c_uint(), ctypes.c_int()
+    for _ in range(1000):
+        ok(cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)), "GetState")
+    assert (flags.value, active.value) == (0, 0), (flags.value, active.value)
+    ok(cu.cuDevicePrimaryCtxSetFlags_v2(dev, 4), "SetFlags")  # CU_CTX_SCHED_BLOCKING_SYNC
+    ctx = ctypes.c_void_p()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "Retain")
+    ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+    ok(cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)), "GetState")
+    assert (flags.value, active.value) == (4, 1), (flags.value, active.value)
+    # A bad device is still refused.
+    assert cu.cuDevicePrimaryCtxGetState(99, ctypes.byref(flags), ctypes.byref(active)) == 101
+    # Limits: asked once, until the program sets one.
+    v = ctypes.c_size_t()
+    for _ in range(100):
+        ok(cu.cuCtxGetLimit(ctypes.byref(v), 2), "GetLimit")  # CU_LIMIT_MALLOC_HEAP_SIZE
+    ok(cu.cuCtxSetLimit(2, 16 << 20), "SetLimit")
+    ok(cu.cuCtxGetLimit(ctypes.byref(v), 2), "GetLimit after set")
+    assert v.value == 16 << 20, v.value
+    # Function attributes: asked once per (function, attribute).
+    img = open(sys.argv[1], "rb").read()
+    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuModuleLoadData(ctypes.byref(mod), img), "load")
+    ok(cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"rgpu_vec_add"), "function")
+    a = ctypes.c_int()
+    for _ in range(100):
+        ok(cu.cuFuncGetAttribute(ctypes.byref(a), 0, fn), "FuncGetAttribute")  # MAX_THREADS_PER_BLOCK
+    blocks = ctypes.c_int()
+    for _ in range(100):
+        ok(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), fn, 256, ctypes.c_size_t(0)), "occ")
+    ok(cu.cuCtxSynchronize(), "sync")
+    ok(cu.rgpu_stats_write(), "stats")
+    print(json.dumps(json.load(open(os.environ["RGPU_STATS"]))["calls"]))
+""")
+
+
+def test_repeated_questions_cost_one_round_trip_and_stay_right(server, tmp_path):
+    stats = tmp_path / "stats.json"
+    script = tmp_path / "ask.py"
+    script.write_text(SCRIPT)
+    r = run_client([sys.executable, str(script), IMAGE], server,
+                   env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(stats)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "cuDevicePrimaryCtxGetState" not in calls, calls
+    assert calls.get("cuCtxGetLimit") == 2, calls  # once before the set, once after
+    assert calls.get("cuFuncGetAttribute") == 1, calls
+    assert calls.get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") == 1, calls
