@@ -27,6 +27,7 @@
 #include "common/env.h"
 #include "client/host_memory.h"
 #include "client/runtime.h"
+#include "client/stream_capture.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
@@ -39,6 +40,8 @@ using rgpu::client::handle_id;
 // Wire: u64 dst, u64 stream (async ops only), u64 n, then n bytes of data.
 CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
   if (n && !src) return CUDA_ERROR_INVALID_VALUE;
+  if (async)
+    if (CUresult rc = rgpu::client::refuse_host_copy_in_capture("cuMemcpyHtoDAsync", stream)) return rc;
   if (async && rgpu::client::host_callbacks_pending() && rgpu::client::find_host_range(src, n, nullptr))
     rgpu::client::wait_host_callbacks();  // a callback ahead may still write the source
   size_t off = 0;
@@ -62,6 +65,8 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
 // off the device while chunk k is on the wire; each reply lands in its slice of dst.
 CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUstream stream) {
   if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
+  if (async)
+    if (CUresult rc = rgpu::client::refuse_host_copy_in_capture("cuMemcpyDtoHAsync", stream)) return rc;
   constexpr size_t kInFlight = 32;  // chunks requested ahead
   std::deque<std::unique_ptr<Call>> calls;
   CUresult first = CUDA_SUCCESS;

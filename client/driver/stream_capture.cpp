@@ -20,6 +20,8 @@
 
 #include "client/call.h"
 #include "client/runtime.h"
+#include "client/stream_capture.h"
+#include "common/log.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
@@ -104,6 +106,26 @@ CUresult capture_info(uint16_t op, const char* name, CUstream stream, CUstreamCa
 }
 
 }  // namespace
+
+namespace rgpu::client {
+
+bool stream_is_capturing(CUstream stream) {
+  if (none_open()) return false;
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (rgpu_fwd_cuStreamIsCapturing(stream, &st) != CUDA_SUCCESS) return false;
+  return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+CUresult refuse_host_copy_in_capture(const char* call, CUstream stream) {
+  if (!stream_is_capturing(stream)) return CUDA_SUCCESS;
+  log::error("%s during stream capture is not supported by rgpu: the graph would copy at each launch, on the "
+             "server, which cannot reach this process's memory; capture a device-to-device copy and copy to "
+             "or from the host after the graph runs",
+             call);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+}  // namespace rgpu::client
 
 extern "C" {
 
