@@ -295,6 +295,32 @@ bool Connection::read_one() {
     cb_cv_.notify_one();
     return true;
   }
+  if (h.op == proto::kOpAsyncData && !(h.flags & proto::kReply)) {
+    // An async device-to-host copy's bytes, straight into the buffer registered for them.
+    uint8_t head[12];
+    if (h.length < sizeof head || !recv_exact(head, sizeof head)) {
+      mark_broken("the server sent a malformed async-copy frame");
+      return false;
+    }
+    uint64_t id;
+    int32_t status;
+    std::memcpy(&id, head, 8);
+    std::memcpy(&status, head + 8, 4);
+    size_t n = h.length - sizeof head;
+    AsyncDest dest = async_dest_.load();
+    void* dst = dest ? dest(id, status, n) : nullptr;
+    if (!dst || (status != 0 && n != 0)) {
+      mark_broken(log::format("the server sent %zu bytes for async copy %llu, which this process is not waiting "
+                              "for in that size", n, static_cast<unsigned long long>(id)));
+      return false;
+    }
+    if (n && !recv_exact(dst, n)) {
+      mark_broken("the connection broke in the middle of async-copy data");
+      return false;
+    }
+    if (AsyncDone done = async_done_.load()) done(id, status);
+    return true;
+  }
   if (h.op == proto::kOpDeviceOutput && !(h.flags & proto::kReply)) {
     // What kernels printed, before the reply of the synchronizing call that flushed it: into
     // this process's stdout, through stdio so it keeps its place among the program's own lines.

@@ -77,6 +77,15 @@ class Connection {
   // such a frame breaks the connection.
   using MappedUpdateHandler = bool (*)(const uint8_t* payload, size_t n);
   void set_mapped_update_handler(MappedUpdateHandler h) { mapped_handler_.store(h); }
+  // Async device-to-host data (kOpAsyncData): `dest` gives the buffer registered under the
+  // delivery id for n bytes (nullptr: unknown id or wrong length, the connection then breaks);
+  // `done` is called once the bytes are in it (or at once with the failure status).
+  using AsyncDest = void* (*)(uint64_t id, int32_t status, size_t n);
+  using AsyncDone = void (*)(uint64_t id, int32_t status);
+  void set_async_data_handlers(AsyncDest dest, AsyncDone done) {
+    async_done_.store(done);
+    async_dest_.store(dest);
+  }
   // Announces one kOpCallback frame to come (call before sending the request that causes it).
   void expect_callback();
   // Sends a one-way control frame now, behind everything queued. False when the connection is gone.
@@ -141,6 +150,8 @@ class Connection {
   bool cb_stop_ = false;
   CallbackHandler cb_handler_ = nullptr;
   std::atomic<MappedUpdateHandler> mapped_handler_{nullptr};
+  std::atomic<AsyncDest> async_dest_{nullptr};
+  std::atomic<AsyncDone> async_done_{nullptr};
   std::thread cb_thread_;
 
   std::atomic<bool> broken_{false};

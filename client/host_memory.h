@@ -28,4 +28,8 @@ bool find_host_range(const void* p, size_t n, HostRange* out);
 bool host_callbacks_pending();
 void wait_host_callbacks();
 
+// Waits until every async device-to-host copy issued so far (by any thread) has landed in its
+// buffer (client/driver/memory.cpp). Called when a synchronizing call succeeds.
+void wait_async_copies();
+
 }  // namespace rgpu::client

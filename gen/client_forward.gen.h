@@ -17,6 +17,8 @@ CUresult CUDAAPI rgpu_fwd_cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxSetCurrent(CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxSetLimit(CUlimit limit, size_t value);
+CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize(void);
+CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize_v2(CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset(CUdevice dev);
@@ -24,6 +26,8 @@ CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset_v2(CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
+CUresult CUDAAPI rgpu_fwd_cuEventQuery(CUevent hEvent);
+CUresult CUDAAPI rgpu_fwd_cuEventSynchronize(CUevent hEvent);
 CUresult CUDAAPI rgpu_fwd_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
 CUresult CUDAAPI rgpu_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 CUresult CUDAAPI rgpu_fwd_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
@@ -51,4 +55,8 @@ CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptu
 CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out);
 CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult CUDAAPI rgpu_fwd_cuStreamQuery(CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuStreamQuery_ptsz(CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize(CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize_ptsz(CUstream hStream);
 }  // extern "C"

@@ -451,13 +451,13 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxSetSharedMemConfig(CUsharedconfig c
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxSynchronize(void) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize(void) {
   rgpu::client::trace_call("cuCtxSynchronize");
   rgpu::client::Call c(rgpu::op::cuCtxSynchronize, rgpu::client::kWaits);
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize_v2(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxSynchronize_v2");
   rgpu::client::Call c(rgpu::op::cuCtxSynchronize_v2, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(ctx));
@@ -833,7 +833,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float *pMillisecon
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuEventQuery(CUevent hEvent) {
   rgpu::client::trace_call("cuEventQuery");
   rgpu::client::Call c(rgpu::op::cuEventQuery, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
@@ -874,7 +874,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstr
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuEventSynchronize(CUevent hEvent) {
   rgpu::client::trace_call("cuEventSynchronize");
   rgpu::client::Call c(rgpu::op::cuEventSynchronize, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
@@ -3452,28 +3452,28 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, 
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery(CUstream hStream) {
   rgpu::client::trace_call("cuStreamQuery");
   rgpu::client::Call c(rgpu::op::cuStreamQuery, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamQuery_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamQuery_ptsz, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize(CUstream hStream) {
   rgpu::client::trace_call("cuStreamSynchronize");
   rgpu::client::Call c(rgpu::op::cuStreamSynchronize, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamSynchronize_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamSynchronize_ptsz, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hStream));

@@ -135,6 +135,12 @@ enum Op : uint16_t {
   // (the driver writes it to the server's stdout at synchronizing calls), as raw bytes. Sent
   // before the reply it precedes; the client writes it to its own stdout.
   kOpDeviceOutput = 27,
+  // Async device-to-host data: server -> client, not a reply (flags 0, request_id 0). A client's
+  // cuMemcpyDtoHAsync is one-way and carries a delivery id it chose; when the copy has run, the
+  // server sends: u64 delivery id, i32 CUresult, then the bytes (none on failure). The client
+  // writes them into the buffer it registered under that id, after checking the length; an id
+  // it is not waiting for breaks the connection. Sent before any later reply on that thread.
+  kOpAsyncData = 28,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

@@ -28,6 +28,9 @@ class ClientCallbacks {
   virtual void run(uint64_t id, int32_t status) = 0;
   // Sends kOpCallback with run = 0: the callback was not queued, the client forgets it.
   virtual void drop(uint64_t id, int32_t status) = 0;
+  // Sends a frame that is not a reply (op, flags 0): head then data. False when the connection
+  // is gone.
+  virtual bool send_frame(uint16_t op, const void* head, size_t head_len, const void* data, size_t n) = 0;
 };
 
 struct Dispatch {

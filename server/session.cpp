@@ -315,6 +315,13 @@ class Session : public ClientCallbacks {
   }
   bool callbacks_in_flight() const { return cb_in_flight_.load() > 0; }
   void drop(uint64_t id, int32_t status) override { notify(id, status, 0); }
+  bool send_frame(uint16_t op, const void* head, size_t head_len, const void* data, size_t n) override {
+    proto::FrameHeader h = proto::make_header(op, 0, 0, 0, head_len + n);
+    iovec iov[3] = {{&h, sizeof h}, {const_cast<void*>(head), head_len}, {const_cast<void*>(data), n}};
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (!net::writev_full(fd_, iov, 3)) failed_.store(true);
+    return !failed_.load();
+  }
 
   // The session is over: release host functions waiting for answers that will not come.
   void end() {

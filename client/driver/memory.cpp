@@ -8,8 +8,8 @@
 //   the last waits, so the call reports this copy's errors (and any earlier deferred ones).
 // - cuMemcpyHtoDAsync copies the source before it returns (legal for pageable memory), is
 //   one-way, and runs in stream order on the server.
-// - cuMemcpyDtoHAsync must land in the caller's buffer by the synchronize that covers it; here
-//   the call waits for the data (stronger than needed, never wrong). Both hold for pinned memory
+// - cuMemcpyDtoHAsync must land in the caller's buffer by the synchronize that covers it: it is
+//   one-way, and the server sends the bytes when the copy has run (below). Both hold for pinned memory
 //   (client/host_memory.h) too: pinned is a promise about the client's memory only.
 // - cuMemcpy / cuMemcpyAsync (unified addressing): each address is host memory of this process
 //   when it lies in a pinned range of ours or when the server's driver does not know it as device
@@ -19,12 +19,18 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <unordered_map>
+#include <mutex>
+#include <condition_variable>
+#include <chrono>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <cstring>
 
 #include "client/call.h"
 #include "common/env.h"
+#include "common/log.h"
 #include "client/host_memory.h"
 #include "client/runtime.h"
 #include "client/stream_capture.h"
@@ -60,13 +66,76 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
   return CUDA_SUCCESS;
 }
 
-// Wire: u64 src, u64 stream (async ops only), u64 n. Reply: CUresult, then n bytes.
+// Async device-to-host copies are one-way: each chunk's destination is registered under a
+// delivery id, and the server sends the bytes as a kOpAsyncData frame once the copy has run
+// (protocol/messages.h); the connection's reading thread writes them into place. They are in
+// place by the time any later call of this thread returns, and every synchronizing call
+// (client/driver/sync.cpp) also waits for those of other threads (wait_async_copies).
+struct AsyncCopy {
+  uint8_t* dst;
+  size_t n;
+};
+std::mutex& async_mu() {
+  static auto* m = new std::mutex;  // leaked: used from exit handlers
+  return *m;
+}
+auto& g_async = *new std::unordered_map<uint64_t, AsyncCopy>();
+auto& g_async_cv = *new std::condition_variable();
+std::atomic<uint64_t> g_next_delivery{1};
+
+void* async_dest(uint64_t id, int32_t status, size_t n) {
+  std::lock_guard lk(async_mu());
+  auto it = g_async.find(id);
+  if (it == g_async.end() || (status == 0 && n != it->second.n)) return nullptr;
+  return it->second.dst;
+}
+
+void async_done(uint64_t id, int32_t status) {
+  {
+    std::lock_guard lk(async_mu());
+    g_async.erase(id);
+  }
+  if (status != 0)
+    rgpu::log::debug("async device-to-host copy %llu failed with %d (reported with the next call that waits)",
+                     static_cast<unsigned long long>(id), status);
+  g_async_cv.notify_all();
+}
+
+// Wire: u64 src, u64 stream (async ops only), u64 n, u64 delivery id (async ops only).
+// Reply (sync ops): CUresult, then n bytes. Async ops: one-way; the bytes come as kOpAsyncData.
 // All chunk requests are sent before the first reply is awaited, so the server copies chunk k+1
 // off the device while chunk k is on the wire; each reply lands in its slice of dst.
 CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUstream stream) {
   if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
   if (async)
     if (CUresult rc = rgpu::client::refuse_host_copy_in_capture("cuMemcpyDtoHAsync", stream)) return rc;
+  if (async && n) {
+    rgpu::client::Connection* conn = rgpu::client::connection();
+    if (!conn) return CUDA_ERROR_NOT_INITIALIZED;
+    static std::once_flag once;
+    std::call_once(once, [conn] { conn->set_async_data_handlers(async_dest, async_done); });
+    size_t off = 0;
+    do {
+      size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
+      uint64_t id = g_next_delivery.fetch_add(1);
+      {
+        std::lock_guard lk(async_mu());
+        g_async[id] = AsyncCopy{static_cast<uint8_t*>(dst) + off, len};
+      }
+      Call c(op, rgpu::client::kOneWay);
+      c.args().put<uint64_t>(src + off);
+      c.args().put_u64(handle_id(stream));
+      c.args().put_u64(len);
+      c.args().put_u64(id);
+      if (CUresult rc = c.invoke()) {
+        std::lock_guard lk(async_mu());
+        g_async.erase(id);  // not sent, or an earlier failure reported: the data will not come
+        return rc;
+      }
+      off += len;
+    } while (off < n);
+    return CUDA_SUCCESS;
+  }
   constexpr size_t kInFlight = 32;  // chunks requested ahead
   std::deque<std::unique_ptr<Call>> calls;
   CUresult first = CUDA_SUCCESS;
@@ -82,7 +151,6 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
     size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
     auto c = std::make_unique<Call>(op, rgpu::client::kWaits);
     c->args().put<uint64_t>(src + off);
-    if (async) c->args().put_u64(handle_id(stream));
     c->args().put_u64(len);
     c->reply_sink(sizeof(int32_t), static_cast<uint8_t*>(dst) + off, len);
     CUresult rc = c->submit();
@@ -129,6 +197,23 @@ CUresult unified(const UnifiedOps& ops, bool async, CUdeviceptr dst, CUdeviceptr
 CUresult ctx_sync(CUstream) { return cuCtxSynchronize(); }
 
 }  // namespace
+
+namespace rgpu::client {
+
+void wait_async_copies() {
+  uint64_t limit = g_next_delivery.load();
+  std::unique_lock lk(async_mu());
+  // Re-checked every 100 ms as well: a broken connection delivers nothing more.
+  while (!g_async_cv.wait_for(lk, std::chrono::milliseconds(100), [&] {
+    if (!connection() || connection()->broken()) return true;
+    for (const auto& [id, c] : g_async)
+      if (id < limit) return false;
+    return true;
+  })) {
+  }
+}
+
+}  // namespace rgpu::client
 
 extern "C" {
 

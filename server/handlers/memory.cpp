@@ -55,10 +55,13 @@ void htod_async(Dispatch& d, AsyncHtoD fn) {
 }
 
 // The reply is the CUresult followed by the bytes, read by the driver straight into the reply.
+// Async copies (client/driver/memory.cpp) carry a delivery id and are one-way: the bytes go out
+// as a kOpAsyncData frame once the copy has run, and the reply (if one is wanted) has no data.
 void dtoh(Dispatch& d, SyncDtoH sync_fn, AsyncDtoH async_fn, bool async) {
   CUdeviceptr src = d.args.u64();
   uint64_t stream_id = async ? d.args.u64() : 0;
   uint64_t n = d.args.u64();
+  uint64_t delivery = async ? d.args.u64() : 0;
   if (!d.args.ok()) return;
   if (n > proto::kMaxPayload - 64) {
     d.args.fail();  // a client of ours never asks for more than one frame
@@ -77,6 +80,16 @@ void dtoh(Dispatch& d, SyncDtoH sync_fn, AsyncDtoH async_fn, bool async) {
     if (rc == CUDA_SUCCESS && d.drv.cuStreamSynchronize) rc = d.drv.cuStreamSynchronize(stream);
   } else {
     rc = sync_fn(out.data(), src, n);
+  }
+  if (async) {
+    // The data (or the failure) goes to the buffer the client registered under the id.
+    uint8_t head[12];
+    int32_t status = rc;
+    std::memcpy(head, &delivery, 8);
+    std::memcpy(head + 8, &status, 4);
+    if (d.callbacks) d.callbacks->send_frame(proto::kOpAsyncData, head, sizeof head, out.data(), rc ? 0 : out.size());
+    out.clear();
+    return d.reply.put<int32_t>(rc);
   }
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) {
