@@ -8,6 +8,7 @@
 
 #include "client/call.h"
 #include "client/runtime.h"
+#include "protocol/op_classes.h"
 #include "common/wire.h"
 #include "protocol/messages.h"
 
@@ -93,7 +94,8 @@ bool device_pointer(const void* p, CUdeviceptr* out) {
   return true;
 }
 
-void push(uint32_t thread_id) {
+void push(uint32_t thread_id, uint16_t op) {
+  if (!op_touches_memory(op)) return;
   // Runs of changed pages are copied out under the lock and sent after it, so the reading
   // thread (apply_update) never waits behind a blocked send.
   struct Run {

@@ -23,8 +23,9 @@ bool device_pointer(const void* p, CUdeviceptr* out);
 
 extern std::atomic<int> g_count;
 inline bool active() { return g_count.load(std::memory_order_relaxed) != 0; }
-// Sends the program's changes to mapped memory, ordered before the next call of this thread.
-void push(uint32_t thread_id);
+// Sends the program's changes to mapped memory, ordered before the call `op` of this thread, if
+// that call can make the GPU read memory (launches, copies, memsets; op_touches_memory).
+void push(uint32_t thread_id, uint16_t op);
 // A kOpMappedUpdate payload from the server (reading thread). False when it does not lie inside
 // a mapped range (the server is then misbehaving).
 bool apply_update(const uint8_t* payload, size_t n);

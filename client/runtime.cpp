@@ -217,7 +217,7 @@ CUresult Call::invoke() {
   Connection* conn = g_conn;
   if (!conn) return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
   if (kind_ == kOneWay && batching()) {
-    if (mapped::active()) mapped::push(thread_id());
+    if (mapped::active()) mapped::push(thread_id(), op_);
     if (!conn->send_oneway(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_))
       return CUDA_ERROR_DEVICE_UNAVAILABLE;
     count_call(op_, false);
@@ -230,7 +230,7 @@ CUresult Call::invoke() {
 CUresult Call::submit() {
   Connection* conn = g_conn;
   if (!conn) return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
-  if (mapped::active()) mapped::push(thread_id());
+  if (mapped::active()) mapped::push(thread_id(), op_);
   slot_.sink = sink_;
   slot_.sink_prefix = sink_ ? sizeof(proto::ReplyPrefix) + sink_prefix_ : 0;
   slot_.sink_cap = sink_cap_;

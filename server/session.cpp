@@ -28,6 +28,7 @@
 #include "gen/ops.gen.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
+#include "protocol/op_classes.h"
 #include "server/dispatch.h"
 #include "server/handle_map.h"
 #include "server/mapped_memory.h"
@@ -479,7 +480,7 @@ void Worker::loop() {
     if (wants_reply) {
       // What kernels wrote to mapped host memory, and what they printed, reaches the client
       // before this reply does.
-      if (!session_->send_mapped_updates() || !session_->send_device_output()) return;
+      if ((op_synchronizes(f.h.op) && !session_->send_mapped_updates()) || !session_->send_device_output()) return;
       proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
       deferred_result_ = 0;
       deferred_op_ = 0;
