@@ -141,6 +141,10 @@ enum Op : uint16_t {
   // writes them into the buffer it registered under that id, after checking the length; an id
   // it is not waiting for breaks the connection. Sent before any later reply on that thread.
   kOpAsyncData = 28,
+  // An export table rgpu does not know (client/driver/export_table.cpp), for the log line that
+  // names it. Request: 16 bytes UUID. Reply: CUresult of the server driver's cuGetExportTable;
+  // on success u64 the table's first word (its size in bytes, for tables that start with one).
+  kOpExportTableInfo = 29,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

@@ -446,6 +446,7 @@ void Worker::loop() {
     if (f.h.op == proto::kOpModuleByHash) h = handlers::module_by_hash;
     if (f.h.op == proto::kOpToolsContextObject) h = handlers::tools_context_object;
     if (f.h.op == proto::kOpModuleFunctions) h = handlers::module_functions;
+    if (f.h.op == proto::kOpExportTableInfo) h = handlers::export_table_info;
     if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
     bool mapped_op = true;
     switch (f.h.op) {  // mapped host memory (server/mapped_memory.h)

@@ -1,6 +1,7 @@
 // cuGetExportTable: the driver's private tables (shared/reference/dark-api.md), served locally by
 // client/dark_api/ because they are function pointers into this process. An unknown UUID is
-// logged (once per UUID) and refused: never answered with a guessed table.
+// logged (once per UUID, with what the server's driver knows of it) and refused: never answered
+// with a guessed table.
 #include <cuda.h>
 
 #include <cstring>
@@ -11,18 +12,37 @@
 #include "client/call.h"
 #include "client/dark_api/dark_api.h"
 #include "common/log.h"
+#include "protocol/messages.h"
 #include "gen/export.gen.h"
 
 namespace {
+
+// What the server's driver says about a table rgpu does not know: whether it has it, and its
+// first word (the size in bytes of tables that start with one), so the log names what is missing.
+std::string server_view(const CUuuid& id) {
+  rgpu::client::Call c(rgpu::proto::kOpExportTableInfo, rgpu::client::kWaits);
+  c.args().append(&id, sizeof id);
+  CUresult rc = c.invoke();
+  if (rc == CUDA_ERROR_NOT_INITIALIZED || rc == CUDA_ERROR_DEVICE_UNAVAILABLE) return "";
+  if (rc != CUDA_SUCCESS) return rgpu::log::format("; the server's driver does not have it either (error %d)", rc);
+  uint64_t first = c.reply().u64();
+  if (!c.reply().ok()) return "";
+  return rgpu::log::format("; the server's driver has it (first word %llu: its size in bytes if it starts with one, "
+                    "%llu slots)",
+                    static_cast<unsigned long long>(first), static_cast<unsigned long long>(first / 8));
+}
 
 void report_unknown(const CUuuid& id) {
   static std::mutex mu;
   static auto* seen = new std::set<std::string>();
   std::string hex = rgpu::client::dark::uuid_hex(id);
-  std::lock_guard<std::mutex> lock(mu);
-  if (seen->insert(hex).second)
-    rgpu::log::warn("cuGetExportTable: export table %s is unknown to rgpu; returning CUDA_ERROR_NOT_SUPPORTED",
-                    hex.c_str());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!seen->insert(hex).second) return;
+  }
+  rgpu::client::trace_call(("cuGetExportTable: unknown table " + hex).c_str());
+  rgpu::log::warn("cuGetExportTable: export table %s is unknown to rgpu%s; returning CUDA_ERROR_NOT_SUPPORTED",
+                  hex.c_str(), server_view(id).c_str());
 }
 
 }  // namespace

@@ -15,5 +15,7 @@ void module_by_hash(Dispatch& d);
 // (server/handlers/dark_api.cpp).
 void tools_context_object(Dispatch& d);
 void module_functions(Dispatch& d);
+// kOpExportTableInfo: whether the server's driver has an export table, and its first word.
+void export_table_info(Dispatch& d);
 
 }  // namespace rgpu::server::handlers

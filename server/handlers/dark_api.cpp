@@ -106,4 +106,15 @@ void module_functions(Dispatch& d) {
   for (const auto& name : v.names) d.reply.put_str(name);
 }
 
+void export_table_info(Dispatch& d) {
+  CUuuid id;
+  if (!d.args.take(&id, sizeof id)) return;
+  if (!d.drv.cuGetExportTable) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  const void* table = nullptr;
+  CUresult rc = d.drv.cuGetExportTable(&table, &id);
+  if (rc == CUDA_SUCCESS && !table) rc = CUDA_ERROR_NOT_FOUND;
+  d.reply.put<int32_t>(rc);
+  if (rc == CUDA_SUCCESS) d.reply.put_u64(*static_cast<const uint64_t*>(table));
+}
+
 }  // namespace rgpu::server::handlers
