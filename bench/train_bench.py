@@ -80,11 +80,18 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", choices=["cuda", "rgpu"], default="cuda",
+                    help="cuda: stock torch (locally or through the driver shim); rgpu: the rgpu device "
+                         "(import rgpu, served by rgpu-opserver)")
+    ap.add_argument("--fp32", action="store_true", help="no bf16 autocast (the rgpu device runs fp32)")
     a = ap.parse_args()
+    if a.device == "rgpu":
+        import rgpu  # noqa: F401  (registers the device)
+        a.fp32 = True
     model, data, V = model_and_batch(a.model)
-    model = model.cuda()
-    batch = data.cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+    model = model.to(a.device)
+    batch = data.to(a.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=a.device == "cuda")
     times, losses = [], []
     first_step_s = None
     rt_before = None
@@ -92,7 +99,7 @@ def main():
         if i == a.warmup:
             rt_before = stats_round_trips()
         t = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not a.fp32):
             logits = model(batch[:, :-1])
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V).float(), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -106,6 +113,8 @@ def main():
     steady = times[a.warmup:] or times
     res = {
         "model": a.model,
+        "device": a.device,
+        "autocast": not a.fp32,
         "through_rgpu": bool(os.environ.get("RGPU_SERVER")),
         "steps": a.steps,
         "step_ms_median": 1000 * statistics.median(steady),

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # If apt cannot help (no network), say so and go on: the build below fails loudly if something
 # it needs is really missing.
 need_pkgs=()
-for p in cmake ninja-build g++ libssl-dev libgtest-dev libcli11-dev liblz4-dev libzstd-dev python3-pip; do
+for p in cmake ninja-build g++ libssl-dev libgtest-dev libcli11-dev liblz4-dev libzstd-dev python3-pip python3-venv openssh-server openssh-client; do
   case $p in
     cmake | g++) command -v "$p" >/dev/null && continue ;;
     ninja-build) command -v ninja >/dev/null && continue ;;
@@ -45,5 +45,12 @@ if [ ! -f "$CUDA_HOME/include/nvml.h" ] && [ ! -f "$CUDA_HOME/targets/x86_64-lin
     echo "setup: warning: could not install nvml.h; the build needs it for the NVML shim" >&2
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# PyTorch (scripts/setup_torch.sh, into .venv/) when asked: scripts/test.sh asks, for the PyTorch
+# tests and the rgpu device (opserver/, python/), which build only where torch is found.
+if [ "${RGPU_SETUP_TORCH:-0}" = 1 ]; then
+  scripts/setup_torch.sh >/dev/null || echo "setup: warning: could not install torch; the PyTorch parts are skipped" >&2
+fi
+torch_py=()
+[ -x .venv/bin/python ] && torch_py=(-DRGPU_TORCH_PYTHON="$PWD/.venv/bin/python")
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_py[@]}" >/dev/null
 cmake --build build

@@ -16,7 +16,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if ! "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$version'))" 2>/dev/null; then
   echo "setup_torch: installing torch==$version into $venv (about 4.5 GB with its CUDA libraries)" >&2
-  "$venv/bin/pip" install -q "torch==$version" numpy pytest >&2
+  "$venv/bin/pip" install -q "torch==$version" numpy pytest expecttest >&2
 fi
-"$venv/bin/python" -c "import pytest, numpy" 2>/dev/null || "$venv/bin/pip" install -q numpy pytest >&2
+"$venv/bin/python" -c "import pytest, numpy, expecttest" 2>/dev/null || "$venv/bin/pip" install -q numpy pytest expecttest >&2
 echo "$PWD/$venv/bin/python"

@@ -4,9 +4,9 @@
 # rgpu-server and the fake driver. The GPU tests are tests/gpu/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-# PyTorch for the torch tests (.venv/); without it those tests skip and say why.
-scripts/setup_torch.sh >/dev/null || echo "test: warning: could not install torch; the PyTorch tests will skip" >&2
+# With PyTorch (.venv/, scripts/setup_torch.sh) for the PyTorch tests; without it they skip and
+# say why.
+RGPU_SETUP_TORCH=1 scripts/setup.sh
 python3 codegen/generate.py --check
 python3 codegen/generate_nvml.py --check
 cd build

@@ -6,7 +6,7 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
-#   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,bench,train   the steps to run (default: all)
+#   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,torchdev,bench,train   the steps to run (default: all)
 #   RGPU_GPU_SAMPLES=REGEX         runs only the samples matching REGEX
 #   RGPU_GPU_TRACE_SAMPLES=REGEX   also runs the samples matching REGEX through rgpu with RGPU_TRACE=2
 #                                  (logs in samples_trace.tsv.logs/), to see which call fails
@@ -23,7 +23,7 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
-STEPS=",${RGPU_GPU_STEPS:-core,runtime,corpus,samples,nvml,torch,bench,train},"
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,corpus,samples,nvml,torch,torchdev,bench,train},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
@@ -108,6 +108,28 @@ if want torch; then
 fi
 kill $server 2>/dev/null
 wait $server 2>/dev/null
+
+if want torchdev; then
+  step "PyTorch device rgpu against rgpu-opserver --device cuda (tests/python)"
+  if [ -x build/bin/rgpu-opserver ]; then
+    RGPU_TEST_OPSERVER_DEVICE=cuda RGPU_BUILD_DIR=$PWD/build python3 -m pytest -q -p no:cacheprovider \
+      tests/python/test_device_train.py tests/python/test_device_ops.py tests/python/test_device_connect.py \
+      2>&1 | tee "$OUT/torchdev.log" | tail -5
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    # The 6-layer model, fp32: local cuda against the rgpu device (opserver on this GPU).
+    build/bin/rgpu-opserver --device cuda --listen 127.0.0.1:19720 >"$OUT/opserver.log" 2>&1 &
+    opserver=$!
+    sleep 2
+    python3 bench/train_bench.py --model small --steps 15 --fp32 --out "$OUT/torchdev_local.json" | tail -1
+    RGPU_OPSERVER=127.0.0.1:19720 RGPU_BUILD_DIR=$PWD/build python3 bench/train_bench.py --model small --steps 15 \
+      --device rgpu --out "$OUT/torchdev_rgpu.json" 2>&1 | tail -1
+    kill $opserver 2>/dev/null
+    python3 -c "import json,sys; l,r=(json.load(open(sys.argv[i])) for i in (1,2)); print(f'rgpu device / local cuda step time: {r[\"step_ms_median\"]/l[\"step_ms_median\"]:.2f} ({r[\"step_ms_median\"]:.1f} vs {l[\"step_ms_median\"]:.1f} ms)')" \
+      "$OUT/torchdev_local.json" "$OUT/torchdev_rgpu.json" || true
+  else
+    echo "rgpu-opserver was not built (no torch found by CMake): skipped"
+  fi
+fi
 
 if want samples && [ -x .samples/run.sh ]; then
   step "NVIDIA cuda-samples through rgpu (built and carried separately; see the closing note)"

@@ -1,0 +1,184 @@
+// rgpu-opserver: serves the rgpu PyTorch device (DESIGN.md §5). Listens like rgpu-server
+// (loopback by default, a token or --insecure for anything else), and serves each client in its
+// own process, so one client's crash or CUDA fault cannot reach another's tensors.
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "opserver/session.h"
+#include "protocol/handshake.h"
+
+#ifndef RGPU_TORCH_LIB_DIR
+#define RGPU_TORCH_LIB_DIR ""
+#endif
+
+namespace {
+
+bool read_token(const std::string& path, std::string* token, std::string* err) {
+  std::ifstream f(path);
+  if (!f) {
+    *err = "cannot read --token-file " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::getline(f, *token);
+  while (!token->empty() && (token->back() == '\r' || token->back() == ' ')) token->pop_back();
+  if (token->empty()) {
+    *err = "--token-file " + path + " is empty; put the shared token on its first line";
+    return false;
+  }
+  return true;
+}
+
+// libtorch_cuda registers the CUDA device when it loads; nothing in this program names one of its
+// symbols, so the linker may have dropped it. Load it by name.
+bool load_torch_cuda(std::string* err) {
+  for (std::string name : {std::string("libtorch_cuda.so"), std::string(RGPU_TORCH_LIB_DIR) + "/libtorch_cuda.so"}) {
+    if (dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL)) return true;
+    *err = dlerror();
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "rgpu-opserver: runs the ATen operators of rgpu PyTorch clients (device=\"rgpu\") on this machine.\n"
+      "Clients set RGPU_OPSERVER=host:port and `import rgpu`.",
+      "rgpu-opserver"};
+  std::string listen = "127.0.0.1:9720";
+  std::string device = "cuda";
+  std::string token_file;
+  std::string pretend_version;
+  bool insecure = false;
+  std::string log_level = "info";
+  double max_storage_gb = 1024;
+  app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9720, loopback only)");
+  app.add_option("--device", device, "where ops run: cuda (default) or cpu (tests, machines without a GPU)")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_option("--token-file", token_file, "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
+  app.add_flag("--insecure", insecure, "allow listening on a non-loopback address without a token");
+  app.add_option("--max-storage-gb", max_storage_gb, "largest single tensor storage a client may allocate, in GiB (default 1024)");
+  app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+  app.add_option("--pretend-torch-version", pretend_version, "report this torch version in the hello (tests of the version check)")
+      ->group("");
+  CLI11_PARSE(app, argc, argv);
+
+  rgpu::log::set_prefix("rgpu-opserver");
+  if (log_level == "debug") rgpu::log::set_level(rgpu::log::kDebug);
+  if (log_level == "warn") rgpu::log::set_level(rgpu::log::kWarn);
+  if (log_level == "error") rgpu::log::set_level(rgpu::log::kError);
+
+  std::string token, err;
+  if (!token_file.empty()) {
+    if (!read_token(token_file, &token, &err)) {
+      rgpu::log::error("%s", err.c_str());
+      return 2;
+    }
+  } else if (const char* t = getenv("RGPU_TOKEN"); t && *t) {
+    token = t;
+  }
+
+  rgpu::net::Address addr;
+  if (!rgpu::net::parse_address(listen, 9720, &addr, &err)) {
+    rgpu::log::error("--listen: %s", err.c_str());
+    return 2;
+  }
+  if (!rgpu::net::is_loopback(addr.host) && token.empty() && !insecure) {
+    rgpu::log::error(
+        "refusing to listen on %s without a token: anyone who can reach it could run code on this machine. "
+        "Give --token-file (or RGPU_TOKEN), or --insecure if the network is trusted.",
+        addr.str().c_str());
+    return 2;
+  }
+
+  rgpu::opserver::SessionOptions opt;
+  opt.torch_version = pretend_version;
+  opt.max_storage_bytes = static_cast<uint64_t>(max_storage_gb * (1ull << 30));
+  if (device == "cuda") {
+    if (!load_torch_cuda(&err)) {
+      rgpu::log::error("--device cuda: cannot load libtorch_cuda.so (%s); is this libtorch built with CUDA? "
+                       "Use --device cpu on a machine without a GPU",
+                       err.c_str());
+      return 2;
+    }
+    // Checked in a child process, so the listening parent never initialises CUDA (children fork
+    // from it, and CUDA does not survive a fork).
+    pid_t pid = fork();
+    if (pid == 0) _exit(c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() > 0 ? 0 : 1);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      rgpu::log::error("--device cuda: torch sees no CUDA device here; use --device cpu, or check the driver (nvidia-smi)");
+      return 2;
+    }
+    opt.device = c10::Device(c10::kCUDA, 0);
+  }
+
+  int lfd = rgpu::net::listen_tcp(addr, &err);
+  if (lfd < 0) {
+    rgpu::log::error("%s; is another rgpu-opserver already running there?", err.c_str());
+    return 2;
+  }
+  std::thread([] {
+    for (;;) {
+      int st = 0;
+      pid_t pid = waitpid(-1, &st, 0);
+      if (pid < 0) {
+        if (errno == ECHILD) sleep(1);
+        continue;
+      }
+      if (WIFSIGNALED(st))
+        rgpu::log::error("session process %d died of signal %d (%s); its client was disconnected", static_cast<int>(pid),
+                         WTERMSIG(st), strsignal(WTERMSIG(st)));
+    }
+  }).detach();
+  signal(SIGPIPE, SIG_IGN);
+  rgpu::log::info("listening on %s, torch %s on %s%s", addr.str().c_str(), rgpu::opserver::torch_version().c_str(),
+                  device.c_str(), token.empty() ? ", no token" : ", token required");
+
+  for (;;) {
+    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      rgpu::log::error("accept failed: %s", std::strerror(errno));
+      sleep(1);
+      continue;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      rgpu::log::error("cannot start a session process: %s", std::strerror(errno));
+      close(fd);
+      continue;
+    }
+    if (pid > 0) {
+      close(fd);
+      continue;
+    }
+    close(lfd);
+    std::string peer = rgpu::net::peer_name(fd);
+    rgpu::log::set_prefix(rgpu::log::format("rgpu-opserver[%d]", static_cast<int>(getpid())));
+    rgpu::net::set_nodelay(fd);
+    rgpu::net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
+    rgpu::proto::ServerHandshakeResult hs;
+    if (!rgpu::proto::server_handshake(fd, token, &hs, &err)) {
+      rgpu::log::warn("connection from %s: %s", peer.c_str(), err.c_str());
+      _exit(1);
+    }
+    rgpu::net::set_recv_timeout(fd, 0);
+    rgpu::log::info("session for %s from %s started", hs.identity.c_str(), peer.c_str());
+    int status = rgpu::opserver::serve(fd, opt);
+    rgpu::log::info("session for %s ended", hs.identity.c_str());
+    _exit(status);
+  }
+}

@@ -1,0 +1,175 @@
+// The wire spec of the PyTorch device path (DESIGN.md §5): what the rgpu PyTorch backend
+// (python/rgpu/csrc) sends to rgpu-opserver, and what comes back. Torch-free on purpose: both
+// ends include it, and the fuzz target decodes it.
+//
+// Transport, framing and authentication are the driver path's (protocol/messages.h,
+// protocol/frame.h, protocol/handshake.h): 16-byte frame headers, the HMAC-SHA256 handshake,
+// frames with kNoReply get no answer, every other request gets exactly one reply frame
+// (kReply set, same op and request id). Ops are numbered from kFirstTorchOp so that a frame sent
+// to the wrong server is refused as an unknown op, not misread.
+//
+// Connection life:
+//   1. Handshake (protocol/handshake.h).
+//   2. kTorchHello: the client's torch version; the server refuses (and closes) when major.minor
+//      differ, naming both versions.
+//   3. Calls. Storage ids are minted by the client (from kFirstStorageId up): allocating costs no
+//      round trip. One-way calls (kNoReply) are queued and written in batches; their errors are
+//      kept by the server (the first one since the last reply) and handed to the next reply as
+//      its deferred error, naming the op that failed.
+//
+// Every reply payload starts with the deferred error, then this request's own status:
+//   u8 has_deferred; [str op, str message]  u8 failed; [str message]  ...request's reply fields
+//
+// Value encoding (ATen boxed arguments), one u8 Tag then:
+//   kNone -; kBool u8; kInt i64; kDouble f64; kComplex f64 re, f64 im; kString str;
+//   kDevice u8 DeviceKind, i8 index; kList u32 n, n values;
+//   kRemoteTensor TensorDesc (a view of a storage the server holds);
+//   kHostTensor i8 dtype, u8 flags (bit 0: a wrapped Python number, which type promotion
+//     treats apart), u8 ndim, i64 sizes[ndim], bytes (contiguous data, by value);
+// TensorDesc: u64 storage id, i8 dtype (c10::ScalarType), u8 ndim, i64 sizes[ndim],
+//   i64 strides[ndim], i64 storage_offset (elements). The server checks that the view lies
+//   inside the storage before it builds a tensor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/wire.h"
+
+namespace rgpu::torchwire {
+
+inline constexpr uint16_t kFirstTorchOp = 12288;
+
+enum Op : uint16_t {
+  // Request: str client torch version ("2.11.0"). Reply: prefix, str server torch version,
+  // str device ("cuda" or "cpu"), i32 device count. A major.minor mismatch fails the request with
+  // a message naming both versions, then the server closes.
+  kTorchHello = kFirstTorchOp,
+  // One-way: u64 storage id, u64 nbytes. The server allocates lazily (at first use), so an
+  // op's output never costs a second allocation.
+  kTorchAlloc = kFirstTorchOp + 1,
+  // One-way: u64 storage id.
+  kTorchFree = kFirstTorchOp + 2,
+  // One-way: u64 storage id, u64 nbytes; grows (never shrinks) the storage, keeping its bytes.
+  kTorchResize = kFirstTorchOp + 3,
+  // One-way: TensorDesc dst, bytes (dst's elements, contiguous, dst's dtype): host to device.
+  kTorchWrite = kFirstTorchOp + 4,
+  // Request: TensorDesc src. Reply: prefix, bytes (src's elements, contiguous): device to host.
+  kTorchRead = kFirstTorchOp + 5,
+  // An ATen op. str name ("aten::add"), str overload ("Tensor"), u32 nargs, nargs values, then
+  // the outputs:
+  //   one-way (kNoReply): u32 nret, per return u8 OutKind then
+  //     kOutIgnore -; kOutTensor OutSpec; kOutTensorList u32 n, n OutSpec
+  //     OutSpec: u64 storage id, u64 storage nbytes, i8 dtype, u8 ndim, i64 sizes, i64 strides,
+  //     i64 offset: what the client computed on the meta device; the server binds the result
+  //     to that id, copying it into that layout if the op produced another.
+  //   with reply: u64 first id, u32 max ids: the server names fresh result storages
+  //     first id, first id + 1, ... and replies prefix, u32 nret, nret results, where a result
+  //     is a value as above except that tensors are kResultTensor.
+  kTorchCall = kFirstTorchOp + 6,
+  // One-way: u64 seed for the server's generator(s) (torch.manual_seed).
+  kTorchSeed = kFirstTorchOp + 7,
+  // Request: nothing. Reply: prefix, after every earlier call finished on the device.
+  kTorchSync = kFirstTorchOp + 8,
+};
+
+enum Tag : uint8_t {
+  kNone = 0,
+  kBool = 1,
+  kInt = 2,
+  kDouble = 3,
+  kComplex = 4,
+  kString = 5,
+  kDevice = 6,
+  kList = 7,
+  kRemoteTensor = 8,
+  kHostTensor = 9,
+  // Results only: u64 storage id, u8 fresh (1: a new storage, u64 nbytes follows; 0: a view of
+  // the existing storage id), then i8 dtype, u8 ndim, i64 sizes, i64 strides, i64 offset.
+  kResultTensor = 10,
+};
+
+enum DeviceKind : uint8_t { kDeviceRemote = 0, kDeviceHost = 1, kDeviceMeta = 2 };
+enum OutKind : uint8_t { kOutIgnore = 0, kOutTensor = 1, kOutTensorList = 2 };
+
+// Bounds every decoder enforces.
+inline constexpr uint32_t kMaxDims = 64;
+inline constexpr uint32_t kMaxString = 4096;
+inline constexpr uint32_t kMaxNameString = 256;
+inline constexpr uint32_t kMaxListDepth = 4;
+inline constexpr uint32_t kMaxSyncResults = 4096;
+inline constexpr uint64_t kFirstStorageId = 0x1000;
+inline constexpr uint8_t kHostWrappedNumber = 1;
+// Storage ids a call that waits reserves for its fresh results.
+inline constexpr uint32_t kSyncResultIds = 64;
+
+struct TensorDesc {
+  uint64_t storage = 0;
+  int8_t dtype = 0;
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+};
+
+inline void put_shape(Writer& w, int8_t dtype, const int64_t* sizes, const int64_t* strides, size_t ndim,
+                      int64_t offset) {
+  w.put<int8_t>(dtype);
+  w.put_u8(static_cast<uint8_t>(ndim));
+  for (size_t i = 0; i < ndim; ++i) w.put<int64_t>(sizes[i]);
+  for (size_t i = 0; i < ndim; ++i) w.put<int64_t>(strides[i]);
+  w.put<int64_t>(offset);
+}
+
+inline void put_desc(Writer& w, const TensorDesc& d) {
+  w.put_u64(d.storage);
+  put_shape(w, d.dtype, d.sizes.data(), d.strides.data(), d.sizes.size(), d.offset);
+}
+
+// Reads dtype, ndim, sizes, strides, offset. False (and r !ok) on truncation or ndim > kMaxDims.
+inline bool get_shape(Reader& r, TensorDesc* d) {
+  d->dtype = r.get<int8_t>();
+  uint32_t nd = r.u8();
+  if (!r.ok() || nd > kMaxDims || nd * 16ull + 8 > r.left()) return r.fail();
+  d->sizes.resize(nd);
+  d->strides.resize(nd);
+  for (auto& s : d->sizes) s = r.get<int64_t>();
+  for (auto& s : d->strides) s = r.get<int64_t>();
+  d->offset = r.get<int64_t>();
+  return r.ok();
+}
+
+inline bool get_desc(Reader& r, TensorDesc* d) {
+  d->storage = r.u64();
+  return r.ok() && get_shape(r, d);
+}
+
+// The reply prefix (see above).
+struct ReplyStatus {
+  bool has_deferred = false;
+  std::string deferred_op, deferred_message;
+  bool failed = false;
+  std::string message;
+};
+
+inline void put_status(Writer& w, const ReplyStatus& s) {
+  w.put_u8(s.has_deferred ? 1 : 0);
+  if (s.has_deferred) {
+    w.put_str(s.deferred_op);
+    w.put_str(s.deferred_message);
+  }
+  w.put_u8(s.failed ? 1 : 0);
+  if (s.failed) w.put_str(s.message);
+}
+
+inline bool get_status(Reader& r, ReplyStatus* s) {
+  s->has_deferred = r.u8() != 0;
+  if (s->has_deferred) {
+    s->deferred_op = r.str(kMaxNameString);
+    s->deferred_message = r.str(1 << 16);
+  }
+  s->failed = r.u8() != 0;
+  if (s->failed) s->message = r.str(1 << 16);
+  return r.ok();
+}
+
+}  // namespace rgpu::torchwire

@@ -1,0 +1,148 @@
+// Fuzz target for rgpu-opserver's decoder (opserver/session.h, spec in opserver/op_wire.h): the
+// input is a series of frames a client might send after the handshake, each as
+//   u16 op (added to kFirstTorchOp when below 64), u8 flags (bit 0: one-way), u16 length, bytes
+// fed to one Session on the cpu, after a valid torch hello. Every frame must either run, fail
+// with an error for the client, or close the connection with a reason: never crash, hang or
+// read outside what it was given. Storages are capped at 16 MiB and views at 1M elements, so
+// inputs cannot exhaust memory or time.
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/wire.h"
+#include "opserver/op_wire.h"
+#include "opserver/session.h"
+#include "protocol/messages.h"
+
+using namespace rgpu::torchwire;
+
+namespace {
+
+void record(std::vector<uint8_t>* out, uint16_t op, bool one_way, const rgpu::Writer& w) {
+  rgpu::Writer r;
+  r.put_u16(static_cast<uint16_t>(op - kFirstTorchOp));
+  r.put_u8(one_way ? 1 : 0);
+  r.put_u16(static_cast<uint16_t>(const_cast<rgpu::Writer&>(w).size()));
+  r.append(const_cast<rgpu::Writer&>(w).buf().data(), const_cast<rgpu::Writer&>(w).size());
+  out->insert(out->end(), r.buf().begin(), r.buf().end());
+}
+
+void put_desc_1d(rgpu::Writer& w, uint64_t id, int64_t n) {
+  TensorDesc d;
+  d.storage = id;
+  d.dtype = 6;  // float
+  d.sizes = {n};
+  d.strides = {1};
+  put_desc(w, d);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  rgpu::opserver::SessionOptions opt;
+  opt.max_storage_bytes = 16u << 20;
+  opt.max_view_elements = 1u << 20;
+  rgpu::opserver::Session s(opt);
+  std::vector<rgpu::Bytes> replies;
+  std::string why;
+  rgpu::Writer hello;
+  hello.put_str(rgpu::opserver::torch_version());
+  if (!s.handle(kTorchHello, 0, hello.buf().data(), hello.size(), &replies, &why)) std::abort();
+  rgpu::Reader r(data, size);
+  while (r.left() >= 5) {
+    uint16_t op = r.u16();
+    uint8_t flags = r.u8();
+    uint16_t len = r.u16();
+    const size_t n = std::min<size_t>(len, r.left());
+    const uint8_t* p = r.view(n);
+    if (!p) break;
+    if (op < 64) op = static_cast<uint16_t>(op + kFirstTorchOp);
+    replies.clear();
+    why.clear();
+    bool keep = s.handle(op, (flags & 1) ? rgpu::proto::kNoReply : 0, p, n, &replies, &why);
+    if (!keep) {
+      if (why.empty()) std::abort();  // every closed connection says why
+      break;
+    }
+    if (!(flags & 1) && replies.empty()) std::abort();  // every request is answered
+  }
+  return 0;
+}
+
+void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
+  std::vector<uint8_t> seed;
+  rgpu::Writer alloc;
+  alloc.put_u64(0x1000);
+  alloc.put_u64(16);
+  record(&seed, kTorchAlloc, true, alloc);
+  rgpu::Writer write;
+  put_desc_1d(write, 0x1000, 4);
+  write.put_u64(16);
+  write.put_u64(0);
+  float vals[4] = {1, 2, 3, 4};
+  write.put_bytes(vals, sizeof vals);
+  record(&seed, kTorchWrite, true, write);
+  // aten::add.Tensor(storage 0x1000, storage 0x1000, alpha=1) into a fresh 0x1001.
+  rgpu::Writer call;
+  call.put_str("aten::add");
+  call.put_str("Tensor");
+  call.put_u32(3);
+  call.put_u8(kRemoteTensor);
+  put_desc_1d(call, 0x1000, 4);
+  call.put_u8(kRemoteTensor);
+  put_desc_1d(call, 0x1000, 4);
+  call.put_u8(kInt);
+  call.put<int64_t>(1);
+  call.put_u32(1);
+  call.put_u8(kOutTensor);
+  call.put_u64(0x1001);
+  call.put_u64(16);
+  put_shape(call, 6, std::vector<int64_t>{4}.data(), std::vector<int64_t>{1}.data(), 1, 0);
+  record(&seed, kTorchCall, true, call);
+  // aten::sum.default(0x1001, dtype=None) with a reply.
+  rgpu::Writer sum;
+  sum.put_str("aten::sum");
+  sum.put_str("");
+  sum.put_u32(2);
+  sum.put_u8(kRemoteTensor);
+  put_desc_1d(sum, 0x1001, 4);
+  sum.put_u8(kNone);
+  sum.put_u64(0x2000);
+  sum.put_u32(kSyncResultIds);
+  record(&seed, kTorchCall, false, sum);
+  rgpu::Writer cat;  // aten::cat with a list and a host tensor
+  cat.put_str("aten::cat");
+  cat.put_str("");
+  cat.put_u32(2);
+  cat.put_u8(kList);
+  cat.put_u32(2);
+  cat.put_u8(kRemoteTensor);
+  put_desc_1d(cat, 0x1001, 4);
+  cat.put_u8(kHostTensor);
+  cat.put<int8_t>(6);
+  cat.put_u8(0);
+  cat.put_u8(1);
+  cat.put<int64_t>(4);
+  cat.put_bytes(vals, sizeof vals);
+  cat.put_u8(kInt);
+  cat.put<int64_t>(0);
+  cat.put_u64(0x3000);
+  cat.put_u32(kSyncResultIds);
+  record(&seed, kTorchCall, false, cat);
+  rgpu::Writer read;
+  put_desc_1d(read, 0x1001, 4);
+  record(&seed, kTorchRead, false, read);
+  rgpu::Writer resize;
+  resize.put_u64(0x1000);
+  resize.put_u64(64);
+  record(&seed, kTorchResize, true, resize);
+  rgpu::Writer seedmsg;
+  seedmsg.put_u64(7);
+  record(&seed, kTorchSeed, true, seedmsg);
+  record(&seed, kTorchSync, false, rgpu::Writer());
+  rgpu::Writer fr;
+  fr.put_u64(0x1001);
+  record(&seed, kTorchFree, true, fr);
+  out->push_back(seed);
+}

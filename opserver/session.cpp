@@ -1,0 +1,735 @@
+// Implementation of opserver/session.h: decoding op calls from the wire (two phases: bytes into
+// a plain value tree by tags alone, then the tree into IValues checked against the operator's
+// schema), running them with the dispatcher, and binding results to client-minted storage ids.
+#include "opserver/session.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/headeronly/version.h>
+
+#include <complex>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/log.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+
+namespace rgpu::opserver {
+
+using namespace rgpu::torchwire;
+
+namespace {
+
+// The bytes do not decode: close the connection.
+struct Malformed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// The call decodes but cannot run: report it to the client.
+struct CallError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Bulk replies (kTorchRead) travel in frames of this many bytes.
+constexpr size_t kReadChunk = 8u << 20;
+
+// Operators a client may not run, even with a valid token: they reach outside the device
+// (files) or skip the bounds checks this server relies on.
+bool denied(const std::string& name) {
+  return name == "aten::from_file" || name == "aten::_unsafe_index_put" || name == "aten::set_";
+}
+
+// A decoded value before it meets a schema.
+struct Value {
+  Tag tag = kNone;
+  bool b = false;
+  int64_t i = 0;
+  double d = 0, im = 0;
+  std::string s;
+  uint8_t device_kind = 0;
+  int8_t device_index = 0;
+  std::vector<Value> list;
+  TensorDesc desc;
+  at::Tensor host;  // kHostTensor
+};
+
+bool valid_dtype(int8_t t) {
+  using c10::ScalarType;
+  switch (static_cast<ScalarType>(t)) {
+    case ScalarType::Byte: case ScalarType::Char: case ScalarType::Short: case ScalarType::Int:
+    case ScalarType::Long: case ScalarType::Half: case ScalarType::Float: case ScalarType::Double:
+    case ScalarType::ComplexHalf: case ScalarType::ComplexFloat: case ScalarType::ComplexDouble:
+    case ScalarType::Bool: case ScalarType::BFloat16: case ScalarType::UInt16: case ScalarType::UInt32:
+    case ScalarType::UInt64: case ScalarType::Float8_e5m2: case ScalarType::Float8_e4m3fn:
+    case ScalarType::Float8_e5m2fnuz: case ScalarType::Float8_e4m3fnuz:
+      return t >= 0;
+    default:
+      return false;
+  }
+}
+
+c10::ScalarType dtype_of(int8_t t) {
+  if (!valid_dtype(t)) throw CallError(log::format("dtype %d is not one this server accepts", t));
+  return static_cast<c10::ScalarType>(t);
+}
+
+// Elements and the highest element index a view touches, with overflow checks. Throws CallError.
+void view_extent(const TensorDesc& d, uint64_t* numel, uint64_t* last) {
+  if (d.offset < 0) throw CallError("negative storage offset");
+  // span (the product of the sizes, empty ones counted as 1) bounds what contiguous strides of
+  // these sizes multiply up to, so later stride arithmetic cannot overflow either.
+  unsigned __int128 n = 1, span = 1, hi = static_cast<uint64_t>(d.offset);
+  for (size_t k = 0; k < d.sizes.size(); ++k) {
+    if (d.sizes[k] < 0 || d.strides[k] < 0) throw CallError("negative size or stride");
+    n *= static_cast<uint64_t>(d.sizes[k]);
+    span *= static_cast<uint64_t>(std::max<int64_t>(d.sizes[k], 1));
+    if (span > (1ull << 62)) throw CallError("tensor too large");
+    if (d.sizes[k] > 0) hi += static_cast<unsigned __int128>(d.sizes[k] - 1) * static_cast<uint64_t>(d.strides[k]);
+    if (hi > (1ull << 62)) throw CallError("tensor view too large");
+  }
+  *numel = static_cast<uint64_t>(n);
+  *last = static_cast<uint64_t>(hi);
+}
+
+// Bytes a view needs from the start of its storage (0 for an empty view).
+uint64_t needed_bytes(const TensorDesc& d) {
+  uint64_t numel, last;
+  view_extent(d, &numel, &last);
+  if (numel == 0) return 0;
+  return (last + 1) * c10::elementSize(dtype_of(d.dtype));
+}
+
+Value decode_value(Reader& r, int depth) {
+  Value v;
+  v.tag = static_cast<Tag>(r.u8());
+  if (!r.ok()) throw Malformed("truncated value");
+  switch (v.tag) {
+    case kNone:
+      break;
+    case kBool:
+      v.b = r.u8() != 0;
+      break;
+    case kInt:
+      v.i = r.get<int64_t>();
+      break;
+    case kDouble:
+      v.d = r.get<double>();
+      break;
+    case kComplex:
+      v.d = r.get<double>();
+      v.im = r.get<double>();
+      break;
+    case kString:
+      v.s = r.str(kMaxString);
+      break;
+    case kDevice:
+      v.device_kind = r.u8();
+      v.device_index = r.get<int8_t>();
+      if (v.device_kind > kDeviceMeta) throw Malformed("unknown device kind");
+      break;
+    case kList: {
+      if (depth >= static_cast<int>(kMaxListDepth)) throw Malformed("lists nested too deep");
+      uint32_t n = r.u32();
+      if (!r.ok() || n > r.left()) throw Malformed("list longer than the message");
+      v.list.reserve(n);
+      for (uint32_t k = 0; k < n; ++k) v.list.push_back(decode_value(r, depth + 1));
+      break;
+    }
+    case kRemoteTensor:
+      if (!get_desc(r, &v.desc)) throw Malformed("truncated tensor");
+      break;
+    case kHostTensor: {
+      TensorDesc d;
+      d.dtype = r.get<int8_t>();
+      uint8_t flags = r.u8();
+      uint32_t nd = r.u8();
+      if (!r.ok() || nd > kMaxDims) throw Malformed("bad host tensor");
+      d.sizes.resize(nd);
+      for (auto& s : d.sizes) s = r.get<int64_t>();
+      size_t len = 0;
+      const uint8_t* p = r.bytes(&len);
+      if (!r.ok()) throw Malformed("truncated host tensor");
+      // A malformed shape here is the client's mistake, but the bytes decoded: report it.
+      // The element count is checked before the strides are computed (they multiply sizes).
+      d.strides.assign(d.sizes.size(), 0);
+      uint64_t numel, last;
+      view_extent(d, &numel, &last);
+      auto cs = c10::contiguous_strides(d.sizes);
+      d.strides.assign(cs.begin(), cs.end());
+      auto st = dtype_of(d.dtype);
+      if (numel * c10::elementSize(st) != len) throw CallError("host tensor bytes do not match its shape");
+      v.host = at::empty(d.sizes, at::TensorOptions().dtype(st));
+      if (len) std::memcpy(v.host.data_ptr(), p, len);
+      if ((flags & kHostWrappedNumber) && nd == 0) v.host.unsafeGetTensorImpl()->set_wrapped_number(true);
+      break;
+    }
+    default:
+      throw Malformed(log::format("unknown value tag %u", v.tag));
+  }
+  if (!r.ok()) throw Malformed("truncated value");
+  return v;
+}
+
+const char* tag_name(Tag t) {
+  switch (t) {
+    case kNone: return "None";
+    case kBool: return "bool";
+    case kInt: return "int";
+    case kDouble: return "float";
+    case kComplex: return "complex";
+    case kString: return "str";
+    case kDevice: return "device";
+    case kList: return "list";
+    case kRemoteTensor: case kHostTensor: return "Tensor";
+    default: return "?";
+  }
+}
+
+}  // namespace
+
+std::string torch_version() {
+  return log::format("%d.%d.%d", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
+}
+
+Session::Session(SessionOptions opt) : opt_(std::move(opt)) {
+  if (opt_.torch_version.empty()) opt_.torch_version = torch_version();
+}
+
+void Session::defer(const std::string& op, const std::string& message) {
+  if (has_deferred_) return;  // the first failure explains the ones that follow
+  has_deferred_ = true;
+  deferred_op_ = op;
+  deferred_message_ = message;
+}
+
+ReplyStatus Session::take_status() {
+  ReplyStatus st;
+  st.has_deferred = has_deferred_;
+  st.deferred_op = std::move(deferred_op_);
+  st.deferred_message = std::move(deferred_message_);
+  has_deferred_ = false;
+  return st;
+}
+
+void Session::alloc(uint64_t id, uint64_t nbytes) {
+  if (id < kFirstStorageId) throw CallError(log::format("storage id %llu is reserved", (unsigned long long)id));
+  if (nbytes > opt_.max_storage_bytes)
+    throw CallError(log::format("a storage of %llu bytes is larger than this server allows (%llu)",
+                                (unsigned long long)nbytes, (unsigned long long)opt_.max_storage_bytes));
+  auto [it, fresh] = storages_.try_emplace(id);
+  if (!fresh) throw CallError(log::format("storage id %llu is already in use", (unsigned long long)id));
+  it->second.nbytes = nbytes;
+  if (log::level() >= log::kDebug) log::debug("storage %llu: %llu bytes", (unsigned long long)id, (unsigned long long)nbytes);
+}
+
+void Session::free_storage(uint64_t id) {
+  auto it = storages_.find(id);
+  if (it == storages_.end()) return;  // its op failed (already reported) or it was never used
+  if (log::level() >= log::kDebug) log::debug("storage %llu freed", (unsigned long long)id);
+  if (it->second.storage) ids_by_impl_.erase(it->second.storage.unsafeGetStorageImpl());
+  storages_.erase(it);
+}
+
+c10::Storage& Session::storage(uint64_t id) {
+  auto it = storages_.find(id);
+  if (it == storages_.end())
+    throw CallError(log::format("storage %llu does not exist on the server (freed, or made by an op that failed)",
+                                (unsigned long long)id));
+  Slot& s = it->second;
+  if (!s.storage) {
+    auto bytes = at::empty({static_cast<int64_t>(s.nbytes)}, at::TensorOptions().dtype(at::kByte).device(opt_.device));
+    s.storage = bytes.storage();
+    ids_by_impl_[s.storage.unsafeGetStorageImpl()] = id;
+  }
+  return s.storage;
+}
+
+void Session::resize(uint64_t id, uint64_t nbytes) {
+  if (nbytes > opt_.max_storage_bytes) throw CallError("resize past the server's storage limit");
+  if (log::level() >= log::kDebug) log::debug("storage %llu: resize to %llu bytes", (unsigned long long)id, (unsigned long long)nbytes);
+  auto it = storages_.find(id);
+  if (it == storages_.end()) throw CallError("resize of a storage that does not exist");
+  Slot& s = it->second;
+  // An op may have grown the storage already (an out= argument resized on the server).
+  if (nbytes <= std::max<uint64_t>(s.nbytes, s.storage ? s.storage.nbytes() : 0)) return;
+  if (!s.storage) {
+    s.nbytes = nbytes;
+    return;
+  }
+  // Grow in place, so every view the session builds from this id sees the new bytes.
+  auto grown = at::empty({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte).device(opt_.device));
+  int64_t old = static_cast<int64_t>(s.storage.nbytes());
+  if (old > 0) {
+    at::Tensor src = at::empty({0}, grown.options()).set_(s.storage, 0, {old}, {1});
+    grown.narrow(0, 0, old).copy_(src);
+  }
+  c10::StorageImpl* impl = s.storage.unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(grown.storage().unsafeGetStorageImpl()->set_data_ptr(at::DataPtr()));
+  impl->set_nbytes(nbytes);
+  s.nbytes = nbytes;
+}
+
+at::Tensor Session::tensor(const TensorDesc& d) {
+  auto st = dtype_of(d.dtype);
+  c10::Storage& s = storage(d.storage);
+  uint64_t numel, last;
+  view_extent(d, &numel, &last);
+  if (numel > opt_.max_view_elements) throw CallError("a tensor view with more elements than this server allows");
+  if (needed_bytes(d) > s.nbytes())
+    throw CallError(log::format("a tensor view (%s, %llu bytes from the storage's start) reaches past the end of storage "
+                                "%llu (%llu bytes)",
+                                c10::str(c10::IntArrayRef(d.sizes), " strides ", c10::IntArrayRef(d.strides), " offset ",
+                                         d.offset, " ", static_cast<c10::ScalarType>(d.dtype)).c_str(),
+                                (unsigned long long)needed_bytes(d), (unsigned long long)d.storage,
+                                (unsigned long long)s.nbytes()));
+  if (log::level() >= log::kDebug)
+    log::debug("  tensor of storage %llu (%zu bytes, impl %p)", (unsigned long long)d.storage, s.nbytes(),
+               (void*)s.unsafeGetStorageImpl());
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(s), c10::DispatchKeySet(c10::computeDispatchKey(st, at::kStrided, opt_.device)),
+                                                   caffe2::TypeMeta::fromScalarType(st));
+  impl->set_sizes_and_strides(d.sizes, d.strides, d.offset);
+  return at::Tensor(std::move(impl));
+}
+
+namespace {
+
+// Checks a decoded value against a schema type and builds the IValue the kernel expects.
+struct Converter {
+  Session* session;
+  std::function<at::Tensor(const TensorDesc&)> remote;
+  c10::Device device;
+
+  c10::IValue operator()(const Value& v, const c10::TypePtr& type, const std::string& where) {
+    auto mismatch = [&](const char* want) {
+      return CallError(where + ": expected " + want + ", got " + tag_name(v.tag));
+    };
+    switch (type->kind()) {
+      case c10::TypeKind::OptionalType:
+        if (v.tag == kNone) return c10::IValue();
+        return (*this)(v, type->castRaw<c10::OptionalType>()->getElementType(), where);
+      case c10::TypeKind::NoneType:
+        if (v.tag != kNone) throw mismatch("None");
+        return c10::IValue();
+      case c10::TypeKind::TensorType:
+        if (v.tag == kRemoteTensor) return remote(v.desc);
+        if (v.tag == kHostTensor) return v.host;
+        throw mismatch("Tensor");
+      case c10::TypeKind::IntType:
+      case c10::TypeKind::SymIntType:
+        if (v.tag != kInt) throw mismatch("int");
+        return v.i;
+      case c10::TypeKind::ScalarTypeType:
+        if (v.tag != kInt || v.i < INT8_MIN || v.i > INT8_MAX || !valid_dtype(static_cast<int8_t>(v.i))) throw mismatch("a dtype");
+        return v.i;
+      case c10::TypeKind::LayoutType:
+        if (v.tag != kInt || v.i != static_cast<int64_t>(at::kStrided)) throw CallError(where + ": only the strided layout is supported");
+        return v.i;
+      case c10::TypeKind::MemoryFormatType:
+        if (v.tag != kInt || v.i < 0 || v.i >= static_cast<int64_t>(c10::MemoryFormat::NumOptions)) throw mismatch("a memory format");
+        return v.i;
+      case c10::TypeKind::FloatType:
+      case c10::TypeKind::SymFloatType:
+        if (v.tag == kDouble) return v.d;
+        if (v.tag == kInt) return static_cast<double>(v.i);
+        throw mismatch("float");
+      case c10::TypeKind::BoolType:
+      case c10::TypeKind::SymBoolType:
+        if (v.tag != kBool) throw mismatch("bool");
+        return v.b;
+      case c10::TypeKind::ComplexType:
+        if (v.tag != kComplex) throw mismatch("complex");
+        return c10::complex<double>(v.d, v.im);
+      case c10::TypeKind::NumberType:
+        if (v.tag == kInt) return v.i;
+        if (v.tag == kDouble) return v.d;
+        if (v.tag == kBool) return v.b;
+        if (v.tag == kComplex) return c10::complex<double>(v.d, v.im);
+        throw mismatch("a number");
+      case c10::TypeKind::StringType:
+        if (v.tag != kString) throw mismatch("str");
+        return v.s;
+      case c10::TypeKind::DeviceObjType:
+        if (v.tag != kDevice) throw mismatch("device");
+        if (v.device_kind == kDeviceRemote) return device;
+        if (v.device_kind == kDeviceMeta) return c10::Device(c10::kMeta);
+        return c10::Device(c10::kCPU);
+      case c10::TypeKind::ListType: {
+        if (v.tag != kList) throw mismatch("a list");
+        c10::TypePtr elem = type->castRaw<c10::ListType>()->getElementType();
+        c10::impl::GenericList out(elem);
+        out.reserve(v.list.size());
+        for (const Value& e : v.list) out.push_back((*this)(e, elem, where));
+        return out;
+      }
+      case c10::TypeKind::GeneratorType:
+        throw CallError(where + ": generators cannot be sent to the server; use torch.manual_seed");
+      default:
+        throw CallError(where + ": arguments of type " + type->str() + " are not supported by rgpu");
+    }
+  }
+};
+
+bool same_layout(const at::Tensor& t, const TensorDesc& d) {
+  return t.scalar_type() == static_cast<c10::ScalarType>(d.dtype) && t.sizes().equals(d.sizes) &&
+         t.strides().equals(d.strides) && t.storage_offset() == d.offset;
+}
+
+}  // namespace
+
+void Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& result) {
+  if (!result.defined()) throw CallError("the op returned no tensor where one was expected");
+  if (needed_bytes(spec) > nbytes) throw CallError("an output's layout does not fit its storage");
+  const c10::StorageImpl* impl = result.has_storage() ? result.storage().unsafeGetStorageImpl() : nullptr;
+  bool fresh = impl && !ids_by_impl_.count(impl);
+  if (fresh && result.device() == opt_.device && same_layout(result, spec) && result.storage().nbytes() >= nbytes) {
+    alloc(spec.storage, result.storage().nbytes());
+    Slot& s = storages_[spec.storage];
+    s.storage = result.storage();
+    ids_by_impl_[impl] = spec.storage;
+    return;
+  }
+  // The op made another layout (or returned an existing tensor): copy into the promised one.
+  alloc(spec.storage, nbytes);
+  // Scratch outputs the kernel and the meta device disagree about, one of them empty
+  // (batch_norm's saved statistics in eval mode, embedding_bag's unused outputs): nothing to copy.
+  uint64_t spec_numel, spec_last;
+  view_extent(spec, &spec_numel, &spec_last);
+  if (!result.sizes().equals(spec.sizes) && (result.numel() == 0 || spec_numel == 0)) return;
+  tensor(spec).copy_(result);
+}
+
+void Session::call(Reader& r, bool want_reply, Writer* w) {
+  std::string name = r.str(kMaxNameString);
+  std::string overload = r.str(kMaxNameString);
+  uint32_t nargs = r.u32();
+  if (!r.ok() || nargs > r.left()) throw Malformed("truncated op call");
+  std::vector<Value> args;
+  args.reserve(nargs);
+  for (uint32_t k = 0; k < nargs; ++k) args.push_back(decode_value(r, 0));
+  // The outputs, decoded before anything runs, so a truncated message runs nothing.
+  struct Out {
+    uint8_t kind = kOutIgnore;
+    std::vector<std::pair<TensorDesc, uint64_t>> specs;
+  };
+  std::vector<Out> outs;
+  uint64_t first_id = 0;
+  uint32_t max_ids = 0;
+  if (want_reply) {
+    first_id = r.u64();
+    max_ids = r.u32();
+    if (max_ids > kMaxSyncResults) throw Malformed("too many result ids");
+  } else {
+    uint32_t nret = r.u32();
+    if (!r.ok() || nret > r.left()) throw Malformed("truncated op outputs");
+    outs.resize(nret);
+    for (Out& o : outs) {
+      o.kind = r.u8();
+      uint32_t n = 0;
+      if (o.kind == kOutTensor) {
+        n = 1;
+      } else if (o.kind == kOutTensorList) {
+        n = r.u32();
+        if (!r.ok() || n > r.left()) throw Malformed("truncated op outputs");
+      } else if (o.kind != kOutIgnore) {
+        throw Malformed("unknown output kind");
+      }
+      for (uint32_t k = 0; k < n; ++k) {
+        TensorDesc d;
+        d.storage = r.u64();
+        uint64_t nbytes = r.u64();
+        if (!get_shape(r, &d)) throw Malformed("truncated output spec");
+        o.specs.emplace_back(std::move(d), nbytes);
+      }
+    }
+  }
+  if (!r.ok() || r.left() != 0) throw Malformed("op call with trailing or missing bytes");
+
+  std::string full = overload.empty() ? name : name + "." + overload;
+  if (log::level() >= log::kDebug) log::debug("%s%s", full.c_str(), want_reply ? " (waits)" : "");
+  auto it = ops_.find(full);
+  if (it == ops_.end()) {
+    if (name.rfind("aten::", 0) != 0 || denied(name))
+      throw CallError("operator " + full + " is not one rgpu-opserver runs for clients");
+    auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+    if (!handle) throw CallError("operator " + full + " does not exist in this server's torch " + torch_version());
+    it = ops_.emplace(full, *handle).first;
+  }
+  const c10::OperatorHandle& op = it->second;
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.arguments().size() != args.size())
+    throw CallError(log::format("%s takes %zu arguments, the client sent %zu", full.c_str(), schema.arguments().size(),
+                                args.size()));
+  Converter conv{this, [this](const TensorDesc& d) { return tensor(d); }, opt_.device};
+  torch::jit::Stack stack;
+  stack.reserve(args.size());
+  for (size_t k = 0; k < args.size(); ++k)
+    stack.push_back(conv(args[k], schema.arguments()[k].type(), full + " argument '" + schema.arguments()[k].name() + "'"));
+  // index_put_ reaches the server as _index_put_impl_, whose unsafe=True skips the index bounds
+  // checks: a client never gets that.
+  if (name == "aten::_index_put_impl_" && stack.size() == 5) stack[4] = false;
+  // The boxed wrappers of out= ops that return several tensors (std::tuple<Tensor&, ...>) hand
+  // back references into the argument stack after dropping it: somebody else must hold the
+  // argument tensors meanwhile, as a caller always does in a client process. Found by ASan
+  // (_linalg_slogdet.sign, tests/python/test_device_ops.py::test_op_db_parity[logdet]).
+  torch::jit::Stack keep_alive = stack;
+  op.callBoxed(&stack);
+
+  if (!want_reply) {
+    if (outs.size() > stack.size()) throw CallError("the client expects more results than " + full + " returns");
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const Out& o = outs[k];
+      if (o.kind == kOutTensor) {
+        if (!stack[k].isTensor()) throw CallError(full + " did not return a tensor");
+        bind(o.specs[0].first, o.specs[0].second, stack[k].toTensor());
+      } else if (o.kind == kOutTensorList) {
+        if (!stack[k].isTensorList()) throw CallError(full + " did not return a list of tensors");
+        auto list = stack[k].toTensorList();
+        if (list.size() != o.specs.size()) throw CallError(full + " returned another number of tensors than expected");
+        for (size_t j = 0; j < o.specs.size(); ++j) bind(o.specs[j].first, o.specs[j].second, list.get(j));
+      }
+    }
+    return;
+  }
+
+  // With a reply: describe every result; fresh storages take ids from first_id.
+  uint32_t used = 0;
+  Writer body;
+  std::function<void(const c10::IValue&)> put = [&](const c10::IValue& v) {
+    if (v.isNone()) {
+      body.put_u8(kNone);
+    } else if (v.isTensor()) {
+      at::Tensor t = v.toTensor();
+      if (!t.defined()) {
+        body.put_u8(kNone);
+        return;
+      }
+      if (t.device() != opt_.device) t = t.to(opt_.device);
+      const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+      auto found = ids_by_impl_.find(impl);
+      body.put_u8(kResultTensor);
+      if (found != ids_by_impl_.end()) {
+        body.put_u64(found->second);
+        body.put_u8(0);
+      } else {
+        if (used >= max_ids) throw CallError(full + " returned more tensors than the client reserved ids for");
+        uint64_t id = first_id + used++;
+        alloc(id, t.storage().nbytes());
+        storages_[id].storage = t.storage();
+        ids_by_impl_[impl] = id;
+        body.put_u64(id);
+        body.put_u8(1);
+        body.put_u64(t.storage().nbytes());
+      }
+      put_shape(body, static_cast<int8_t>(t.scalar_type()), t.sizes().data(), t.strides().data(), t.dim(),
+                t.storage_offset());
+    } else if (v.isBool()) {
+      body.put_u8(kBool);
+      body.put_u8(v.toBool());
+    } else if (v.isInt()) {
+      body.put_u8(kInt);
+      body.put<int64_t>(v.toInt());
+    } else if (v.isDouble()) {
+      body.put_u8(kDouble);
+      body.put<double>(v.toDouble());
+    } else if (v.isComplexDouble()) {
+      auto c = v.toComplexDouble();
+      body.put_u8(kComplex);
+      body.put<double>(c.real());
+      body.put<double>(c.imag());
+    } else if (v.isList()) {
+      auto l = v.toListRef();
+      body.put_u8(kList);
+      body.put_u32(static_cast<uint32_t>(l.size()));
+      for (const auto& e : l) put(e);
+    } else {
+      throw CallError(full + " returned a " + v.tagKind() + ", which rgpu cannot send back");
+    }
+  };
+  body.put_u32(static_cast<uint32_t>(stack.size()));
+  for (const auto& v : stack) put(v);
+  w->append(body.buf().data(), body.size());
+}
+
+bool Session::hello(Reader& r, ReplyStatus* st, Writer* w, std::string* why) {
+  std::string client = r.str(64);
+  if (!r.ok()) throw Malformed("truncated hello");
+  auto major_minor = [](const std::string& v) { return v.substr(0, v.find('.', v.find('.') + 1)); };
+  w->put_str(opt_.torch_version);
+  w->put_str(opt_.device.is_cuda() ? "cuda" : "cpu");
+  w->put_i32(1);
+  if (major_minor(client) != major_minor(opt_.torch_version)) {
+    st->failed = true;
+    st->message = "rgpu-opserver runs torch " + opt_.torch_version + " but this client has torch " + client +
+                  "; both sides need the same torch major.minor: install torch " + major_minor(opt_.torch_version) +
+                  " on the client, or run an rgpu-opserver built against torch " + major_minor(client);
+    *why = "refused a client with torch " + client + " (this server has " + opt_.torch_version + ")";
+    return false;
+  }
+  hello_done_ = true;
+  return true;
+}
+
+bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t len, std::vector<Bytes>* reply_frames,
+                     std::string* why) {
+  Reader r(data, len);
+  const bool want_reply = !(flags & proto::kNoReply);
+  Writer w;
+  ReplyStatus own;
+  bool keep = true;
+  const char* what = "";
+  try {
+    if (op != kTorchHello && !hello_done_) throw Malformed("a call before the torch hello");
+    switch (op) {
+      case kTorchHello:
+        what = "hello";
+        if (!want_reply) throw Malformed("a one-way hello");
+        keep = hello(r, &own, &w, why);
+        break;
+      case kTorchAlloc: {
+        what = "alloc";
+        uint64_t id = r.u64(), n = r.u64();
+        if (!r.ok()) throw Malformed("truncated alloc");
+        alloc(id, n);
+        break;
+      }
+      case kTorchFree: {
+        what = "free";
+        uint64_t id = r.u64();
+        if (!r.ok()) throw Malformed("truncated free");
+        free_storage(id);
+        break;
+      }
+      case kTorchResize: {
+        what = "resize_";
+        uint64_t id = r.u64(), n = r.u64();
+        if (!r.ok()) throw Malformed("truncated resize");
+        resize(id, n);
+        break;
+      }
+      case kTorchWrite: {
+        what = "copy to the device";
+        TensorDesc d;
+        if (!get_desc(r, &d)) throw Malformed("truncated write");
+        uint64_t total = r.u64(), at = r.u64();
+        size_t n = 0;
+        const uint8_t* p = r.bytes(&n);
+        if (!r.ok()) throw Malformed("truncated write");
+        if (at != staging_.size() || at + n > total) throw Malformed("write chunks out of order");
+        if (at == 0) {
+          if (total > opt_.max_storage_bytes) throw CallError("write larger than the server's storage limit");
+          staging_total_ = total;
+          staging_.clear();
+          staging_.reserve(total);
+        } else if (total != staging_total_) {
+          throw Malformed("write chunks of different lengths");
+        }
+        staging_.insert(staging_.end(), p, p + n);
+        if (staging_.size() == total) {
+          Bytes data;
+          data.swap(staging_);
+          at::Tensor dst = tensor(d);
+          auto st = dst.scalar_type();
+          if (static_cast<uint64_t>(dst.numel()) * c10::elementSize(st) != data.size())
+            throw CallError("copy to the device: the bytes do not match the tensor's size");
+          at::Tensor host = at::from_blob(data.data(), dst.sizes(), at::TensorOptions().dtype(st));
+          dst.copy_(host);
+          if (!dst.is_cpu()) c10::impl::getDeviceGuardImpl(dst.device().type())->synchronizeDevice(dst.device().index());
+        }
+        break;
+      }
+      case kTorchRead: {
+        what = "copy from the device";
+        TensorDesc d;
+        if (!get_desc(r, &d) || r.left()) throw Malformed("truncated read");
+        at::Tensor host = tensor(d).contiguous().to(at::kCPU);
+        size_t total = static_cast<size_t>(host.numel()) * host.element_size();
+        auto* p = static_cast<const uint8_t*>(host.const_data_ptr());
+        ReplyStatus st = take_status();
+        put_status(w, st);
+        w.put_u64(total);
+        size_t first = std::min(total, kReadChunk);
+        w.append(p, first);
+        reply_frames->emplace_back(w.buf().begin(), w.buf().end());
+        for (size_t off = first; off < total; off += kReadChunk)
+          reply_frames->emplace_back(p + off, p + std::min(total, off + kReadChunk));
+        return true;
+      }
+      case kTorchCall:
+        what = "op";
+        call(r, want_reply, &w);
+        break;
+      case kTorchSeed: {
+        what = "manual_seed";
+        uint64_t seed = r.u64();
+        if (!r.ok()) throw Malformed("truncated seed");
+        at::manual_seed(seed);
+        break;
+      }
+      case kTorchSync:
+        what = "synchronize";
+        if (!opt_.device.is_cpu()) c10::impl::getDeviceGuardImpl(opt_.device.type())->synchronizeDevice(opt_.device.index());
+        break;
+      default:
+        throw Malformed(log::format("unknown op %u", op));
+    }
+  } catch (const Malformed& e) {
+    *why = std::string("malformed message: ") + e.what();
+    return false;
+  } catch (const c10::Error& e) {
+    own.failed = true;
+    own.message = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    own.failed = true;
+    own.message = e.what();
+  }
+  if (own.failed && !want_reply) {
+    // Name the op the client called; for ATen calls that is in the message's first bytes.
+    std::string name = what;
+    if (op == kTorchCall) {
+      Reader again(data, len);
+      name = again.str(kMaxNameString);
+      std::string ov = again.str(kMaxNameString);
+      if (!ov.empty()) name += "." + ov;
+    }
+    defer(name, own.message);
+    return keep;
+  }
+  if (!want_reply) return keep;
+  ReplyStatus st = take_status();
+  st.failed = own.failed;
+  st.message = own.message;
+  Writer out;
+  put_status(out, st);
+  if (!own.failed || op == kTorchHello) out.append(w.buf().data(), w.size());
+  reply_frames->emplace_back(out.buf().begin(), out.buf().end());
+  return keep;
+}
+
+int serve(int fd, const SessionOptions& opt) {
+  c10::InferenceMode inference;  // no autograd bookkeeping on the server: the client does that
+  Session session(opt);
+  proto::FrameReader reader(fd, proto::kMaxPayload);
+  proto::FrameHeader h{};
+  Bytes payload;
+  std::vector<Bytes> replies;
+  for (;;) {
+    std::string why;
+    proto::ReadResult rr = reader.next(&h, &payload, &why);
+    if (rr == proto::ReadResult::kClosed) return 0;
+    if (rr != proto::ReadResult::kOk) {
+      log::warn("closing the connection: %s", why.c_str());
+      return 1;
+    }
+    replies.clear();
+    bool keep = session.handle(h.op, h.flags, payload.data(), payload.size(), &replies, &why);
+    for (const Bytes& rep : replies) {
+      if (!proto::write_frame(fd, h.op, proto::kReply, h.request_id, h.thread_id, rep.data(), rep.size())) return 0;
+    }
+    if (!keep) {
+      log::warn("closing the connection: %s", why.c_str());
+      return 1;
+    }
+  }
+}
+
+}  // namespace rgpu::opserver

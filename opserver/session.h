@@ -1,0 +1,87 @@
+// One client's session in rgpu-opserver: the storages it holds by id and the ATen ops it runs on
+// them (opserver/op_wire.h is the spec). Transport-free: handle() takes one frame's payload and
+// produces the reply payload, so the socket loop (serve) and the fuzz target drive the same code.
+//
+// Two kinds of failure, kept apart on purpose:
+// - the bytes do not decode (truncated, a length past the end, an unknown tag or op): the peer is
+//   broken or hostile, handle() returns false and the connection is closed;
+// - the bytes decode but the op fails (a shape error, an unknown storage id, an operator this
+//   server does not run): the error goes back to the client, deferred for one-way calls.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "opserver/op_wire.h"
+
+namespace rgpu::opserver {
+
+struct SessionOptions {
+  c10::Device device{c10::kCPU};
+  // Reported as this server's torch version in the hello (tests of the version check).
+  std::string torch_version;
+  // Largest single storage a client may allocate.
+  uint64_t max_storage_bytes = 1ull << 40;
+  // Most elements a tensor view may have (views with zero strides can name far more elements
+  // than their storage holds); the fuzz target lowers it so that no input is merely slow.
+  uint64_t max_view_elements = 1ull << 62;
+};
+
+class Session {
+ public:
+  explicit Session(SessionOptions opt);
+
+  // Handles one frame. Returns false when the connection must close, with *why for the log
+  // (the reply, if any, is still to be sent: a refused hello explains itself). *reply_frames gets
+  // the reply payloads to send, in order (empty for a one-way call; one frame for most replies,
+  // several for a large read).
+  bool handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t len, std::vector<Bytes>* reply_frames,
+              std::string* why);
+
+  size_t storage_count() const { return storages_.size(); }
+
+ private:
+  struct Slot {
+    c10::Storage storage;  // undefined until first use (allocation is lazy)
+    uint64_t nbytes = 0;
+  };
+
+  bool hello(Reader& r, torchwire::ReplyStatus* st, Writer* w, std::string* why);
+  void alloc(uint64_t id, uint64_t nbytes);
+  void free_storage(uint64_t id);
+  void resize(uint64_t id, uint64_t nbytes);
+  c10::Storage& storage(uint64_t id);
+  at::Tensor tensor(const torchwire::TensorDesc& d);
+  void call(Reader& r, bool want_reply, Writer* w);
+  void bind(const torchwire::TensorDesc& spec, uint64_t nbytes, const at::Tensor& result);
+
+  // Remembers the first failure of a one-way call until the next reply.
+  void defer(const std::string& op, const std::string& message);
+  torchwire::ReplyStatus take_status();
+
+  SessionOptions opt_;
+  std::unordered_map<uint64_t, Slot> storages_;
+  std::unordered_map<const c10::StorageImpl*, uint64_t> ids_by_impl_;
+  std::unordered_map<std::string, c10::OperatorHandle> ops_;
+  bool hello_done_ = false;
+  bool has_deferred_ = false;
+  std::string deferred_op_, deferred_message_;
+  // A host-to-device write arriving in several frames.
+  Bytes staging_;
+  uint64_t staging_total_ = 0;
+};
+
+// Serves one connection (after the handshake) until the client leaves or misbehaves. Returns the
+// process exit status.
+int serve(int fd, const SessionOptions& opt);
+
+// The torch version this server was built against, "major.minor.patch".
+std::string torch_version();
+
+}  // namespace rgpu::opserver

@@ -1,0 +1,107 @@
+"""rgpu: run PyTorch on a remote GPU with a CPU-only torch.
+
+    import torch, rgpu
+    x = torch.ones(4, device="rgpu")
+    print((x * 2).sum().item())   # 8.0, computed by rgpu-opserver
+
+Importing rgpu adds the device "rgpu" (torch's PrivateUse1 backend, renamed): tensors on it live
+on the machine that runs rgpu-opserver (RGPU_OPSERVER=host:port, default 127.0.0.1:9720; token in
+RGPU_TOKEN). The connection opens at the first use of the device, not at import.
+
+Where the pieces are found:
+- the backend library: rgpu/_C*.so inside the installed package (pip install ./python), else
+  $RGPU_BUILD_DIR/lib/librgpu_torch.so, else build/lib/librgpu_torch.so of the source tree this
+  file sits in (CMake build);
+- lib_dir(): see its docstring.
+"""
+import glob
+import os
+
+try:
+    import torch
+except ImportError:  # rgpu-run and lib_dir() need no torch; only the device does
+    torch = None
+
+__all__ = ["lib_dir", "server_info", "stats", "synchronize"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# python/rgpu/__init__.py -> the repository root, when run from the source tree.
+_REPO = os.path.dirname(os.path.dirname(_HERE))
+
+
+def _build_dir():
+    """The CMake build directory: $RGPU_BUILD_DIR, else build/ of the source tree this package
+    sits in, else None (an installed package outside a source tree)."""
+    if os.environ.get("RGPU_BUILD_DIR"):
+        return os.environ["RGPU_BUILD_DIR"]
+    if os.path.exists(os.path.join(_REPO, "CMakeLists.txt")):
+        return os.path.join(_REPO, "build")
+    return None
+
+
+def lib_dir():
+    """The directory holding rgpu's driver shim libraries (libcuda.so.1, libnvidia-ml.so.1).
+
+    An installed package carries a copy in rgpu/lib when the CMake build had made the shims before
+    pip ran (setup.py copies them); otherwise it is the CMake build's lib directory:
+    $RGPU_BUILD_DIR/lib, or build/lib of the source tree this package sits in. Raises
+    FileNotFoundError when there is neither.
+    """
+    packaged = os.path.join(_HERE, "lib")
+    if os.path.exists(os.path.join(packaged, "libcuda.so.1")):
+        return packaged
+    build = _build_dir()
+    if build is None:
+        raise FileNotFoundError(
+            "rgpu: this installed package carries no driver shims (rgpu/lib); build rgpu with CMake and set "
+            "RGPU_BUILD_DIR to that build directory, or reinstall with pip after building")
+    return os.path.join(build, "lib")
+
+
+def _backend_library():
+    for path in sorted(glob.glob(os.path.join(_HERE, "_C*.so"))):
+        return path
+    path = os.path.join(_build_dir() or "build", "lib", "librgpu_torch.so")
+    if os.path.exists(path):
+        return path
+    raise ImportError(
+        "rgpu: the backend library is missing: neither rgpu/_C*.so (pip install ./python builds it) nor "
+        f"{path} (the CMake build makes it; set RGPU_BUILD_DIR to another build directory) exists")
+
+
+def _print_from_one_copy():
+    """Printing formats a tensor's values with many small ops (abs, max, masked_select, item...):
+    on an rgpu tensor each one waits for the server, about 90 round trips for 100x100. The values
+    are formatted from one cpu copy instead (one wait); huge tensors, which print only their
+    edges, keep torch's way rather than copying everything."""
+    import torch._tensor_str as tensor_str
+
+    original = tensor_str._tensor_str
+
+    def _tensor_str(self, indent):
+        if self.device.type == "rgpu" and self.numel() <= (1 << 22):
+            self = self.cpu()
+        return original(self, indent)
+
+    tensor_str._tensor_str = _tensor_str
+
+
+def _register():
+    """Adds the device to torch (at import, when torch is installed)."""
+    global synchronize, server_info, stats
+    torch.utils.rename_privateuse1_backend("rgpu")
+    torch.ops.load_library(_backend_library())
+
+    from . import device as _device
+
+    torch._register_device_module("rgpu", _device)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+    _print_from_one_copy()
+    synchronize = _device.synchronize
+    server_info = _device.server_info
+    stats = _device.stats
+
+
+if torch is not None:
+    _register()

@@ -1,0 +1,408 @@
+// The boxed fallback of rgpu (aten/remote.h): every ATen op without a local kernel comes here.
+//
+// The common path costs no round trip:
+//   1. the arguments are mirrored on the meta device (same sizes, strides, offsets, dtypes; rgpu
+//      tensors that share a storage share a meta storage) and the op runs there, which says what
+//      the outputs look like, raises nothing the real op would not, and shows which outputs are
+//      views of inputs (their meta storage is an input's);
+//   2. views become local views of the input's storage, nothing is sent; out= arguments the op
+//      resized are resized locally (their storage grows on the server first); every other output
+//      gets a fresh storage id, and the op is posted with those ids (kTorchCall, one-way).
+// The op waits for the server instead (kTorchCall with a reply) when it returns something that
+// is not a tensor, when the meta device cannot run it (data-dependent shapes: nonzero, unique,
+// masked_select, boolean indexing), or when its outputs mix views and fresh tensors in one list.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/StorageImpl.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "aten/remote.h"
+#include "opserver/op_wire.h"
+#include "runtime/connection.h"
+#include "runtime/device.h"
+
+namespace rgpu::torchdev {
+
+using namespace rgpu::torchwire;
+
+namespace {
+
+bool is_rgpu(const at::Tensor& t) { return t.defined() && t.device().type() == kDeviceType; }
+
+// Ops whose output shape depends on the data: they wait, whatever the meta device says.
+bool data_dependent(const std::string& name) {
+  static const std::unordered_set<std::string> kNames = {
+      "aten::nonzero",     "aten::masked_select",  "aten::_unique",  "aten::_unique2",
+      "aten::unique_dim",  "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::bincount",
+      "aten::repeat_interleave", "aten::nonzero_numpy", "aten::histogram", "aten::_histogramdd_bin_edges"};
+  return kNames.count(name) > 0;
+}
+
+void put_host_tensor(Writer& w, const at::Tensor& t0) {
+  at::Tensor t = t0.resolve_conj().resolve_neg().contiguous();
+  w.put_u8(kHostTensor);
+  w.put<int8_t>(static_cast<int8_t>(t.scalar_type()));
+  w.put_u8(t0.unsafeGetTensorImpl()->is_wrapped_number() ? kHostWrappedNumber : 0);
+  w.put_u8(static_cast<uint8_t>(t.dim()));
+  for (int64_t s : t.sizes()) w.put<int64_t>(s);
+  w.put_bytes(t.const_data_ptr(), t.nbytes());
+}
+
+void put_value(Writer& w, const c10::IValue& v, bool mutable_arg) {
+  if (v.isNone()) {
+    w.put_u8(kNone);
+  } else if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) {
+      w.put_u8(kNone);
+    } else if (is_rgpu(t)) {
+      w.put_u8(kRemoteTensor);
+      put_tensor_desc(w, t);
+    } else if (t.is_cpu()) {
+      TORCH_CHECK(!mutable_arg, "rgpu: an op on rgpu tensors cannot write into a cpu tensor; "
+                  "Expected all tensors to be on the same device, but found at least two devices, rgpu:0 and cpu!");
+      put_host_tensor(w, t);
+    } else {
+      TORCH_CHECK(false, "rgpu: a tensor on ", t.device(), " cannot be used with rgpu tensors; move it with .to(\"rgpu\")");
+    }
+  } else if (v.isBool()) {
+    w.put_u8(kBool);
+    w.put_u8(v.toBool());
+  } else if (v.isInt()) {
+    w.put_u8(kInt);
+    w.put<int64_t>(v.toInt());
+  } else if (v.isSymInt()) {
+    w.put_u8(kInt);
+    w.put<int64_t>(v.toSymInt().guard_int(__FILE__, __LINE__));
+  } else if (v.isDouble()) {
+    w.put_u8(kDouble);
+    w.put<double>(v.toDouble());
+  } else if (v.isSymFloat()) {
+    w.put_u8(kDouble);
+    w.put<double>(v.toSymFloat().guard_float(__FILE__, __LINE__));
+  } else if (v.isSymBool()) {
+    w.put_u8(kBool);
+    w.put_u8(v.toSymBool().guard_bool(__FILE__, __LINE__));
+  } else if (v.isComplexDouble()) {
+    auto c = v.toComplexDouble();
+    w.put_u8(kComplex);
+    w.put<double>(c.real());
+    w.put<double>(c.imag());
+  } else if (v.isString()) {
+    w.put_u8(kString);
+    w.put_str(v.toStringRef());
+  } else if (v.isDevice()) {
+    c10::Device d = v.toDevice();
+    w.put_u8(kDevice);
+    if (d.type() == kDeviceType) {
+      w.put_u8(kDeviceRemote);
+    } else if (d.is_cpu()) {
+      w.put_u8(kDeviceHost);
+    } else if (d.is_meta()) {
+      w.put_u8(kDeviceMeta);
+    } else {
+      TORCH_CHECK(false, "rgpu: device ", d, " cannot be named in an op on rgpu tensors");
+    }
+    w.put<int8_t>(d.has_index() ? d.index() : -1);
+  } else if (v.isList()) {
+    auto l = v.toListRef();
+    w.put_u8(kList);
+    w.put_u32(static_cast<uint32_t>(l.size()));
+    for (const auto& e : l) put_value(w, e, mutable_arg);
+  } else if (v.isGenerator()) {
+    TORCH_CHECK(false, "rgpu: random ops on rgpu tensors draw from the server's generator and cannot take a "
+                "torch.Generator; seed with torch.manual_seed() instead");
+  } else {
+    TORCH_CHECK(false, "rgpu: cannot send an argument of type ", v.tagKind(), " to rgpu-opserver");
+  }
+}
+
+// The meta mirror of a call's arguments (step 1 in the file comment).
+struct MetaMirror {
+  std::unordered_map<const c10::StorageImpl*, c10::Storage> meta_of;    // rgpu storage -> meta
+  std::unordered_map<const c10::StorageImpl*, c10::Storage> rgpu_of;    // meta storage -> rgpu
+
+  at::Tensor tensor(const at::Tensor& t) {
+    const c10::Storage& s = t.storage();
+    auto it = meta_of.find(s.unsafeGetStorageImpl());
+    if (it == meta_of.end()) {
+      c10::Storage m(c10::Storage::use_byte_size_t(), s.nbytes(), c10::GetAllocator(c10::kMeta), /*resizable=*/true);
+      rgpu_of[m.unsafeGetStorageImpl()] = s;
+      it = meta_of.emplace(s.unsafeGetStorageImpl(), std::move(m)).first;
+    }
+    auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(it->second), c10::DispatchKeySet(c10::DispatchKey::Meta),
+                                                     t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    at::Tensor m(std::move(impl));
+    if (t.is_conj()) m._set_conj(true);
+    if (t.is_neg()) m._set_neg(true);
+    return m;
+  }
+
+  c10::IValue value(const c10::IValue& v) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      return is_rgpu(t) ? c10::IValue(tensor(t)) : v;
+    }
+    if (v.isDevice() && v.toDevice().type() == kDeviceType) return c10::Device(c10::kMeta);
+    if (v.isList()) {
+      c10::TypePtr elem = v.toList().elementType();
+      if (elem->kind() != c10::TypeKind::TensorType && elem->kind() != c10::TypeKind::OptionalType) return v;
+      c10::impl::GenericList out(elem);
+      for (const auto& e : v.toListRef()) out.push_back(value(e));
+      return out;
+    }
+    return v;
+  }
+};
+
+at::Tensor make_tensor(c10::Storage storage, caffe2::TypeMeta dtype, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                       int64_t offset) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+  impl->set_sizes_and_strides(sizes, strides, offset);
+  return at::Tensor(std::move(impl));
+}
+
+// A fresh output shaped like the meta result m; its OutSpec goes to w.
+at::Tensor fresh_output(Connection& c, const at::Tensor& m, Writer& w) {
+  uint64_t id = c.mint();
+  size_t nbytes = m.storage().nbytes();
+  w.put_u64(id);
+  w.put_u64(nbytes);
+  put_shape(w, static_cast<int8_t>(m.scalar_type()), m.sizes().data(), m.strides().data(), m.dim(), m.storage_offset());
+  return make_tensor(storage_for_id(id, nbytes), m.dtype(), m.sizes(), m.strides(), m.storage_offset());
+}
+
+// The argument a mutating return aliases (Tensor(a!) self ... -> Tensor(a!)), or -1.
+int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+  if (!ret.alias_info() || !ret.alias_info()->isWrite()) return -1;
+  for (size_t j = 0; j < schema.arguments().size(); ++j) {
+    const auto* a = schema.arguments()[j].alias_info();
+    if (a && a->isWrite() && a->beforeSets() == ret.alias_info()->beforeSets()) return static_cast<int>(j);
+  }
+  return -1;
+}
+
+bool is_mutable(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
+
+void put_call_head(Writer& w, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
+  w.put_str(schema.name());
+  w.put_str(schema.overload_name());
+  w.put_u32(static_cast<uint32_t>(args.size()));
+  for (size_t k = 0; k < args.size(); ++k) put_value(w, args[k], is_mutable(schema.arguments()[k]));
+}
+
+void collect_storages(const c10::IValue& v, std::unordered_map<uint64_t, c10::Storage>* out) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (is_rgpu(t)) out->emplace(storage_id(t.storage()), t.storage());
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) collect_storages(e, out);
+  }
+}
+
+c10::IValue read_result(Reader& r, const c10::TypePtr& type, const std::unordered_map<uint64_t, c10::Storage>& known,
+                        int depth = 0) {
+  TORCH_CHECK(depth <= static_cast<int>(kMaxListDepth), "rgpu: malformed result from rgpu-opserver (lists nested too deep)");
+  uint8_t tag = r.u8();
+  switch (tag) {
+    case kNone:
+      if (type->kind() == c10::TypeKind::TensorType) return at::Tensor();
+      return c10::IValue();
+    case kBool:
+      return r.u8() != 0;
+    case kInt:
+      return r.get<int64_t>();
+    case kDouble:
+      return r.get<double>();
+    case kComplex: {
+      double re = r.get<double>(), im = r.get<double>();
+      return c10::complex<double>(re, im);
+    }
+    case kResultTensor: {
+      uint64_t id = r.u64();
+      bool fresh = r.u8() != 0;
+      uint64_t nbytes = fresh ? r.u64() : 0;
+      TensorDesc d;
+      TORCH_CHECK(get_shape(r, &d) && d.dtype >= 0 && d.dtype < static_cast<int8_t>(c10::ScalarType::NumOptions),
+                  "rgpu: malformed result from rgpu-opserver");
+      c10::Storage s;
+      if (fresh) {
+        s = storage_for_id(id, nbytes);
+      } else {
+        auto it = known.find(id);
+        TORCH_CHECK(it != known.end(), "rgpu: rgpu-opserver returned a view of a storage this op was not given");
+        s = it->second;
+      }
+      return make_tensor(std::move(s), caffe2::TypeMeta::fromScalarType(static_cast<c10::ScalarType>(d.dtype)), d.sizes,
+                         d.strides, d.offset);
+    }
+    case kList: {
+      uint32_t n = r.u32();
+      TORCH_CHECK(r.ok() && n <= r.left(), "rgpu: malformed result from rgpu-opserver");
+      c10::TypePtr elem = type->kind() == c10::TypeKind::ListType ? type->castRaw<c10::ListType>()->getElementType()
+                                                                   : c10::AnyType::get();
+      if (elem->kind() == c10::TypeKind::TensorType) {
+        c10::List<at::Tensor> out;
+        for (uint32_t k = 0; k < n; ++k) {
+          c10::IValue e = read_result(r, elem, known, depth + 1);
+          TORCH_CHECK(e.isTensor(), "rgpu: malformed result from rgpu-opserver (a list of tensors holds ", e.tagKind(), ")");
+          out.push_back(e.toTensor());
+        }
+        return out;
+      }
+      c10::impl::GenericList out(elem);
+      for (uint32_t k = 0; k < n; ++k) out.push_back(read_result(r, elem, known, depth + 1));
+      return out;
+    }
+    default:
+      TORCH_CHECK(false, "rgpu: malformed result from rgpu-opserver (tag ", static_cast<int>(tag), ")");
+  }
+}
+
+// The waiting path: the server runs the op and describes what it returned.
+void call_and_wait(const c10::OperatorHandle& op, std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  Connection& c = Connection::get();
+  Writer w;
+  put_call_head(w, schema, args);
+  w.put_u64(c.mint(kSyncResultIds));
+  w.put_u32(kSyncResultIds);
+  Bytes body = c.call(kTorchCall, w);
+  Reader r(body.data(), body.size());
+  uint32_t n = r.u32();
+  TORCH_CHECK(r.ok() && n == schema.returns().size(), "rgpu: rgpu-opserver returned ", n, " results for ",
+              schema.operator_name(), ", which has ", schema.returns().size());
+  std::unordered_map<uint64_t, c10::Storage> known;
+  for (const auto& a : args) collect_storages(a, &known);
+  std::vector<c10::IValue> results;
+  for (const auto& ret : schema.returns()) {
+    c10::IValue v = read_result(r, ret.type(), known);
+    int j = aliased_argument(schema, ret);
+    if (j >= 0) {
+      // An out= or in-place result is the argument itself, resized as the server resized it.
+      if (v.isTensor() && args[j].isTensor() && is_rgpu(args[j].toTensor()) && v.toTensor().defined())
+        restride(args[j].toTensor(), v.toTensor().sizes(), v.toTensor().strides());
+      results.push_back(args[j]);
+    } else {
+      results.push_back(std::move(v));
+    }
+  }
+  TORCH_CHECK(r.ok(), "rgpu: malformed result from rgpu-opserver");
+  torch::jit::drop(*stack, args.size());
+  for (auto& v : results) stack->push_back(std::move(v));
+}
+
+}  // namespace
+
+void put_tensor_desc(Writer& w, const at::Tensor& t) {
+  w.put_u64(storage_id(t.storage()));
+  put_shape(w, static_cast<int8_t>(t.scalar_type()), t.sizes().data(), t.strides().data(), t.dim(), t.storage_offset());
+}
+
+void post_op(const char* name, const char* overload, std::vector<c10::IValue> args) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  Writer w;
+  put_call_head(w, op.schema(), args);
+  w.put_u32(static_cast<uint32_t>(op.schema().returns().size()));
+  for (size_t k = 0; k < op.schema().returns().size(); ++k) w.put_u8(kOutIgnore);
+  Connection::get().post(kTorchCall, w);
+}
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t nargs = schema.arguments().size();
+  std::vector<c10::IValue> args(stack->end() - static_cast<long>(nargs), stack->end());
+
+  bool wait = data_dependent(schema.name());
+  for (const auto& ret : schema.returns()) {
+    c10::TypePtr t = ret.type();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
+    if (t->kind() != c10::TypeKind::TensorType) wait = true;
+  }
+  MetaMirror mirror;
+  torch::jit::Stack meta;
+  if (!wait) {
+    for (const auto& a : args) meta.push_back(mirror.value(a));
+    // Boxed out= ops that return several tensors hand back references into the stack after
+    // dropping it; the mirrors must outlive the call (opserver/session.cpp says more).
+    torch::jit::Stack keep_alive = meta;
+    try {
+      op.callBoxed(&meta);
+    } catch (const std::exception&) {
+      // No meta kernel, or a data-dependent one: the server decides (and raises real errors).
+      wait = true;
+    }
+  }
+  if (wait) return call_and_wait(op, args, stack);
+
+  Connection& c = Connection::get();
+  bool send = schema.returns().empty();
+  for (const auto& a : schema.arguments()) send = send || is_mutable(a);
+  Writer outs;
+  outs.put_u32(static_cast<uint32_t>(schema.returns().size()));
+  std::vector<c10::IValue> results;
+  for (size_t i = 0; i < schema.returns().size(); ++i) {
+    const c10::IValue& mv = meta[i];
+    int j = aliased_argument(schema, schema.returns()[i]);
+    if (j >= 0) {
+      // In-place or out=: the argument itself, resized like its meta mirror (for out=).
+      if (args[j].isTensor() && mv.isTensor() && is_rgpu(args[j].toTensor()))
+        restride(args[j].toTensor(), mv.toTensor().sizes(), mv.toTensor().strides());
+      results.push_back(args[j]);
+      outs.put_u8(kOutIgnore);
+      continue;
+    }
+    if (mv.isNone() || (mv.isTensor() && !mv.toTensor().defined())) {
+      results.push_back(mv);
+      outs.put_u8(kOutIgnore);
+      continue;
+    }
+    auto view_of = [&](const at::Tensor& m) -> const c10::Storage* {
+      auto it = mirror.rgpu_of.find(m.storage().unsafeGetStorageImpl());
+      return it == mirror.rgpu_of.end() ? nullptr : &it->second;
+    };
+    if (mv.isTensor()) {
+      const at::Tensor& m = mv.toTensor();
+      if (const c10::Storage* s = view_of(m)) {
+        results.push_back(make_tensor(*s, m.dtype(), m.sizes(), m.strides(), m.storage_offset()));
+        outs.put_u8(kOutIgnore);
+      } else {
+        outs.put_u8(kOutTensor);
+        results.push_back(fresh_output(c, m, outs));
+        send = true;
+      }
+      continue;
+    }
+    // A list of tensors: all views (unbind-like) or all fresh; a mix waits.
+    auto list = mv.toTensorList();
+    size_t views = 0;
+    for (const at::Tensor& m : list) views += view_of(m) ? 1 : 0;
+    if (views == list.size()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& m : list) out.push_back(make_tensor(*view_of(m), m.dtype(), m.sizes(), m.strides(), m.storage_offset()));
+      results.push_back(out);
+      outs.put_u8(kOutIgnore);
+      continue;
+    }
+    if (views != 0) return call_and_wait(op, args, stack);
+    outs.put_u8(kOutTensorList);
+    outs.put_u32(static_cast<uint32_t>(list.size()));
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& m : list) out.push_back(fresh_output(c, m, outs));
+    results.push_back(out);
+    send = true;
+  }
+  if (send) {
+    Writer w;
+    put_call_head(w, schema, args);
+    w.append(outs.buf().data(), outs.size());
+    c.post(kTorchCall, w);
+  }
+  torch::jit::drop(*stack, nargs);
+  for (auto& v : results) stack->push_back(std::move(v));
+}
+
+}  // namespace rgpu::torchdev

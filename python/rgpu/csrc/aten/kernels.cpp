@@ -1,0 +1,186 @@
+// The ATen kernels rgpu runs on the client: allocation and metadata (views, resize_, set_) never
+// touch the server's bytes, and the copies between host and device are where data moves. The
+// rest goes through the boxed fallback (aten/fallback.cpp). Registered in aten/register.cpp.
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/_copy_from_ops.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+
+#include "aten/kernels.h"
+#include "aten/remote.h"
+#include "opserver/op_wire.h"
+#include "runtime/connection.h"
+#include "runtime/device.h"
+
+namespace rgpu::torchdev {
+
+using namespace rgpu::torchwire;
+
+namespace {
+
+constexpr c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
+// Host-to-device copies travel in frames of this many bytes.
+constexpr size_t kWriteChunk = 8u << 20;
+
+bool is_rgpu(const at::Tensor& t) { return t.defined() && t.device().type() == kDeviceType; }
+
+void check_device(std::optional<c10::Device> d) {
+  TORCH_CHECK(!d || d->type() != kDeviceType || !d->has_index() || d->index() == 0, "rgpu has one device, rgpu:0; got ",
+              *d);
+}
+
+void check_layout(std::optional<c10::Layout> layout) {
+  TORCH_CHECK(!layout || *layout == c10::kStrided, "rgpu supports strided (dense) tensors only, not ", *layout);
+}
+
+// Host bytes (contiguous, dst's dtype and shape) into an rgpu tensor.
+void write(const at::Tensor& dst, const at::Tensor& src) {
+  Connection& c = Connection::get();
+  const auto* p = static_cast<const uint8_t*>(src.const_data_ptr());
+  const size_t total = src.nbytes();
+  size_t at = 0;
+  do {
+    size_t n = std::min(kWriteChunk, total - at);
+    Writer w;
+    put_tensor_desc(w, dst);
+    w.put_u64(total);
+    w.put_u64(at);
+    w.put_bytes(p + at, n);
+    c.post(kTorchWrite, w);
+    at += n;
+  } while (at < total);
+}
+
+// An rgpu tensor's elements, contiguous, into a host buffer of exactly their size (waits).
+void read(const at::Tensor& src, void* out, size_t nbytes) {
+  Writer w;
+  put_tensor_desc(w, src);
+  Connection::get().call(kTorchRead, w, out, nbytes);
+}
+
+}  // namespace
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  check_device(device);
+  check_layout(layout);
+  return at::detail::empty_generic(size, allocator(), kKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin_memory) {
+  check_device(device);
+  check_layout(layout);
+  return at::detail::empty_strided_generic(size, stride, allocator(), kKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::native::unfold(self, dimension, size, step);
+}
+
+at::Tensor view_as_real(const at::Tensor& self) { return at::native::view_as_real(self); }
+at::Tensor view_as_complex(const at::Tensor& self) { return at::native::view_as_complex(self); }
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<at::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!self.sizes().equals(size)) impl->set_sizes_contiguous(size);
+  if (memory_format && *memory_format != at::MemoryFormat::Preserve) impl->empty_tensor_restride(*memory_format);
+  restride(self, self.sizes(), self.strides());
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t storage_offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == kDeviceType, "rgpu: set_() needs an rgpu storage, got one on ",
+              source.device());
+  TORCH_CHECK(storage_offset >= 0, "rgpu: set_() with a negative storage offset");
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  impl->set_storage_offset(storage_offset);
+  std::vector<int64_t> strides(stride.begin(), stride.end());
+  if (stride.empty()) {
+    auto cs = c10::contiguous_strides(size);
+    strides.assign(cs.begin(), cs.end());
+  }
+  restride(self, size, strides);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.element_size());
+  return set_storage(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.is_same(source)) return self;
+  return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  return set_storage(self, c10::Storage(c10::Storage::use_byte_size_t(), 0, allocator(), true), 0, {0}, {});
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (self.is_same(dst) || dst.numel() == 0) return dst;
+  // The wire describes a view without its conjugate and negative bits (put_tensor_desc): the
+  // raw values travel and the bits are applied where they land.
+  if (is_rgpu(self) && is_rgpu(dst)) {
+    post_op("aten::copy_", "", {dst, self, false});
+    if (self.is_conj() && dst.is_complex()) post_op("aten::conj_physical_", "", {dst});
+    if (self.is_neg()) post_op("aten::neg_", "", {dst});
+  } else if (is_rgpu(dst)) {
+    TORCH_CHECK(self.is_cpu(), "rgpu: cannot copy from ", self.device(), " to rgpu; go through the cpu");
+    at::Tensor src = self.to(dst.scalar_type()).resolve_conj().resolve_neg().expand(dst.sizes()).contiguous();
+    write(dst, src);
+  } else {
+    TORCH_CHECK(dst.is_cpu(), "rgpu: cannot copy from rgpu to ", dst.device(), "; go through the cpu");
+    at::Tensor tmp = at::empty(self.sizes(), self.options().device(c10::kCPU));
+    read(self, tmp.data_ptr(), tmp.nbytes());
+    if (self.is_conj()) tmp = tmp.conj();
+    if (self.is_neg()) tmp = tmp._neg_view();
+    dst.copy_(tmp);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_with_bits(c10::DispatchKeySet ks, const at::Tensor& self, const at::Tensor& dst,
+                               bool non_blocking) {
+  if (is_rgpu(self)) return copy_from(self, dst, non_blocking);
+  // Another device's source: materialise its bits there, as the Conjugate fallback would.
+  at::Tensor src = self.resolve_conj().resolve_neg();
+  return at::_ops::_copy_from::redispatch(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Conjugate),
+                                          src, dst, non_blocking);
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (!dst.sizes().equals(self.sizes())) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  at::Tensor tmp = at::empty(self.sizes(), self.options().device(c10::kCPU));
+  read(self, tmp.data_ptr(), tmp.nbytes());
+  return tmp.item();
+}
+
+void record_stream(at::Tensor&, c10::Stream) {}
+
+}  // namespace rgpu::torchdev

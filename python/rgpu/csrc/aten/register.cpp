@@ -1,0 +1,82 @@
+// Registration, apart from the kernels (as in PyTorch's OpenReg): the local kernels of
+// aten/kernels.h for PrivateUse1, the boxed fallback for every other op, and the rgpu::* ops
+// the Python package calls (python/rgpu/__init__.py).
+#include <torch/library.h>
+
+#include "aten/kernels.h"
+#include "aten/remote.h"
+#include "opserver/op_wire.h"
+#include "runtime/connection.h"
+#include "runtime/device.h"
+
+namespace rgpu::torchdev {
+namespace {
+
+void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback(op, stack); }
+
+void manual_seed(int64_t seed) { Connection::seed(static_cast<uint64_t>(seed)); }
+
+std::string server_info() {
+  Connection& c = Connection::get();
+  return "rgpu-opserver at " + c.address() + ", torch " + c.server_torch() + " on " + c.server_device();
+}
+
+void connect() { Connection::get(); }
+
+// [calls that waited for the server, one-way calls] since connect: what tests and benchmarks
+// count round trips with.
+std::vector<int64_t> stats() {
+  Connection* c = Connection::existing();
+  if (!c) return {0, 0};
+  return {static_cast<int64_t>(c->waits()), static_cast<int64_t>(c->posts())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("unfold", TORCH_FN(unfold));
+  m.impl("view_as_real", TORCH_FN(view_as_real));
+  m.impl("view_as_complex", TORCH_FN(view_as_complex));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("record_stream", TORCH_FN(record_stream));
+  // Composite ops whose decomposition would end in a *_overrideable op no backend implements, or
+  // in many small ops: sent to the server whole, through the fallback.
+  for (const char* name : {"convolution", "convolution_backward", "_convolution"})
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
+  // The _foreach_* ops (optimizers) decompose into one op per tensor on backends without their
+  // own kernels; sent whole they are one message, and one fused kernel on a CUDA server.
+  for (const c10::OperatorName& op : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (op.name.rfind("aten::_foreach_", 0) != 0) continue;
+    std::string name = op.name.substr(6) + (op.overload_name.empty() ? "" : "." + op.overload_name);
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
+  }
+}
+
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) { m.impl("_copy_from", TORCH_FN(copy_from_with_bits)); }
+TORCH_LIBRARY_IMPL(aten, Negative, m) { m.impl("_copy_from", TORCH_FN(copy_from_with_bits)); }
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
+}
+
+TORCH_LIBRARY(rgpu, m) {
+  m.def("synchronize() -> ()", &synchronize);
+  m.def("manual_seed(int seed) -> ()", &manual_seed);
+  m.def("server_info() -> str", &server_info);
+  m.def("connect() -> ()", &connect);
+  m.def("stats() -> int[]", &stats);
+}
+
+}  // namespace rgpu::torchdev

@@ -1,0 +1,272 @@
+// Implementation of runtime/connection.h.
+#include "runtime/connection.h"
+
+#include <c10/util/Exception.h>
+#include <torch/headeronly/version.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "common/env.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "opserver/op_wire.h"
+#include "protocol/frame.h"
+#include "protocol/handshake.h"
+#include "protocol/messages.h"
+
+namespace rgpu::torchdev {
+
+using namespace rgpu::torchwire;
+
+namespace {
+
+std::mutex g_connect_mu;
+std::atomic<Connection*> g_conn{nullptr};
+std::mutex g_seed_mu;
+bool g_has_seed = false;
+uint64_t g_seed = 0;
+
+// The queue is written when it holds this much, without waiting for the flusher.
+constexpr size_t kFlushBytes = 4u << 20;
+
+std::string identity() {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const char* user = getenv("USER");
+  std::string prog = "?";
+  std::ifstream comm("/proc/self/comm");
+  if (comm) std::getline(comm, prog);
+  return log::format("%s@%s pid=%d prog=%s torch", user ? user : "?", host, static_cast<int>(getpid()), prog.c_str());
+}
+
+// net.cpp and handshake.cpp speak of rgpu-server; this connection goes to rgpu-opserver.
+std::string about_opserver(std::string s) {
+  for (size_t at; (at = s.find("rgpu-server")) != std::string::npos;) s.replace(at, 11, "rgpu-opserver");
+  for (size_t at; (at = s.find("RGPU_SERVER")) != std::string::npos;) s.replace(at, 11, "RGPU_OPSERVER");
+  return s;
+}
+
+}  // namespace
+
+Connection& Connection::get() {
+  if (Connection* c = g_conn.load(std::memory_order_acquire)) {
+    TORCH_CHECK(c->pid_ == getpid(),
+                "rgpu: this process was forked from one connected to rgpu-opserver, and the connection belongs to the "
+                "parent; use rgpu only in the parent, or start children with multiprocessing's 'spawn' method "
+                "(DataLoader(multiprocessing_context='spawn'))");
+    return *c;
+  }
+  std::lock_guard<std::mutex> lk(g_connect_mu);
+  if (Connection* c = g_conn.load()) return *c;
+  auto* c = new Connection();  // never deleted: see connection.h
+  try {
+    c->connect();
+  } catch (...) {
+    if (c->fd_ >= 0) close(c->fd_);
+    delete c;
+    throw;
+  }
+  g_conn.store(c, std::memory_order_release);
+  std::thread([c] { c->flusher(); }).detach();
+  std::lock_guard<std::mutex> sk(g_seed_mu);
+  if (g_has_seed) {
+    Writer w;
+    w.put_u64(g_seed);
+    c->post(kTorchSeed, w);
+  }
+  return *c;
+}
+
+Connection* Connection::existing() {
+  Connection* c = g_conn.load(std::memory_order_acquire);
+  return c && c->pid_ == getpid() ? c : nullptr;  // a forked child must not write to the parent's socket
+}
+
+void Connection::seed(uint64_t seed) {
+  std::lock_guard<std::mutex> sk(g_seed_mu);
+  g_has_seed = true;
+  g_seed = seed;
+  if (Connection* c = existing()) {
+    Writer w;
+    w.put_u64(seed);
+    c->post(kTorchSeed, w);
+  }
+}
+
+void Connection::connect() {
+  const env::Settings& s = env::get();
+  net::Address addr;
+  std::string err;
+  if (!net::parse_address(s.opserver, 9720, &addr, &err)) TORCH_CHECK(false, "RGPU_OPSERVER: ", err);
+  address_ = addr.str();
+  fd_ = net::connect_tcp(addr, &err);
+  if (fd_ < 0) {
+    // "cannot reach rgpu-server at H:P: Connection refused" -> about rgpu-opserver, with a hint.
+    std::string msg = about_opserver(err);
+    size_t colon = msg.rfind(": ");
+    if (colon != std::string::npos && colon + 2 < msg.size()) msg[colon + 2] = static_cast<char>(std::tolower(msg[colon + 2]));
+    TORCH_CHECK(false, msg, "; is it running? start it with rgpu-opserver --device cpu|cuda (and point RGPU_OPSERVER at it)");
+  }
+  net::set_recv_timeout(fd_, s.connect_timeout_s);
+  proto::ClientHandshakeResult hs;
+  if (!proto::client_handshake(fd_, s.token, identity(), address_, &hs, &err)) TORCH_CHECK(false, about_opserver(err));
+
+  Writer hello;
+  std::string mine = log::format("%d.%d.%d", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
+  hello.put_str(mine);
+  if (!proto::write_frame(fd_, kTorchHello, 0, 0, 0, hello.buf().data(), hello.size()))
+    TORCH_CHECK(false, "rgpu-opserver at ", address_, " closed the connection after the handshake");
+  proto::FrameHeader h{};
+  std::vector<uint8_t> payload;
+  proto::ReadResult rr = proto::read_frame(fd_, proto::kMaxPayload, &h, &payload, &err);
+  TORCH_CHECK(rr == proto::ReadResult::kOk && h.op == kTorchHello, "rgpu-opserver at ", address_,
+              " did not answer the torch hello (", rr == proto::ReadResult::kOk ? "unexpected reply" : err,
+              "); is RGPU_OPSERVER pointing at rgpu-opserver (not rgpu-server)?");
+  Reader r(payload.data(), payload.size());
+  ReplyStatus st;
+  get_status(r, &st);
+  server_torch_ = r.str(64);
+  server_device_ = r.str(64);
+  TORCH_CHECK(!st.failed, "rgpu-opserver at ", address_, " refused this client: ", st.message);
+  TORCH_CHECK(r.ok(), "rgpu-opserver at ", address_, " sent a malformed hello reply");
+  net::set_recv_timeout(fd_, 0);
+  net::set_buffers(fd_, 4 << 20);
+  next_id_ = kFirstStorageId;
+  pid_ = getpid();
+}
+
+uint64_t Connection::mint(uint64_t n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  uint64_t id = next_id_;
+  next_id_ += n;
+  return id;
+}
+
+void Connection::append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload) {
+  TORCH_CHECK(payload.size() <= proto::kMaxPayload, "rgpu: a single op's arguments exceed ", proto::kMaxPayload >> 20,
+              " MiB; pass large host tensors through .to(\"rgpu\") first");
+  proto::FrameHeader h = proto::make_header(op, flags, request_id, 0, payload.size());
+  const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+  queue_.insert(queue_.end(), hp, hp + sizeof h);
+  queue_.insert(queue_.end(), payload.begin(), payload.end());
+}
+
+void Connection::lost(const std::string& what) {
+  broken_ = true;
+  broken_why_ = what;
+  TORCH_CHECK(false, "rgpu: lost the connection to rgpu-opserver at ", address_, " (", what,
+              "); the tensors on it are gone: restart the server if it stopped, then the program");
+}
+
+void Connection::flush_locked() {
+  if (queue_.empty()) return;
+  bool ok = net::write_full(fd_, queue_.data(), queue_.size());
+  queue_.clear();
+  if (!ok) lost("the server closed the connection");
+}
+
+void Connection::flusher() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [this] { return flush_pending_; });
+    // Let a burst of one-way calls gather into one write.
+    lk.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    lk.lock();
+    flush_pending_ = false;
+    if (broken_) continue;
+    try {
+      flush_locked();
+    } catch (...) {
+      // Reported to the next caller by broken_.
+    }
+  }
+}
+
+void Connection::post(uint16_t op, const Writer& payload) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (broken_) lost(broken_why_);
+  append_frame(op, proto::kNoReply, 0, const_cast<Writer&>(payload).buf());
+  ++posts_;
+  if (queue_.size() >= kFlushBytes) {
+    flush_locked();
+  } else if (!flush_pending_) {
+    flush_pending_ = true;
+    cv_.notify_one();
+  }
+}
+
+Bytes Connection::call(uint16_t op, const Writer& payload, void* bulk, size_t bulk_len) {
+  std::lock_guard<std::mutex> ck(call_mu_);
+  uint32_t id;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (broken_) lost(broken_why_);
+    id = next_request_++;
+    ++waits_;
+    append_frame(op, 0, id, const_cast<Writer&>(payload).buf());
+    flush_locked();
+  }
+  proto::FrameHeader h{};
+  std::string why;
+  Bytes body;
+  auto read_one = [&]() {
+    std::vector<uint8_t> frame;
+    proto::ReadResult rr = proto::read_frame(fd_, proto::kMaxPayload, &h, &frame, &why);
+    if (rr != proto::ReadResult::kOk) {
+      std::lock_guard<std::mutex> lk(mu_);
+      lost(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
+    }
+    if (!(h.flags & proto::kReply) || h.request_id != id || h.op != op) {
+      std::lock_guard<std::mutex> lk(mu_);
+      lost("a reply that does not match the request");
+    }
+    return frame;
+  };
+  std::vector<uint8_t> first = read_one();
+  Reader r(first.data(), first.size());
+  ReplyStatus st;
+  if (!get_status(r, &st)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    lost("a malformed reply");
+  }
+  auto raise_deferred = [&] {
+    if (st.has_deferred)
+      TORCH_CHECK(false, "rgpu: ", st.deferred_op, " failed on rgpu-opserver: ", st.deferred_message,
+                  "\n(it ran asynchronously: the error surfaced at the next operation that waited for the server; "
+                  "the tensors it should have written are not valid)");
+  };
+  if (st.failed) {
+    raise_deferred();
+    TORCH_CHECK(false, st.message);
+  }
+  if (bulk) {
+    uint64_t total = r.u64();
+    if (!r.ok() || total != bulk_len) {
+      std::lock_guard<std::mutex> lk(mu_);
+      lost("a reply of the wrong length");
+    }
+    size_t got = std::min<size_t>(r.left(), bulk_len);
+    if (got) std::memcpy(bulk, r.view(got), got);
+    while (got < bulk_len) {
+      std::vector<uint8_t> more = read_one();
+      size_t n = std::min(more.size(), bulk_len - got);
+      std::memcpy(static_cast<uint8_t*>(bulk) + got, more.data(), n);
+      got += n;
+    }
+    raise_deferred();  // after the whole reply is read, so the next call starts at a frame boundary
+    return body;
+  }
+  raise_deferred();
+  size_t left = r.left();
+  const uint8_t* p = r.view(left);
+  body.assign(p, p + left);
+  return body;
+}
+
+}  // namespace rgpu::torchdev

@@ -1,0 +1,74 @@
+// The process's one connection to rgpu-opserver (opserver/op_wire.h is the wire spec).
+//
+// Contract:
+// - get() connects on first use (RGPU_OPSERVER, RGPU_TOKEN), runs the handshake and the torch
+//   version check, and throws a c10::Error that tells the user what to do when any of it fails.
+// - post() queues a one-way call and returns at once. Queued calls are written in order, in
+//   batches: when the queue is large, shortly after it stops growing (a background flusher), or
+//   ahead of the next call().
+// - call() writes everything queued, then the request, and waits for its reply. A failure of an
+//   earlier one-way call (kept by the server) is raised here, naming the op that failed.
+// - Storage ids are minted here (mint), never by the server, so allocation is free of round trips.
+// Thread-safe. The object is never destroyed: tensors freed by exit handlers may still post.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/wire.h"
+
+namespace rgpu::torchdev {
+
+class Connection {
+ public:
+  static Connection& get();
+  // The connection if one is up, else nullptr (never connects: for frees and exit paths).
+  static Connection* existing();
+
+  void post(uint16_t op, const Writer& payload);
+  // Returns the reply's body (after the status). With bulk, the reply carries u64 length and
+  // then that many bytes, possibly over several frames; they are written to bulk (which must
+  // hold exactly bulk_len) and the body returned is empty.
+  Bytes call(uint16_t op, const Writer& payload, void* bulk = nullptr, size_t bulk_len = 0);
+  // Reserves n consecutive storage ids; returns the first.
+  uint64_t mint(uint64_t n = 1);
+
+  const std::string& address() const { return address_; }
+  const std::string& server_torch() const { return server_torch_; }
+  const std::string& server_device() const { return server_device_; }
+
+  // Calls that waited for a reply, and one-way calls posted, since connect.
+  uint64_t waits() const { return waits_; }
+  uint64_t posts() const { return posts_; }
+
+  // The seed for the server's generator: sent now if connected, else at connect.
+  static void seed(uint64_t seed);
+
+ private:
+  Connection() = default;
+  void connect();
+  void append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload);
+  void flush_locked();
+  void flusher();
+  [[noreturn]] void lost(const std::string& what);
+
+  int fd_ = -1;
+  int pid_ = 0;  // the process that connected
+  std::string address_, server_torch_, server_device_;
+  std::mutex mu_;        // queue_, writes to the socket
+  std::mutex call_mu_;   // one request waiting for its reply at a time
+  std::condition_variable cv_;
+  std::vector<uint8_t> queue_;
+  bool flush_pending_ = false;
+  bool broken_ = false;
+  std::string broken_why_;
+  uint32_t next_request_ = 1;
+  uint64_t next_id_ = 0;
+  std::atomic<uint64_t> waits_{0}, posts_{0};
+};
+
+}  // namespace rgpu::torchdev

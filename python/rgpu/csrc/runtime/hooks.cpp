@@ -1,0 +1,41 @@
+// The PrivateUse1 hooks of rgpu: what ATen asks a backend it does not know (is it available, how
+// many devices, which device a pointer is on, how to resize a storage).
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CPUAllocator.h>
+
+#include "runtime/device.h"
+
+namespace rgpu::torchdev {
+namespace {
+
+struct RgpuHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return 1; }
+  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  void setCurrentDevice(c10::DeviceIndex d) const override {
+    TORCH_CHECK(d == 0, "rgpu has one device, rgpu:0; got index ", static_cast<int>(d));
+  }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex) const override { return 0; }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex) const override { return 0; }
+  at::Device getDeviceFromPtr(void*) const override { return device(); }
+  bool isPinnedPtr(const void*) const override { return false; }
+  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+    TORCH_CHECK(false,
+                "rgpu: random numbers are drawn on the server by its own generator; seed it with torch.manual_seed(). "
+                "torch.Generator(device=\"rgpu\") and rgpu RNG state are not supported");
+  }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    TORCH_CHECK(newsize >= storage.nbytes(), "rgpu: storages can grow, not shrink");
+    grow_storage(storage, newsize);
+  }
+};
+
+struct Register {
+  Register() { at::RegisterPrivateUse1HooksInterface(new RgpuHooks()); }
+} g_register;
+
+}  // namespace
+}  // namespace rgpu::torchdev

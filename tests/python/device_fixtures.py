@@ -1,0 +1,105 @@
+"""Fixtures for the PyTorch device tests (test_device_*.py import them from here; this is not a
+conftest, so the other tests of this folder see none of it): rgpu-opserver --device cpu on a free
+loopback port, started at the first test that needs it and stopped at exit, with RGPU_OPSERVER
+pointing at it during each test (the client reads it at its first connection); OpServer for
+tests that need a server of their own (tokens, versions); run_python for fresh processes.
+
+Importing this module skips the importing test module when torch is missing or rgpu-opserver is
+not built. The build directory is $RGPU_BUILD_DIR (default build/); it must hold
+bin/rgpu-opserver and lib/librgpu_torch.so."""
+import atexit
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("RGPU_BUILD_DIR", ROOT / "build")).resolve()
+OPSERVER = BUILD / "bin" / "rgpu-opserver"
+
+pytest.importorskip("torch", reason="the PyTorch device tests need torch installed")
+if not OPSERVER.exists():
+    pytest.skip(f"{OPSERVER} is not built (configure CMake with a Python that has torch: "
+                "-DRGPU_TORCH_PYTHON=...)", allow_module_level=True)
+
+# Run from the source tree: the package in python/, the backend from this build.
+os.environ["RGPU_BUILD_DIR"] = str(BUILD)
+sys.path.insert(0, str(ROOT / "python"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OpServer:
+    """One rgpu-opserver process on a free port; stop() ends it (also at exit)."""
+
+    def __init__(self, token=None, extra_args=()):
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.log_path = BUILD / f"rgpu-opserver-{self.port}.log"
+        # RGPU_TEST_OPSERVER_DEVICE=cuda runs the same tests against the GPU (tests/gpu/run.sh).
+        device = os.environ.get("RGPU_TEST_OPSERVER_DEVICE", "cpu")
+        args = [str(OPSERVER), "--device", device, "--listen", self.addr, *extra_args]
+        env = dict(os.environ)
+        env.pop("RGPU_TOKEN", None)
+        if token:
+            token_file = BUILD / f"opserver-token-{self.port}"
+            token_file.write_text(token + "\n")
+            args += ["--token-file", str(token_file)]
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        atexit.register(self.stop)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rgpu-opserver exited at start; see {self.log_path}:\n{self.log_path.read_text()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"rgpu-opserver did not start listening; see {self.log_path}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+
+
+def run_python(code, env_extra=None, timeout=120):
+    """Runs code in a fresh Python with rgpu importable; returns the CompletedProcess."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+_shared = []
+
+
+@pytest.fixture(scope="session")
+def opserver():
+    """The server every in-process test uses (one for the whole run)."""
+    if not _shared:
+        _shared.append(OpServer())
+    return _shared[0]
+
+
+@pytest.fixture(autouse=True)
+def use_opserver(opserver, monkeypatch):
+    """Points this process's rgpu client at the shared server (autouse in modules importing it)."""
+    monkeypatch.setenv("RGPU_OPSERVER", opserver.addr)
+    monkeypatch.delenv("RGPU_TOKEN", raising=False)
