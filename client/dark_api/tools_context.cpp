@@ -81,14 +81,11 @@ void drop_locked(ContextObject* entry) {
 
 CUresult CUDAAPI context_object(CUcontext ctx, void* selector, void** object) {
   if (!object) return CUDA_ERROR_INVALID_VALUE;
-  // Every caller seen passes 0; driver 580 gives the same object for 1. What other values do is
-  // unknown, so they are refused by name.
-  if (reinterpret_cast<uintptr_t>(selector) > 1) {
-    log::warn("export table TOOLS_CONTEXT slot 51 was called with a second argument of %p; rgpu knows only 0 and 1 "
-              "and returns CUDA_ERROR_NOT_SUPPORTED",
-              selector);
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
+  // The second argument: cuSOLVER passes 0, the toolkit's cuBLAS 0x1017 (seen on the H200, where
+  // refusing it made cublasSgemm compute wrong results); driver 580 gives the same object for 0
+  // and 1. It is taken to select nothing the answer depends on; a trace line names unusual ones.
+  if (reinterpret_cast<uintptr_t>(selector) > 1)
+    log::debug("export table TOOLS_CONTEXT slot 51: second argument %p (answered as for 0)", selector);
   if (!ctx) return CUDA_ERROR_INVALID_HANDLE;  // driver 580: NULL is not "the current context" here
   {
     std::lock_guard<std::mutex> lock(g_mu);
