@@ -7,5 +7,7 @@ namespace rgpu::client {
 
 // Drops every cached answer (a context was destroyed or a primary context reset).
 void forget_cached_answers();
+// Drops cuKernelGetFunction's table (client/driver/library.cpp); part of forget_cached_answers.
+void forget_kernel_functions();
 
 }  // namespace rgpu::client

@@ -76,10 +76,13 @@ CUresult cached(std::map<Key, Value>& cache, const Key& key, Value* out, Ask ask
 namespace rgpu::client {
 
 void forget_cached_answers() {
-  std::lock_guard lk(mu());
-  g_attrs.clear();
-  g_limits.clear();
-  g_occupancy.clear();
+  {
+    std::lock_guard lk(mu());
+    g_attrs.clear();
+    g_limits.clear();
+    g_occupancy.clear();
+  }
+  forget_kernel_functions();
 }
 
 }  // namespace rgpu::client

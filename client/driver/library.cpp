@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "client/call.h"
+#include "client/contexts.h"
 #include "client/modules.h"
 #include "client/runtime.h"
 #include "common/cuda_image.h"
@@ -35,6 +36,10 @@
 #include "protocol/messages.h"
 
 namespace {
+
+// cuKernelGetFunction's answers, by (kernel id, context).
+std::mutex g_kernel_functions_mu;
+auto& g_kernel_functions = *new std::map<std::pair<uint64_t, CUcontext>, CUfunction>();
 
 using rgpu::client::Call;
 using rgpu::client::handle_from;
@@ -174,10 +179,35 @@ RGPU_EXPORT CUresult CUDAAPI cuLibraryGetModule(CUmodule* pMod, CUlibrary librar
   return rc;
 }
 
+}  // extern "C"
+
+namespace rgpu::client {
+void forget_kernel_functions() {
+  std::lock_guard lk(g_kernel_functions_mu);
+  g_kernel_functions.clear();
+}
+}  // namespace rgpu::client
+
+extern "C" {
+
+// The driver hands out one CUfunction per kernel and context; so does the shim, from a table
+// (PyTorch asks 12 times per training step, and a fresh handle each time would also miss the
+// attribute caches of client/driver/cached_answers.cpp). Dropped with the other cached answers.
 RGPU_EXPORT CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {
+  const auto key = std::make_pair(handle_id(kernel), rgpu::client::contexts::current());
+  if (pFunc && kernel) {
+    std::lock_guard lk(g_kernel_functions_mu);
+    if (auto it = g_kernel_functions.find(key); it != g_kernel_functions.end()) {
+      rgpu::client::trace_call("cuKernelGetFunction");
+      *pFunc = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
   CUresult rc = rgpu_fwd_cuKernelGetFunction(pFunc, kernel);
   if (rc != CUDA_SUCCESS) return rc;
   if (auto k = ModuleRegistry::get().function(handle_id(kernel))) ModuleRegistry::get().set_function(handle_id(*pFunc), *k);
+  std::lock_guard lk(g_kernel_functions_mu);
+  g_kernel_functions[key] = *pFunc;
   return rc;
 }
 

@@ -50,6 +50,16 @@ SCRIPT = textwrap.dedent(r"""
     blocks = ctypes.c_int()
     for _ in range(100):
         ok(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), fn, 256, ctypes.c_size_t(0)), "occ")
+    # One CUfunction per kernel and context, as the driver hands out.
+    lib, kern = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuLibraryLoadData(ctypes.byref(lib), img, None, None, 0, None, None, 0), "library")
+    ok(cu.cuLibraryGetKernel(ctypes.byref(kern), lib, b"rgpu_vec_add"), "kernel")
+    fns = set()
+    for _ in range(5):
+        f = ctypes.c_void_p()
+        ok(cu.cuKernelGetFunction(ctypes.byref(f), kern), "GetFunction")
+        fns.add(f.value)
+    assert len(fns) == 1, fns
     ok(cu.cuCtxSynchronize(), "sync")
     ok(cu.rgpu_stats_write(), "stats")
     print(json.dumps(json.load(open(os.environ["RGPU_STATS"]))["calls"]))
@@ -68,3 +78,4 @@ def test_repeated_questions_cost_one_round_trip_and_stay_right(server, tmp_path)
     assert calls.get("cuCtxGetLimit") == 2, calls  # once before the set, once after
     assert calls.get("cuFuncGetAttribute") == 1, calls
     assert calls.get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") == 1, calls
+    assert calls.get("cuKernelGetFunction") == 1, calls
