@@ -104,7 +104,11 @@ if want torch; then
   LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port TRITON_LIBCUDA_PATH=$PWD/build/lib \
     RGPU_STATS="$OUT/torch_rgpu_stats.json" "$PY" tests/gpu/torch_ladder.py --out "$OUT/torch_rgpu.json" 2>&1 |
     tee "$OUT/torch_rgpu.log" | grep -E "PASS|FAIL|ladder"
-  "$PY" tests/gpu/torch_ladder.py --compare "$OUT/torch_local.json" "$OUT/torch_rgpu.json" || status=1
+  # A second local run of the GPT rung measures how much two local runs of the same seed differ
+  # (bf16 and the attention backward are not bit-reproducible); rgpu is held to that band.
+  "$PY" tests/gpu/torch_ladder.py --only gpt_training --out "$OUT/torch_local2.json" >/dev/null 2>&1
+  "$PY" tests/gpu/torch_ladder.py --compare "$OUT/torch_local.json" "$OUT/torch_rgpu.json" \
+    --local-again "$OUT/torch_local2.json" || status=1
 fi
 kill $server 2>/dev/null
 wait $server 2>/dev/null
@@ -121,7 +125,7 @@ if want torchdev; then
     opserver=$!
     sleep 2
     python3 bench/train_bench.py --model small --steps 15 --fp32 --out "$OUT/torchdev_local.json" | tail -1
-    RGPU_OPSERVER=127.0.0.1:19720 RGPU_BUILD_DIR=$PWD/build python3 bench/train_bench.py --model small --steps 15 \
+    RGPU_OPSERVER=127.0.0.1:19720 RGPU_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python python3 bench/train_bench.py --model small --steps 15 \
       --device rgpu --out "$OUT/torchdev_rgpu.json" 2>&1 | tail -1
     kill $opserver 2>/dev/null
     python3 -c "import json,sys; l,r=(json.load(open(sys.argv[i])) for i in (1,2)); print(f'rgpu device / local cuda step time: {r[\"step_ms_median\"]/l[\"step_ms_median\"]:.2f} ({r[\"step_ms_median\"]:.1f} vs {l[\"step_ms_median\"]:.1f} ms)')" \

@@ -308,7 +308,7 @@ def run(out_path, only):
     return 1 if failures else 0
 
 
-def compare(local_path, rgpu_path):
+def compare(local_path, rgpu_path, again_path=None):
     local, remote = json.load(open(local_path)), json.load(open(rgpu_path))
     bad = 0
     for name, rec in local["rungs"].items():
@@ -318,9 +318,20 @@ def compare(local_path, rgpu_path):
             print(f"FAIL {name} through rgpu: {r.get('error')}")
     la, lb = local["rungs"].get("gpt_training", {}).get("losses"), remote["rungs"].get("gpt_training", {}).get("losses")
     if la and lb:
-        worst = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(la, lb))
-        ok = len(la) == len(lb) and worst < 1e-2
+        rel = lambda xs, ys: max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(xs, ys))
+        worst = rel(la, lb)
+        # Allowed: 1e-2, or twice what two local runs of the same seed differ by (measured when
+        # --local-again is given: bf16 training with atomics in the backward is not reproducible).
+        allowed = 1e-2
+        if again_path:
+            lc = json.load(open(again_path))["rungs"].get("gpt_training", {}).get("losses")
+            if lc:
+                local_spread = rel(la, lc)
+                allowed = max(allowed, 2 * local_spread)
+                print(f"local vs local (same seed): worst relative difference {local_spread:.2e}")
+        ok = len(la) == len(lb) and worst <= allowed
         print(f"{'PASS' if ok else 'FAIL'} GPT losses through rgpu vs local: worst relative difference {worst:.2e} "
+              f"(allowed {allowed:.2e}) "
               f"(first {la[0]:.4f}/{lb[0]:.4f}, last {la[-1]:.4f}/{lb[-1]:.4f})")
         bad += not ok
     return 1 if bad else 0
@@ -331,9 +342,10 @@ if __name__ == "__main__":
     ap.add_argument("--out", help="where to write this run's results (JSON)")
     ap.add_argument("--only", nargs="*", help="run only these rungs")
     ap.add_argument("--compare", nargs=2, metavar=("LOCAL", "RGPU"))
+    ap.add_argument("--local-again", help="with --compare: a second local run, to measure run-to-run spread")
     a = ap.parse_args()
     if a.compare:
-        sys.exit(compare(*a.compare))
+        sys.exit(compare(*a.compare, a.local_again))
     if not a.out:
         ap.error("--out or --compare is needed")
     sys.exit(run(a.out, set(a.only or [])))
