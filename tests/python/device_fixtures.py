@@ -19,6 +19,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("RGPU_BUILD_DIR", ROOT / "build")).resolve()
+# The server's device: cpu in CI; tests/gpu/run.sh sets cuda. Where results cannot match the
+# client's cpu to the bit on a GPU (other random generators, other summation orders), tests say
+# how they check instead.
+SERVER_DEVICE = os.environ.get("RGPU_TEST_OPSERVER_DEVICE", "cpu")
+ON_CUDA = SERVER_DEVICE == "cuda"
 OPSERVER = BUILD / "bin" / "rgpu-opserver"
 
 pytest.importorskip("torch", reason="the PyTorch device tests need torch installed")
@@ -45,8 +50,7 @@ class OpServer:
         self.addr = f"127.0.0.1:{self.port}"
         self.log_path = BUILD / f"rgpu-opserver-{self.port}.log"
         # RGPU_TEST_OPSERVER_DEVICE=cuda runs the same tests against the GPU (tests/gpu/run.sh).
-        device = os.environ.get("RGPU_TEST_OPSERVER_DEVICE", "cpu")
-        args = [str(OPSERVER), "--device", device, "--listen", self.addr, *extra_args]
+        args = [str(OPSERVER), "--device", SERVER_DEVICE, "--listen", self.addr, *extra_args]
         env = dict(os.environ)
         env.pop("RGPU_TOKEN", None)
         if token:

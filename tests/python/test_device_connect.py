@@ -3,7 +3,7 @@ token, a server on another torch version. Each runs in a fresh Python (the clien
 per process)."""
 import pytest
 
-from device_fixtures import OpServer, opserver, run_python, use_opserver  # noqa: F401  (fixtures)
+from device_fixtures import SERVER_DEVICE, OpServer, opserver, run_python, use_opserver  # noqa: F401  (fixtures)
 
 QUICK_START = 'import torch, rgpu; x = torch.ones(4, device="rgpu"); print((x*2).sum().item())'
 
@@ -17,7 +17,7 @@ def test_quick_start_prints_8(opserver):
 def test_server_info_names_server_and_device(opserver):
     r = run_python("import rgpu; print(rgpu.server_info())", {"RGPU_OPSERVER": opserver.addr})
     assert r.returncode == 0, r.stderr
-    assert f"rgpu-opserver at {opserver.addr}" in r.stdout and "on cpu" in r.stdout
+    assert f"rgpu-opserver at {opserver.addr}" in r.stdout and f"on {SERVER_DEVICE}" in r.stdout
 
 
 def test_no_server_says_how_to_start_one():
