@@ -145,6 +145,9 @@ enum Op : uint16_t {
   // names it. Request: 16 bytes UUID. Reply: CUresult of the server driver's cuGetExportTable;
   // on success u64 the table's first word (its size in bytes, for tables that start with one).
   kOpExportTableInfo = 29,
+  // The server's live sessions (rgpu-smi). Request: nothing. Reply: CUresult, u32 n, then n ×
+  // (u32 pid, str identity, str peer, u64 start time in unix seconds, u8 1 for the asking session).
+  kOpSessions = 30,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

@@ -136,6 +136,14 @@ int main(int argc, char** argv) {
     rgpu::log::error("%s; is another rgpu-server already running there?", err.c_str());
     return 2;
   }
+  // Live sessions are listed as files in a directory of this server's (rgpu-smi shows them).
+  static std::string sessions_dir;
+  {
+    char tmpl[] = "/tmp/rgpu-server-sessions-XXXXXX";
+    if (mkdtemp(tmpl)) sessions_dir = tmpl;
+    else rgpu::log::warn("cannot make a directory for the session list (%s); rgpu-smi will not list sessions",
+                         std::strerror(errno));
+  }
   // Reap session processes, and say so when one dies of a signal: its client was cut off.
   std::thread([] {
     for (;;) {
@@ -145,6 +153,7 @@ int main(int argc, char** argv) {
         if (errno == ECHILD) sleep(1);
         continue;
       }
+      rgpu::server::unregister_session(sessions_dir, static_cast<int>(pid));
       if (WIFSIGNALED(st))
         rgpu::log::error("session process %d died of signal %d (%s); its client was disconnected", static_cast<int>(pid),
                          WTERMSIG(st), strsignal(WTERMSIG(st)));
@@ -186,7 +195,7 @@ int main(int argc, char** argv) {
     }
     rgpu::net::set_recv_timeout(fd, 0);
     rgpu::log::info("session for %s from %s started", hs.identity.c_str(), peer.c_str());
-    rgpu::server::SessionOptions opt{&table, peer, hs.identity};
+    rgpu::server::SessionOptions opt{&table, peer, hs.identity, sessions_dir};
     int status = rgpu::server::run_session(fd, opt);
     _exit(status);
   }

@@ -1,9 +1,11 @@
 // Implementation of server/session.h.
 #include "server/session.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <condition_variable>
 #include <deque>
@@ -237,6 +240,7 @@ class Session : public ClientCallbacks {
     // workers that may be blocked in the driver.
     end();
     log::info("session for %s ended after %llu calls", opt_.identity.c_str(), static_cast<unsigned long long>(calls_));
+    unregister_session(opt_.sessions_dir, getpid());
     return failed_.load() ? 1 : status;
   }
 
@@ -447,6 +451,7 @@ void Worker::loop() {
     if (f.h.op == proto::kOpToolsContextObject) h = handlers::tools_context_object;
     if (f.h.op == proto::kOpModuleFunctions) h = handlers::module_functions;
     if (f.h.op == proto::kOpExportTableInfo) h = handlers::export_table_info;
+    if (f.h.op == proto::kOpSessions) h = handlers::sessions;
     if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
     bool mapped_op = true;
     switch (f.h.op) {  // mapped host memory (server/mapped_memory.h)
@@ -506,7 +511,68 @@ void Worker::loop() {
 
 }  // namespace
 
+namespace {
+std::string g_sessions_dir;  // this session process's SessionOptions::sessions_dir
+}  // namespace
+
+void register_session(const std::string& dir, const std::string& identity, const std::string& peer) {
+  if (dir.empty()) return;
+  std::string path = dir + "/" + std::to_string(getpid());
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    // identity and peer hold no tabs or newlines (the handshake's identity is printable text).
+    std::fprintf(f, "%s\t%s\t%lld\n", identity.c_str(), peer.c_str(), static_cast<long long>(time(nullptr)));
+    std::fclose(f);
+  }
+}
+
+void unregister_session(const std::string& dir, int pid) {
+  if (!dir.empty()) ::unlink((dir + "/" + std::to_string(pid)).c_str());
+}
+
+namespace handlers {
+// kOpSessions (protocol/messages.h): the live sessions, from the sessions directory.
+void sessions(Dispatch& d) {
+  struct Entry {
+    uint32_t pid;
+    std::string identity, peer;
+    uint64_t start;
+  };
+  std::vector<Entry> list;
+  if (DIR* dir = g_sessions_dir.empty() ? nullptr : opendir(g_sessions_dir.c_str())) {
+    while (dirent* e = readdir(dir)) {
+      char* end = nullptr;
+      long pid = std::strtol(e->d_name, &end, 10);
+      if (!*e->d_name || *end || pid <= 0 || list.size() >= 4096) continue;
+      if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) continue;  // died unannounced
+      std::FILE* f = std::fopen((g_sessions_dir + "/" + e->d_name).c_str(), "r");
+      if (!f) continue;
+      char line[1024] = {};
+      bool got = std::fgets(line, sizeof line, f) != nullptr;
+      std::fclose(f);
+      if (!got) continue;
+      std::string text(line);
+      size_t a = text.find('\t'), b = a == std::string::npos ? a : text.find('\t', a + 1);
+      if (b == std::string::npos) continue;
+      list.push_back({static_cast<uint32_t>(pid), text.substr(0, a), text.substr(a + 1, b - a - 1),
+                      std::strtoull(text.c_str() + b + 1, nullptr, 10)});
+    }
+    closedir(dir);
+  }
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  d.reply.put_u32(static_cast<uint32_t>(list.size()));
+  for (const Entry& e : list) {
+    d.reply.put_u32(e.pid);
+    d.reply.put_str(e.identity);
+    d.reply.put_str(e.peer);
+    d.reply.put_u64(e.start);
+    d.reply.put_u8(static_cast<pid_t>(e.pid) == getpid());
+  }
+}
+}  // namespace handlers
+
 int run_session(int fd, const SessionOptions& options) {
+  g_sessions_dir = options.sessions_dir;
+  register_session(options.sessions_dir, options.identity, options.peer);
   // Bulk frames (8 MiB copy chunks) come and go all session long: keep them on the heap, where
   // freed ones are reused, instead of fresh mmap()s that page-fault on every byte.
   mallopt(M_MMAP_THRESHOLD, 256 << 20);

@@ -20,7 +20,14 @@ struct SessionOptions {
   const DriverTable* driver = nullptr;
   std::string peer;      // "host:port", for log lines
   std::string identity;  // from the client's Hello
+  // Where live sessions are listed (one file per session process, named by its pid; kOpSessions
+  // reads them); empty: not listed.
+  std::string sessions_dir;
 };
+
+// The session process's entry in the sessions directory: written at start, removed at exit.
+void register_session(const std::string& dir, const std::string& identity, const std::string& peer);
+void unregister_session(const std::string& dir, int pid);
 
 // Serves the connection until the client leaves or misbehaves. Returns the process exit status.
 int run_session(int fd, const SessionOptions& options);

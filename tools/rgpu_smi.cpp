@@ -5,9 +5,17 @@
 #include <nvml.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "common/env.h"
+
+// From rgpu's libnvidia-ml.so.1 (client/nvml/runtime.cpp).
+extern "C" long rgpu_nvml_sessions(char* buf, size_t len);
 
 namespace {
 
@@ -41,6 +49,37 @@ void print_gpu(unsigned int i) {
 
 }  // namespace
 
+// The server's live sessions: one per client process (this one included, marked).
+void print_sessions() {
+  std::vector<char> buf(1 << 16);
+  long need = rgpu_nvml_sessions(buf.data(), buf.size());
+  if (need > static_cast<long>(buf.size())) {
+    buf.resize(static_cast<size_t>(need));
+    need = rgpu_nvml_sessions(buf.data(), buf.size());
+  }
+  if (need < 0) {
+    std::printf("sessions:    not reported (this rgpu-server cannot list its sessions; see its log)\n");
+    return;
+  }
+  std::istringstream lines(buf.data());
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  std::printf("sessions:    %zu\n", rows.size());
+  time_t now = time(nullptr);
+  for (const std::string& row : rows) {
+    std::istringstream f(row);
+    std::string pid, identity, peer, start, self;
+    std::getline(f, pid, '\t');
+    std::getline(f, identity, '\t');
+    std::getline(f, peer, '\t');
+    std::getline(f, start, '\t');
+    std::getline(f, self, '\t');
+    long long age = now - std::atoll(start.c_str());
+    std::printf("  pid %-7s %-40s from %-21s for %llds%s\n", pid.c_str(), identity.c_str(), peer.c_str(), age,
+                self == "1" ? "  (this rgpu-smi)" : "");
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
     std::printf("usage: rgpu-smi\nShows the GPUs of the rgpu-server named by RGPU_SERVER (token: RGPU_TOKEN).\n");
@@ -65,8 +104,7 @@ int main(int argc, char** argv) {
   }
   std::printf("GPUs:        %u\n", n);
   for (unsigned int i = 0; i < n; ++i) print_gpu(i);
-  // rgpu-server has no call that lists its sessions yet; say so rather than print nothing.
-  std::printf("sessions:    not reported (this rgpu-server cannot list its sessions; see its log)\n");
+  print_sessions();
   nvmlShutdown();
   return 0;
 }

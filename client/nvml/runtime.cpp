@@ -103,3 +103,34 @@ void copy_string(const std::string& s, char* dst, unsigned int len) {
 }
 
 }  // namespace rgpu::client::nvml
+
+// For rgpu-smi: the server's live sessions (protocol/messages.h kOpSessions), one line each:
+// "pid<TAB>identity<TAB>peer<TAB>start unix seconds<TAB>1 if this process's own<LF>", into buf.
+// Returns the bytes the whole list needs (call again with a larger buf if that is more than len),
+// or -1 when the server cannot be asked.
+extern "C" __attribute__((visibility("default"))) long rgpu_nvml_sessions(char* buf, size_t len) {
+  using namespace rgpu;
+  using namespace rgpu::client::nvml;
+  if (!connected()) return -1;
+  Call c(proto::kOpSessions, "rgpu_nvml_sessions");
+  if (c.invoke() != NVML_SUCCESS) return -1;
+  Reader& r = c.reply();
+  uint32_t n = r.u32();
+  if (!r.ok() || n > 4096) return -1;
+  std::string text;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t pid = r.u32();
+    std::string identity = r.str(), peer = r.str();
+    uint64_t start = r.u64();
+    uint8_t self = r.u8();
+    if (!r.ok()) return -1;
+    text += std::to_string(pid) + "\t" + identity + "\t" + peer + "\t" + std::to_string(start) + "\t" +
+            (self ? "1" : "0") + "\n";
+  }
+  if (buf && len) {
+    size_t k = std::min(len - 1, text.size());
+    std::memcpy(buf, text.data(), k);
+    buf[k] = 0;
+  }
+  return static_cast<long>(text.size() + 1);
+}

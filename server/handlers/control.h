@@ -17,5 +17,8 @@ void tools_context_object(Dispatch& d);
 void module_functions(Dispatch& d);
 // kOpExportTableInfo: whether the server's driver has an export table, and its first word.
 void export_table_info(Dispatch& d);
+// kOpSessions: the server's live sessions (implemented in server/session.cpp, which knows where
+// they are listed).
+void sessions(Dispatch& d);
 
 }  // namespace rgpu::server::handlers

@@ -1,5 +1,10 @@
 """rgpu's NVML shim (libnvidia-ml.so.1) end to end: an NVML program and rgpu-smi through the shim,
 rgpu-server and the fake NVML (libfakenvml.so, which reports fakecuda's H200)."""
+import os
+import subprocess
+import sys
+import time
+
 from conftest import BUILD, Server, run_client
 
 NVML_TEST = str(BUILD / "bin/nvml_test")
@@ -31,6 +36,32 @@ def test_rgpu_smi_lists_the_gpu(server):
     assert f"/ {FAKE_TOTAL_MIB} MiB total" in r.stdout
     assert "temperature: 31 C" in r.stdout
     assert "sessions:" in r.stdout
+
+
+def test_rgpu_smi_lists_live_sessions(server):
+    # A CUDA client holds a session while rgpu-smi asks; once it has left, the list drops it.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import ctypes, sys, time; cu = ctypes.CDLL('libcuda.so.1'); "
+                               "assert cu.cuInit(0) == 0; print('up', flush=True); sys.stdin.readline()"],
+        env={**os.environ, "LD_LIBRARY_PATH": str(BUILD / "lib"), "RGPU_SERVER": server.addr},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        r = run_client([RGPU_SMI], server)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "sessions:    2" in r.stdout, r.stdout
+        rows = [l for l in r.stdout.splitlines() if l.startswith("  pid ")]
+        assert any("prog=rgpu-smi" in l and "(this rgpu-smi)" in l for l in rows), rows
+        assert any(f"pid={holder.pid} prog=python" in l for l in rows), rows
+    finally:
+        holder.stdin.close()
+        holder.wait(10)
+    for _ in range(50):  # the session process ends just after its client
+        r = run_client([RGPU_SMI], server)
+        if "sessions:    1" in r.stdout:
+            break
+        time.sleep(0.1)
+    assert "sessions:    1" in r.stdout, r.stdout
 
 
 def test_wrong_token_gives_a_clear_error():
