@@ -2,8 +2,6 @@
 // (loopback by default, a token or --insecure for anything else), and serves each client in its
 // own process, so one client's crash or CUDA fault cannot reach another's tensors.
 #include <dlfcn.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,11 +10,11 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <thread>
 
 #include "common/log.h"
 #include "common/net.h"
 #include "opserver/session.h"
+#include "protocol/accept_loop.h"
 #include "protocol/handshake.h"
 
 #ifndef RGPU_TORCH_LIB_DIR
@@ -130,55 +128,16 @@ int main(int argc, char** argv) {
     rgpu::log::error("%s; is another rgpu-opserver already running there?", err.c_str());
     return 2;
   }
-  std::thread([] {
-    for (;;) {
-      int st = 0;
-      pid_t pid = waitpid(-1, &st, 0);
-      if (pid < 0) {
-        if (errno == ECHILD) sleep(1);
-        continue;
-      }
-      if (WIFSIGNALED(st))
-        rgpu::log::error("session process %d died of signal %d (%s); its client was disconnected", static_cast<int>(pid),
-                         WTERMSIG(st), strsignal(WTERMSIG(st)));
-    }
-  }).detach();
-  signal(SIGPIPE, SIG_IGN);
   rgpu::log::info("listening on %s, torch %s on %s%s", addr.str().c_str(), rgpu::opserver::torch_version().c_str(),
                   device.c_str(), token.empty() ? ", no token" : ", token required");
 
-  for (;;) {
-    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      rgpu::log::error("accept failed: %s", std::strerror(errno));
-      sleep(1);
-      continue;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-      rgpu::log::error("cannot start a session process: %s", std::strerror(errno));
-      close(fd);
-      continue;
-    }
-    if (pid > 0) {
-      close(fd);
-      continue;
-    }
-    close(lfd);
-    std::string peer = rgpu::net::peer_name(fd);
-    rgpu::log::set_prefix(rgpu::log::format("rgpu-opserver[%d]", static_cast<int>(getpid())));
-    rgpu::net::set_nodelay(fd);
-    rgpu::net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
-    rgpu::proto::ServerHandshakeResult hs;
-    if (!rgpu::proto::server_handshake(fd, token, &hs, &err)) {
-      rgpu::log::warn("connection from %s: %s", peer.c_str(), err.c_str());
-      _exit(1);
-    }
-    rgpu::net::set_recv_timeout(fd, 0);
-    rgpu::log::info("session for %s from %s started", hs.identity.c_str(), peer.c_str());
+  rgpu::proto::AcceptLoop loop;
+  loop.name = "rgpu-opserver";
+  loop.token = token;
+  loop.session = [&opt](int fd, const std::string&, const rgpu::proto::ServerHandshakeResult& hs) {
     int status = rgpu::opserver::serve(fd, opt);
     rgpu::log::info("session for %s ended", hs.identity.c_str());
-    _exit(status);
-  }
+    return status;
+  };
+  rgpu::proto::run_accept_loop(lfd, loop);
 }

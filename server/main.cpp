@@ -1,9 +1,6 @@
 // rgpu-server: listens for rgpu clients and serves each in its own process, on the real CUDA
 // driver or on the fake one. See `rgpu-server --help` and server/README.md.
 #include <dlfcn.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,11 +9,11 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <thread>
 
 #include "common/log.h"
 #include "common/net.h"
 #include "gen/driver_table.gen.h"
+#include "protocol/accept_loop.h"
 #include "protocol/handshake.h"
 #include "server/module_cache.h"
 #include "server/nvml/nvml_server.h"
@@ -144,59 +141,17 @@ int main(int argc, char** argv) {
     else rgpu::log::warn("cannot make a directory for the session list (%s); rgpu-smi will not list sessions",
                          std::strerror(errno));
   }
-  // Reap session processes, and say so when one dies of a signal: its client was cut off.
-  std::thread([] {
-    for (;;) {
-      int st = 0;
-      pid_t pid = waitpid(-1, &st, 0);
-      if (pid < 0) {
-        if (errno == ECHILD) sleep(1);
-        continue;
-      }
-      rgpu::server::unregister_session(sessions_dir, static_cast<int>(pid));
-      if (WIFSIGNALED(st))
-        rgpu::log::error("session process %d died of signal %d (%s); its client was disconnected", static_cast<int>(pid),
-                         WTERMSIG(st), strsignal(WTERMSIG(st)));
-    }
-  }).detach();
-  signal(SIGPIPE, SIG_IGN);
   rgpu::log::info("listening on %s, driver %s (%d entry points)%s, module cache %s", addr.str().c_str(),
                   driver_path.c_str(), found, token.empty() ? ", no token" : ", token required",
                   rgpu::server::module_cache::enabled() ? cache_dir.c_str() : "off");
 
-  for (;;) {
-    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      rgpu::log::error("accept failed: %s", std::strerror(errno));
-      sleep(1);
-      continue;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-      rgpu::log::error("cannot start a session process: %s", std::strerror(errno));
-      close(fd);
-      continue;
-    }
-    if (pid > 0) {
-      close(fd);
-      continue;
-    }
-    // The session's own process.
-    close(lfd);
-    std::string peer = rgpu::net::peer_name(fd);
-    rgpu::log::set_prefix(rgpu::log::format("rgpu-server[%d]", static_cast<int>(getpid())));
-    rgpu::net::set_nodelay(fd);
-    rgpu::net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
-    rgpu::proto::ServerHandshakeResult hs;
-    if (!rgpu::proto::server_handshake(fd, token, &hs, &err)) {
-      rgpu::log::warn("connection from %s: %s", peer.c_str(), err.c_str());
-      _exit(1);
-    }
-    rgpu::net::set_recv_timeout(fd, 0);
-    rgpu::log::info("session for %s from %s started", hs.identity.c_str(), peer.c_str());
+  rgpu::proto::AcceptLoop loop;
+  loop.name = "rgpu-server";
+  loop.token = token;
+  loop.on_exit = [](pid_t pid) { rgpu::server::unregister_session(sessions_dir, static_cast<int>(pid)); };
+  loop.session = [](int fd, const std::string& peer, const rgpu::proto::ServerHandshakeResult& hs) {
     rgpu::server::SessionOptions opt{&table, peer, hs.identity, sessions_dir};
-    int status = rgpu::server::run_session(fd, opt);
-    _exit(status);
-  }
+    return rgpu::server::run_session(fd, opt);
+  };
+  rgpu::proto::run_accept_loop(lfd, loop);
 }
