@@ -23,21 +23,6 @@
 
 namespace {
 
-bool read_token(const std::string& path, std::string* token, std::string* err) {
-  std::ifstream f(path);
-  if (!f) {
-    *err = "cannot read --token-file " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  std::getline(f, *token);
-  while (!token->empty() && (token->back() == '\r' || token->back() == ' ')) token->pop_back();
-  if (token->empty()) {
-    *err = "--token-file " + path + " is empty; put the shared token on its first line";
-    return false;
-  }
-  return true;
-}
-
 // libtorch_cuda registers the CUDA device when it loads; nothing in this program names one of its
 // symbols, so the linker may have dropped it. Load it by name.
 bool load_torch_cuda(std::string* err) {
@@ -74,32 +59,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   rgpu::log::set_prefix("rgpu-opserver");
-  if (log_level == "debug") rgpu::log::set_level(rgpu::log::kDebug);
-  if (log_level == "warn") rgpu::log::set_level(rgpu::log::kWarn);
-  if (log_level == "error") rgpu::log::set_level(rgpu::log::kError);
-
   std::string token, err;
-  if (!token_file.empty()) {
-    if (!read_token(token_file, &token, &err)) {
-      rgpu::log::error("%s", err.c_str());
-      return 2;
-    }
-  } else if (const char* t = getenv("RGPU_TOKEN"); t && *t) {
-    token = t;
-  }
-
   rgpu::net::Address addr;
-  if (!rgpu::net::parse_address(listen, 9720, &addr, &err)) {
-    rgpu::log::error("--listen: %s", err.c_str());
+  if (!rgpu::proto::prepare_listen({log_level, token_file, listen, 9720, insecure, "this machine"}, &token, &addr))
     return 2;
-  }
-  if (!rgpu::net::is_loopback(addr.host) && token.empty() && !insecure) {
-    rgpu::log::error(
-        "refusing to listen on %s without a token: anyone who can reach it could run code on this machine. "
-        "Give --token-file (or RGPU_TOKEN), or --insecure if the network is trusted.",
-        addr.str().c_str());
-    return 2;
-  }
 
   rgpu::opserver::SessionOptions opt;
   opt.torch_version = pretend_version;

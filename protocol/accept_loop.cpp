@@ -7,13 +7,61 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "common/log.h"
 #include "common/net.h"
 
 namespace rgpu::proto {
+namespace {
+
+bool read_token(const std::string& path, std::string* token, std::string* err) {
+  std::ifstream f(path);
+  if (!f) {
+    *err = "cannot read --token-file " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::getline(f, *token);
+  while (!token->empty() && (token->back() == '\r' || token->back() == ' ')) token->pop_back();
+  if (token->empty()) {
+    *err = "--token-file " + path + " is empty; put the shared token on its first line";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* addr) {
+  if (o.log_level == "debug") log::set_level(log::kDebug);
+  if (o.log_level == "warn") log::set_level(log::kWarn);
+  if (o.log_level == "error") log::set_level(log::kError);
+  std::string err;
+  token->clear();
+  if (!o.token_file.empty()) {
+    if (!read_token(o.token_file, token, &err)) {
+      log::error("%s", err.c_str());
+      return false;
+    }
+  } else if (const char* t = getenv("RGPU_TOKEN"); t && *t) {
+    *token = t;
+  }
+  if (!net::parse_address(o.listen, o.default_port, addr, &err)) {
+    log::error("--listen: %s", err.c_str());
+    return false;
+  }
+  if (!net::is_loopback(addr->host) && token->empty() && !o.insecure) {
+    log::error(
+        "refusing to listen on %s without a token: anyone who can reach it could run code on %s. "
+        "Give --token-file (or RGPU_TOKEN), or --insecure if the network is trusted.",
+        addr->str().c_str(), o.reach.c_str());
+    return false;
+  }
+  return true;
+}
 
 void run_accept_loop(int lfd, const AcceptLoop& loop) {
   // Reap session processes, and say so when one dies of a signal: its client was cut off.

@@ -5,12 +5,28 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
+#include "common/net.h"
 #include "protocol/handshake.h"
 
 namespace rgpu::proto {
+
+// The start-up options both servers share.
+struct ListenOptions {
+  std::string log_level;   // --log-level: error, warn, info or debug
+  std::string token_file;  // --token-file; empty: RGPU_TOKEN, else no token
+  std::string listen;      // --listen HOST[:PORT]
+  uint16_t default_port = 0;
+  bool insecure = false;   // --insecure: a public address without a token is allowed
+  std::string reach;       // what a tokenless public listener exposes, for the refusal ("this GPU")
+};
+
+// Applies the log level, reads the token and the address, and refuses to listen beyond loopback
+// without a token unless insecure. False after logging why (the caller exits with status 2).
+bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* addr);
 
 struct AcceptLoop {
   std::string name;   // "rgpu-server": the prefix of each session process's log lines

@@ -29,21 +29,6 @@ std::string exe_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
-bool read_token(const std::string& path, std::string* token, std::string* err) {
-  std::ifstream f(path);
-  if (!f) {
-    *err = "cannot read --token-file " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  std::getline(f, *token);
-  while (!token->empty() && (token->back() == '\r' || token->back() == ' ')) token->pop_back();
-  if (token->empty()) {
-    *err = "--token-file " + path + " is empty; put the shared token on its first line";
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,32 +63,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   rgpu::log::set_prefix("rgpu-server");
-  if (log_level == "debug") rgpu::log::set_level(rgpu::log::kDebug);
-  if (log_level == "warn") rgpu::log::set_level(rgpu::log::kWarn);
-  if (log_level == "error") rgpu::log::set_level(rgpu::log::kError);
-
   std::string token, err;
-  if (!token_file.empty()) {
-    if (!read_token(token_file, &token, &err)) {
-      rgpu::log::error("%s", err.c_str());
-      return 2;
-    }
-  } else if (const char* t = getenv("RGPU_TOKEN"); t && *t) {
-    token = t;
-  }
-
   rgpu::net::Address addr;
-  if (!rgpu::net::parse_address(listen, 9713, &addr, &err)) {
-    rgpu::log::error("--listen: %s", err.c_str());
+  if (!rgpu::proto::prepare_listen({log_level, token_file, listen, 9713, insecure, "this GPU"}, &token, &addr))
     return 2;
-  }
-  if (!rgpu::net::is_loopback(addr.host) && token.empty() && !insecure) {
-    rgpu::log::error(
-        "refusing to listen on %s without a token: anyone who can reach it could run code on this GPU. "
-        "Give --token-file (or RGPU_TOKEN), or --insecure if the network is trusted.",
-        addr.str().c_str());
-    return 2;
-  }
 
   if (cache_dir == "none") cache_dir.clear();
   if (!rgpu::server::module_cache::configure(cache_dir, cache_max_mb << 20, &err)) {
