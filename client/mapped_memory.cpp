@@ -9,6 +9,7 @@
 #include "client/call.h"
 #include "client/runtime.h"
 #include "protocol/op_classes.h"
+#include "common/page_diff.h"
 #include "common/wire.h"
 #include "protocol/messages.h"
 
@@ -106,24 +107,12 @@ void push(uint32_t thread_id, uint16_t op) {
   {
     std::lock_guard lk(mu());
     for (auto& [base, r] : ranges()) {
-      size_t page = 0;
-      while (page < r.size) {
-        size_t n = std::min(kPage, r.size - page);
-        if (std::memcmp(r.base + page, r.shadow.data() + page, n) == 0) {
-          page += n;
-          continue;
-        }
-        size_t end = page + n;
-        while (end < r.size && end - page < kMaxWrite) {
-          size_t m = std::min(kPage, r.size - end);
-          if (std::memcmp(r.base + end, r.shadow.data() + end, m) == 0) break;
-          end += m;
-        }
-        Run run{base, page, std::vector<uint8_t>(r.base + page, r.base + end)};
-        std::memcpy(r.shadow.data() + page, run.bytes.data(), run.bytes.size());
+      for_each_changed_run(r.base, r.shadow.data(), r.size, kPage, kMaxWrite, [&](size_t at, size_t n) {
+        Run run{base, at, std::vector<uint8_t>(r.base + at, r.base + at + n)};
+        std::memcpy(r.shadow.data() + at, run.bytes.data(), n);
         runs.push_back(std::move(run));
-        page = end;
-      }
+        return true;
+      });
     }
   }
   Connection* conn = connection();

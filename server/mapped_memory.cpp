@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/page_diff.h"
 
 namespace rgpu::server {
 namespace {
@@ -103,29 +104,17 @@ bool MappedMemory::send_updates(const SendUpdate& send) {
   std::lock_guard lk(mu_);
   std::vector<uint8_t> payload;
   for (auto& [base, b] : by_client_) {
-    size_t page = 0;
-    while (page < b.size) {
-      size_t n = std::min(kPage, b.size - page);
-      if (std::memcmp(b.data + page, b.shadow.data() + page, n) == 0) {
-        page += n;
-        continue;
-      }
-      // A run of changed pages, up to kMaxUpdate bytes.
-      size_t end = page + n;
-      while (end < b.size && end - page < kMaxUpdate) {
-        size_t m = std::min(kPage, b.size - end);
-        if (std::memcmp(b.data + end, b.shadow.data() + end, m) == 0) break;
-        end += m;
-      }
+    bool sent = for_each_changed_run(b.data, b.shadow.data(), b.size, kPage, kMaxUpdate, [&](size_t at, size_t n) {
       payload.clear();
       Writer w(&payload);
       w.put_u64(base);
-      w.put_u64(page);
-      w.append(b.data + page, end - page);
-      std::memcpy(b.shadow.data() + page, payload.data() + 16, end - page);
-      if (!send(payload)) return false;
-      page = end;
-    }
+      w.put_u64(at);
+      w.append(b.data + at, n);
+      // The shadow takes what was sent: the GPU may be changing the buffer meanwhile.
+      std::memcpy(b.shadow.data() + at, payload.data() + 16, n);
+      return send(payload);
+    });
+    if (!sent) return false;
   }
   return true;
 }
