@@ -78,12 +78,13 @@ class DeviceOutput {
     std::thread([this] { drain_loop(); }).detach();
     return true;
   }
-  // Everything printed so far (flushing the driver's buffered stdout first).
-  std::string take() {
+  // What was printed and collected so far; with `flush`, first everything printed so far (the
+  // driver's buffered stdout flushed and the pipe read here, not left to the thread).
+  std::string take(bool flush) {
     if (fd_ < 0) return {};
-    std::fflush(stdout);
+    if (flush) std::fflush(stdout);
     std::lock_guard<std::mutex> lock(mu_);
-    read_available();
+    if (flush) read_available();
     std::string out;
     out.swap(buf_);
     return out;
@@ -282,8 +283,8 @@ class Session : public ClientCallbacks {
   MappedMemory& mapped() { return mapped_; }
 
   // Sends what kernels printed since the last reply (kOpDeviceOutput), if anything.
-  bool send_device_output() {
-    std::string text = output_.take();
+  bool send_device_output(bool flush) {
+    std::string text = output_.take(flush);
     if (text.empty()) return true;
     proto::FrameHeader h = proto::make_header(proto::kOpDeviceOutput, 0, 0, 0, text.size());
     iovec iov[2] = {{&h, sizeof h}, {text.data(), text.size()}};
@@ -485,8 +486,10 @@ void Worker::loop() {
     std::memcpy(&result, body.data(), sizeof result);
     if (wants_reply) {
       // What kernels wrote to mapped host memory, and what they printed, reaches the client
-      // before this reply does.
-      if ((op_synchronizes(f.h.op) && !session_->send_mapped_updates()) || !session_->send_device_output()) return;
+      // before this reply does. Only synchronizing calls compare mapped pages and read the
+      // printf pipe themselves; other replies send what the pipe's thread has already collected.
+      const bool sync = op_synchronizes(f.h.op);
+      if ((sync && !session_->send_mapped_updates()) || !session_->send_device_output(sync)) return;
       proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
       deferred_result_ = 0;
       deferred_op_ = 0;
