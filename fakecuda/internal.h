@@ -80,6 +80,9 @@ struct CUctx_st {
 struct CUfunc_st {
   CUmod_st* mod = nullptr;
   const rgpu::image::Kernel* kernel = nullptr;
+  // Set by cuFuncSetAttribute / cuKernelSetAttribute (a kernel and its function share it, as on
+  // the real driver), so tests can see whether a changed attribute reaches the reader.
+  int max_dynamic_shared = 49152;
 };
 
 struct CUmod_st {

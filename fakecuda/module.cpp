@@ -125,7 +125,7 @@ FAKE_API CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attri
     case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = 90; break;
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; break;
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = 49152; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = hfunc->max_dynamic_shared; break;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = -1; break;
     default:
       if (int(attrib) < 0 || int(attrib) >= int(CU_FUNC_ATTRIBUTE_MAX)) return CUDA_ERROR_INVALID_VALUE;
@@ -134,11 +134,16 @@ FAKE_API CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attri
   return CUDA_SUCCESS;
 }
 
-// Accepted and ignored: the fake has no caches or shared-memory carve-outs to configure.
+// The dynamic shared memory size is remembered; other attributes are accepted and ignored (the
+// fake has no caches or shared-memory carve-outs to configure).
 FAKE_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
   if (CUresult r = check_init()) return r;
   std::lock_guard lk(g_mu);
   if (!live_func_locked(hfunc)) return CUDA_ERROR_INVALID_HANDLE;
+  if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    if (value < 0 || value > 232448) return CUDA_ERROR_INVALID_VALUE;  // the H200's opt-in maximum
+    hfunc->max_dynamic_shared = value;
+  }
   return int(attrib) >= 0 && int(attrib) < int(CU_FUNC_ATTRIBUTE_MAX) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 

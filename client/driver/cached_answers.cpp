@@ -4,9 +4,12 @@
 // same questions; each was a round trip.
 //
 // What invalidates what:
-// - cuKernelSetAttribute, cuKernelSetCacheConfig: that kernel's attributes; all occupancy answers.
-// - cuFuncSetAttribute, cuFuncSetCacheConfig, cuFuncSetSharedMemConfig: every attribute and
-//   occupancy answer (a function may be a kernel's, cuKernelGetFunction).
+// - cuKernelSetAttribute, cuKernelSetCacheConfig, cuFuncSetAttribute, cuFuncSetCacheConfig: every
+//   attribute and occupancy answer. A kernel and the functions cuKernelGetFunction gives for it
+//   share their attributes, and those functions are kept (one per kernel and context), so
+//   forgetting only the kernel's own answers left its functions' stale: cuBLAS raises a kernel's
+//   dynamic shared memory, reads it back through the function, and failed with
+//   CUBLAS_STATUS_INTERNAL_ERROR on the H200.
 // - cuCtxSetLimit: the limits of the current context. A context destroyed or a primary context
 //   reset: everything.
 // CU_LIMIT_STACK_SIZE is never cached: the driver raises it by itself when a kernel needs more.
@@ -39,13 +42,6 @@ auto& g_attrs = *new std::map<std::tuple<uint64_t, int, int>, int>();
 auto& g_limits = *new std::map<std::pair<CUcontext, int>, size_t>();
 // (function id, block size, dynamic shared memory, flags) → blocks per SM
 auto& g_occupancy = *new std::map<std::tuple<uint64_t, int, size_t, unsigned>, int>();
-
-void forget_attrs_of(uint64_t id) {
-  std::lock_guard lk(mu());
-  for (auto it = g_attrs.lower_bound({id, INT32_MIN, INT32_MIN}); it != g_attrs.end() && std::get<0>(it->first) == id;)
-    it = g_attrs.erase(it);
-  g_occupancy.clear();
-}
 
 void forget_attrs_and_occupancy() {
   std::lock_guard lk(mu());
@@ -104,12 +100,12 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute at
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
-  forget_attrs_of(handle_id(kernel));
+  forget_attrs_and_occupancy();
   return rgpu_fwd_cuKernelSetAttribute(attrib, val, kernel, dev);
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) {
-  forget_attrs_of(handle_id(kernel));
+  forget_attrs_and_occupancy();
   return rgpu_fwd_cuKernelSetCacheConfig(kernel, config, dev);
 }
 

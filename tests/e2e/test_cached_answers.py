@@ -60,6 +60,19 @@ SCRIPT = textwrap.dedent(r"""
         ok(cu.cuKernelGetFunction(ctypes.byref(f), kern), "GetFunction")
         fns.add(f.value)
     assert len(fns) == 1, fns
+    # A kernel's attribute set through the kernel is what its function reports (cuBLAS raises the
+    # dynamic shared memory with cuKernelSetAttribute and reads it back through the function).
+    f = ctypes.c_void_p(fns.pop())
+    ok(cu.cuFuncGetAttribute(ctypes.byref(a), 8, f), "FuncGetAttribute dynamic shared")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+    assert a.value == 49152, a.value
+    ok(cu.cuKernelSetAttribute(8, 100000, kern, dev), "KernelSetAttribute")
+    ok(cu.cuFuncGetAttribute(ctypes.byref(a), 8, f), "FuncGetAttribute after kernel set")
+    assert a.value == 100000, a.value
+    ok(cu.cuKernelGetAttribute(ctypes.byref(a), 8, kern, dev), "KernelGetAttribute after kernel set")
+    assert a.value == 100000, a.value
+    ok(cu.cuFuncSetAttribute(f, 8, 70000), "FuncSetAttribute")
+    ok(cu.cuKernelGetAttribute(ctypes.byref(a), 8, kern, dev), "KernelGetAttribute after function set")
+    assert a.value == 70000, a.value
     ok(cu.cuCtxSynchronize(), "sync")
     ok(cu.rgpu_stats_write(), "stats")
     print(json.dumps(json.load(open(os.environ["RGPU_STATS"]))["calls"]))
@@ -76,6 +89,6 @@ def test_repeated_questions_cost_one_round_trip_and_stay_right(server, tmp_path)
     calls = json.loads(r.stdout.strip().splitlines()[-1])
     assert "cuDevicePrimaryCtxGetState" not in calls, calls
     assert calls.get("cuCtxGetLimit") == 2, calls  # once before the set, once after
-    assert calls.get("cuFuncGetAttribute") == 1, calls
+    assert calls.get("cuFuncGetAttribute") == 3, calls  # attribute 0 once; 8 before and after the set
     assert calls.get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") == 1, calls
     assert calls.get("cuKernelGetFunction") == 1, calls
