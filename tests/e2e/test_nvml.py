@@ -38,6 +38,16 @@ def test_rgpu_smi_lists_the_gpu(server):
     assert "sessions:" in r.stdout
 
 
+def test_rgpu_smi_uses_rgpus_nvml_even_when_the_library_path_names_another(server, tmp_path):
+    # On a GPU host LD_LIBRARY_PATH often names the driver's folder, whose libnvidia-ml.so.1 is the
+    # real one (no rgpu_nvml_sessions: "symbol lookup error" on the H200). A stand-in library
+    # of that name first on the path must not be loaded.
+    (tmp_path / "libnvidia-ml.so.1").symlink_to(BUILD / "lib/libcuda.so.1")
+    r = run_client([RGPU_SMI], server, env_extra={"LD_LIBRARY_PATH": str(tmp_path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"GPU 0: NVIDIA H200 (rgpu fake) ({FAKE_UUID})" in r.stdout
+
+
 def test_rgpu_smi_lists_live_sessions(server):
     # A CUDA client holds a session while rgpu-smi asks; once it has left, the list drops it.
     holder = subprocess.Popen(
