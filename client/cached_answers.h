@@ -3,11 +3,17 @@
 // dropped by the calls that can change what it holds (client/driver/cached_answers.cpp).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 namespace rgpu::client {
 
 // Drops every cached answer (a context was destroyed or a primary context reset).
 void forget_cached_answers();
 // Drops cuKernelGetFunction's table (client/driver/library.cpp); part of forget_cached_answers.
 void forget_kernel_functions();
+// The ids of the functions cuKernelGetFunction handed out for a kernel (one per context): they
+// share the kernel's attributes (client/driver/library.cpp).
+std::vector<uint64_t> functions_of_kernel(uint64_t kernel_id);
 
 }  // namespace rgpu::client

@@ -1617,7 +1617,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetLibrary(CUlibrary *pLib, CUke
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
   rgpu::client::trace_call("cuKernelGetParamInfo");
   rgpu::client::Call c(rgpu::op::cuKernelGetParamInfo, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(kernel));
@@ -2916,7 +2916,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, 
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode *mode) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuModuleGetLoadingMode(CUmoduleLoadingMode *mode) {
   rgpu::client::trace_call("cuModuleGetLoadingMode");
   rgpu::client::Call c(rgpu::op::cuModuleGetLoadingMode, rgpu::client::kWaits);
   c.args().put_u8(mode != nullptr);

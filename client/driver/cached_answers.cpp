@@ -3,13 +3,18 @@
 // times, cuCtxGetLimit 24 and the occupancy calculator 5 times per training step, always the
 // same questions; each was a round trip.
 //
+// Also cuOccupancyMaxActiveClusters (99 calls in the GPU ladder) and cuModuleGetLoadingMode.
+//
 // What invalidates what:
-// - cuKernelSetAttribute, cuKernelSetCacheConfig, cuFuncSetAttribute, cuFuncSetCacheConfig: every
-//   attribute and occupancy answer. A kernel and the functions cuKernelGetFunction gives for it
-//   share their attributes, and those functions are kept (one per kernel and context), so
-//   forgetting only the kernel's own answers left its functions' stale: cuBLAS raises a kernel's
-//   dynamic shared memory, reads it back through the function, and failed with
-//   CUBLAS_STATUS_INTERNAL_ERROR on the H200.
+// - cuKernelSetAttribute, cuKernelSetCacheConfig: the answers for that kernel and for every
+//   function cuKernelGetFunction gave for it (they share their attributes: forgetting only the
+//   kernel's own left its functions' stale, and cuBLAS, which raises a kernel's dynamic shared
+//   memory and reads it back through the function, failed with CUBLAS_STATUS_INTERNAL_ERROR on
+//   the H200); all occupancy answers. PyTorch sets the same attribute to the same value before
+//   many launches (502 times in the GPU ladder): a repeat of the last value set is not sent and
+//   forgets nothing.
+// - cuFuncSetAttribute, cuFuncSetCacheConfig: every attribute and occupancy answer (a function
+//   may be a kernel's, or a module's that shares a library's kernels).
 // - cuCtxSetLimit: the limits of the current context. A context destroyed or a primary context
 //   reset: everything.
 // CU_LIMIT_STACK_SIZE is never cached: the driver raises it by itself when a kernel needs more.
@@ -17,8 +22,10 @@
 // error, if any, comes with the next call that waits, as for launches.
 #include <cuda.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "client/cached_answers.h"
@@ -27,9 +34,11 @@
 #include "client/runtime.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
+#include "gen/ops.gen.h"
 
 namespace {
 
+using rgpu::client::Call;
 using rgpu::client::handle_id;
 
 std::mutex& mu() {
@@ -42,11 +51,33 @@ auto& g_attrs = *new std::map<std::tuple<uint64_t, int, int>, int>();
 auto& g_limits = *new std::map<std::pair<CUcontext, int>, size_t>();
 // (function id, block size, dynamic shared memory, flags) → blocks per SM
 auto& g_occupancy = *new std::map<std::tuple<uint64_t, int, size_t, unsigned>, int>();
+// cuOccupancyMaxActiveClusters: (function id, the launch configuration's bytes) → clusters
+auto& g_clusters = *new std::map<std::pair<uint64_t, std::string>, int>();
+// cuKernelSetAttribute: (kernel id, attribute, device) → the last value set
+auto& g_kernel_sets = *new std::map<std::tuple<uint64_t, int, int>, int>();
+
+// Drops the cached attributes of these kernel/function ids and every occupancy answer (mu() held).
+void forget_attrs_of_locked(const std::vector<uint64_t>& ids) {
+  for (uint64_t id : ids)
+    for (auto it = g_attrs.lower_bound({id, INT32_MIN, INT32_MIN}); it != g_attrs.end() && std::get<0>(it->first) == id;)
+      it = g_attrs.erase(it);
+  g_occupancy.clear();
+  g_clusters.clear();
+}
+
+// A kernel and the functions it has handed out.
+std::vector<uint64_t> kernel_and_functions(uint64_t kernel_id) {
+  auto ids = rgpu::client::functions_of_kernel(kernel_id);
+  ids.push_back(kernel_id);
+  return ids;
+}
 
 void forget_attrs_and_occupancy() {
   std::lock_guard lk(mu());
   g_attrs.clear();
   g_occupancy.clear();
+  g_clusters.clear();
+  g_kernel_sets.clear();  // a function's set may have changed what a kernel's repeat would set
 }
 
 template <class Key, class Value, class Ask>
@@ -77,6 +108,8 @@ void forget_cached_answers() {
     g_attrs.clear();
     g_limits.clear();
     g_occupancy.clear();
+    g_clusters.clear();
+    g_kernel_sets.clear();
   }
   forget_kernel_functions();
 }
@@ -100,12 +133,28 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute at
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
-  forget_attrs_and_occupancy();
+  if (!kernel) return rgpu_fwd_cuKernelSetAttribute(attrib, val, kernel, dev);
+  const auto key = std::make_tuple(handle_id(kernel), static_cast<int>(attrib), static_cast<int>(dev));
+  const auto ids = kernel_and_functions(handle_id(kernel));
+  {
+    std::lock_guard lk(mu());
+    auto it = g_kernel_sets.find(key);
+    if (it != g_kernel_sets.end() && it->second == val) {  // already set (one-way: its error, if any, is on its way)
+      rgpu::client::trace_call("cuKernelSetAttribute");
+      return CUDA_SUCCESS;
+    }
+    g_kernel_sets[key] = val;
+    forget_attrs_of_locked(ids);
+  }
   return rgpu_fwd_cuKernelSetAttribute(attrib, val, kernel, dev);
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) {
-  forget_attrs_and_occupancy();
+  const auto ids = kernel_and_functions(handle_id(kernel));
+  {
+    std::lock_guard lk(mu());
+    forget_attrs_of_locked(ids);
+  }
   return rgpu_fwd_cuKernelSetCacheConfig(kernel, config, dev);
 }
 
@@ -152,6 +201,63 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlag
 RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, CUfunction func, int blockSize,
                                                                         size_t dynamicSMemSize) {
   return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
+}
+
+// Wire: u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes, u64 stream, u32 n attrs,
+// n × CUlaunchAttribute. Reply: CUresult, i32 clusters.
+RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
+                                                          const CUlaunchConfig* config) {
+  rgpu::client::trace_call("cuOccupancyMaxActiveClusters");
+  if (!numClusters || !config) return CUDA_ERROR_INVALID_VALUE;
+  if (!func) return CUDA_ERROR_INVALID_HANDLE;
+  if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
+  // The key: every field of the configuration that travels (attributes by value).
+  std::string config_bytes(reinterpret_cast<const char*>(config), offsetof(CUlaunchConfig, attrs));
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    config_bytes.append(reinterpret_cast<const char*>(&config->attrs[i]), sizeof(CUlaunchAttribute));
+  const auto key = std::make_pair(handle_id(func), std::move(config_bytes));
+  {
+    std::lock_guard lk(mu());
+    if (auto it = g_clusters.find(key); it != g_clusters.end()) {
+      *numClusters = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  Call c(rgpu::op::cuOccupancyMaxActiveClusters, rgpu::client::kWaits);
+  c.args().put_u64(handle_id(func));
+  for (unsigned v : {config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                     config->blockDimZ, config->sharedMemBytes})
+    c.args().put_u32(v);
+  c.args().put_u64(handle_id(config->hStream));
+  c.args().put_u32(config->numAttrs);
+  for (unsigned i = 0; i < config->numAttrs; ++i) c.args().put(config->attrs[i]);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  const int clusters = c.reply().get<int32_t>();
+  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  *numClusters = clusters;
+  std::lock_guard lk(mu());
+  g_clusters[key] = clusters;
+  return CUDA_SUCCESS;
+}
+
+
+// Whether modules load lazily is the server's setting, fixed for its life.
+RGPU_EXPORT CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  static std::mutex once_mu;
+  static CUmoduleLoadingMode known{};
+  static bool asked = false;
+  if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(once_mu);
+  if (!asked) {
+    CUresult rc = rgpu_fwd_cuModuleGetLoadingMode(&known);
+    if (rc != CUDA_SUCCESS) return rc;
+    asked = true;
+  } else {
+    rgpu::client::trace_call("cuModuleGetLoadingMode");
+  }
+  *mode = known;
+  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

@@ -13,12 +13,15 @@
 #include <cuda.h>
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "client/call.h"
 #include "client/launch_args.h"
 #include "client/modules.h"
 #include "client/runtime.h"
+#include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 
@@ -49,6 +52,49 @@ std::shared_ptr<const rgpu::image::Kernel> layout(CUfunction f) {
   }
   ModuleRegistry::get().set_function(handle_id(f), asked);
   return ModuleRegistry::get().function(handle_id(f));
+}
+
+// (function or kernel id, parameter index) → what the server answered (client/driver: the
+// ParamInfo calls below). Ids are never reused, so entries never go stale.
+struct ParamAnswer {
+  CUresult rc;
+  size_t offset, size;
+};
+std::mutex g_param_answers_mu;
+auto& g_param_answers = *new std::map<std::pair<uint64_t, size_t>, ParamAnswer>();
+
+// One parameter's offset and size: from the image's layout, else from the cache, else ask().
+template <class Ask>
+CUresult param_info(const char* name, uint64_t id, size_t index, size_t* offset, size_t* size, Ask ask) {
+  auto answer = [&](const ParamAnswer& a) {
+    if (a.rc == CUDA_SUCCESS) {
+      if (offset) *offset = a.offset;
+      if (size) *size = a.size;
+    }
+    return a.rc;
+  };
+  auto k = ModuleRegistry::get().function(id);
+  if (k && k->layout_known) {
+    rgpu::client::trace_call(name);
+    if (index >= k->params.size()) return CUDA_ERROR_INVALID_VALUE;
+    return answer({CUDA_SUCCESS, k->params[index].offset, k->params[index].size});
+  }
+  {
+    std::lock_guard lk(g_param_answers_mu);
+    if (auto it = g_param_answers.find({id, index}); it != g_param_answers.end()) {
+      rgpu::client::trace_call(name);
+      return answer(it->second);
+    }
+  }
+  ParamAnswer a{};
+  a.rc = ask(&a.offset, &a.size);
+  // A failure of the connection is not an answer about the kernel; CUDA_ERROR_INVALID_VALUE
+  // (past the last parameter) is, and layout() above asks for it every time it looks.
+  if (a.rc == CUDA_SUCCESS || a.rc == CUDA_ERROR_INVALID_VALUE) {
+    std::lock_guard lk(g_param_answers_mu);
+    g_param_answers[{id, index}] = a;
+  }
+  return answer(a);
 }
 
 // Appends LaunchArgs. Returns CUDA_ERROR_INVALID_VALUE when the arguments cannot be read.
@@ -166,27 +212,30 @@ RGPU_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config,
   return launch_ex(rgpu::op::cuLaunchKernelEx_ptsz, "cuLaunchKernelEx_ptsz", config, f, kernelParams, extra);
 }
 
-// Answered from the layout the client knows; asked from the server otherwise.
+// cuFuncGetParamInfo and cuKernelGetParamInfo: answered from the layout the client read in the
+// image; otherwise asked from the server once per (id, index), answer or error, since a loaded
+// kernel's parameters never change (the GPU ladder asked cuKernelGetParamInfo 208 times).
 RGPU_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
                                                 size_t* paramSize) {
-  rgpu::client::trace_call("cuFuncGetParamInfo");
   if (!func) return CUDA_ERROR_INVALID_HANDLE;
-  auto k = ModuleRegistry::get().function(handle_id(func));
-  if (k && !k->params.empty()) {
-    if (paramIndex >= k->params.size()) return CUDA_ERROR_INVALID_VALUE;
-    if (paramOffset) *paramOffset = k->params[paramIndex].offset;
-    if (paramSize) *paramSize = k->params[paramIndex].size;
-    return CUDA_SUCCESS;
-  }
-  Call c(rgpu::op::cuFuncGetParamInfo, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(func));
-  c.args().put_u64(paramIndex);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  uint64_t off = c.reply().u64(), size = c.reply().u64();
-  if (paramOffset) *paramOffset = off;
-  if (paramSize) *paramSize = size;
-  return rc;
+  return param_info("cuFuncGetParamInfo", handle_id(func), paramIndex, paramOffset, paramSize, [&](size_t* off, size_t* size) {
+    Call c(rgpu::op::cuFuncGetParamInfo, rgpu::client::kWaits);
+    c.args().put_u64(handle_id(func));
+    c.args().put_u64(paramIndex);
+    CUresult rc = c.invoke();
+    if (rc != CUDA_SUCCESS) return rc;
+    *off = c.reply().u64();
+    *size = c.reply().u64();
+    return c.reply().ok() ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+  });
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,
+                                                  size_t* paramSize) {
+  if (!kernel) return CUDA_ERROR_INVALID_HANDLE;
+  return param_info("cuKernelGetParamInfo", handle_id(kernel), paramIndex, paramOffset, paramSize, [&](size_t* off, size_t* size) {
+    return rgpu_fwd_cuKernelGetParamInfo(kernel, paramIndex, off, size);
+  });
 }
 
 }  // extern "C"

@@ -12,8 +12,6 @@
 //   client found the kernel in the parsed image; waiting otherwise. Reply: CUresult.
 // cuKernelGetName, cuFuncGetName (only when the client does not know the name):
 //   u64 kernel or function id. Reply: CUresult, str name.
-// cuOccupancyMaxActiveClusters: u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes,
-//   u64 stream, u32 n attrs, n × CUlaunchAttribute. Reply: CUresult, i32 clusters.
 #include <cuda.h>
 
 #include <fstream>
@@ -24,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "client/cached_answers.h"
 #include "client/call.h"
 #include "client/contexts.h"
 #include "client/modules.h"
@@ -186,6 +185,15 @@ void forget_kernel_functions() {
   std::lock_guard lk(g_kernel_functions_mu);
   g_kernel_functions.clear();
 }
+
+std::vector<uint64_t> functions_of_kernel(uint64_t kernel_id) {
+  std::lock_guard lk(g_kernel_functions_mu);
+  std::vector<uint64_t> ids;
+  for (auto it = g_kernel_functions.lower_bound({kernel_id, nullptr});
+       it != g_kernel_functions.end() && it->first.first == kernel_id; ++it)
+    ids.push_back(handle_id(it->second));
+  return ids;
+}
 }  // namespace rgpu::client
 
 extern "C" {
@@ -231,26 +239,6 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) 
     return CUDA_SUCCESS;
   }
   return name_from_server(rgpu::op::cuFuncGetName, handle_id(hfunc), name);
-}
-
-RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
-                                                          const CUlaunchConfig* config) {
-  rgpu::client::trace_call("cuOccupancyMaxActiveClusters");
-  if (!numClusters || !config) return CUDA_ERROR_INVALID_VALUE;
-  if (!func) return CUDA_ERROR_INVALID_HANDLE;
-  if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
-  Call c(rgpu::op::cuOccupancyMaxActiveClusters, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(func));
-  for (unsigned v : {config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-                     config->blockDimZ, config->sharedMemBytes})
-    c.args().put_u32(v);
-  c.args().put_u64(handle_id(config->hStream));
-  c.args().put_u32(config->numAttrs);
-  for (unsigned i = 0; i < config->numAttrs; ++i) c.args().put(config->attrs[i]);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  *numClusters = c.reply().get<int32_t>();
-  return c.reply().ok() ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
 }
 
 }  // extern "C"

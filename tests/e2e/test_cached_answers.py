@@ -73,6 +73,29 @@ SCRIPT = textwrap.dedent(r"""
     ok(cu.cuFuncSetAttribute(f, 8, 70000), "FuncSetAttribute")
     ok(cu.cuKernelGetAttribute(ctypes.byref(a), 8, kern, dev), "KernelGetAttribute after function set")
     assert a.value == 70000, a.value
+    # The same value set again and again (PyTorch, before launches) is sent once.
+    for _ in range(10):
+        ok(cu.cuKernelSetAttribute(8, 60000, kern, dev), "KernelSetAttribute repeated")
+    ok(cu.cuFuncGetAttribute(ctypes.byref(a), 8, f), "FuncGetAttribute after repeated sets")
+    assert a.value == 60000, a.value
+    # Parameter layouts come from the image; past the last parameter is an error, also locally.
+    off, size = ctypes.c_size_t(), ctypes.c_size_t()
+    for _ in range(10):
+        ok(cu.cuKernelGetParamInfo(kern, 0, ctypes.byref(off), ctypes.byref(size)), "KernelGetParamInfo")
+        assert cu.cuKernelGetParamInfo(kern, 99, ctypes.byref(off), ctypes.byref(size)) == 1
+        ok(cu.cuFuncGetParamInfo(f, 0, ctypes.byref(off), ctypes.byref(size)), "FuncGetParamInfo")
+    # The loading mode is the server's for its life: asked once.
+    mode = ctypes.c_int()
+    for _ in range(10):
+        ok(cu.cuModuleGetLoadingMode(ctypes.byref(mode)), "GetLoadingMode")
+    # Cluster occupancy: once per (function, configuration); a new configuration asks again.
+    class Config(ctypes.Structure):
+        _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                    ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
+    clusters = ctypes.c_int()
+    for block in (128, 128, 128, 256, 256):
+        cfg = Config((1, 1, 1), (block, 1, 1), 0, None, None, 0)
+        ok(cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), f, ctypes.byref(cfg)), "MaxActiveClusters")
     ok(cu.cuCtxSynchronize(), "sync")
     ok(cu.rgpu_stats_write(), "stats")
     print(json.dumps(json.load(open(os.environ["RGPU_STATS"]))["calls"]))
@@ -89,6 +112,10 @@ def test_repeated_questions_cost_one_round_trip_and_stay_right(server, tmp_path)
     calls = json.loads(r.stdout.strip().splitlines()[-1])
     assert "cuDevicePrimaryCtxGetState" not in calls, calls
     assert calls.get("cuCtxGetLimit") == 2, calls  # once before the set, once after
-    assert calls.get("cuFuncGetAttribute") == 3, calls  # attribute 0 once; 8 before and after the set
+    assert calls.get("cuFuncGetAttribute") == 4, calls  # attribute 0 once; 8 before and after each set
+    assert calls.get("cuKernelSetAttribute") == 2, calls  # 100000 once, 60000 once (after a function's set)
+    assert "cuKernelGetParamInfo" not in calls and "cuFuncGetParamInfo" not in calls, calls
+    assert calls.get("cuModuleGetLoadingMode") == 1, calls
+    assert calls.get("cuOccupancyMaxActiveClusters") == 2, calls
     assert calls.get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") == 1, calls
     assert calls.get("cuKernelGetFunction") == 1, calls
