@@ -49,7 +49,7 @@ for m in $MODELS; do
       RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=$target TRITON_LIBCUDA_PATH="$BUILD/lib" \
         RGPU_STATS="$OUT/train/${m}_rgpu_${d}ms_$run.stats.json" \
         "$PY" "$ROOT/bench/train_bench.py" --model $m --steps "$(steps_for $m $d)" --warmup 3 \
-        --out "$OUT/train/${m}_rgpu_${d}ms_$run.json" 2>&1 | tail -1
+        --out "$OUT/train/${m}_rgpu_${d}ms_$run.json" 2>&1 | tail -2
     done
     [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }
   done

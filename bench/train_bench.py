@@ -58,7 +58,8 @@ def model_and_batch(kind):
     return GPT(), data, V
 
 
-def stats_round_trips():
+def stats_snapshot():
+    """The shim's RGPU_STATS file, written now (None when not running through the shim)."""
     path = os.environ.get("RGPU_STATS")
     if not path:
         return None
@@ -69,9 +70,18 @@ def stats_round_trips():
         fn = getattr(lib, "rgpu_stats_write", None)
         if fn is None or fn() != 0:
             return None
-        return json.load(open(path))["round_trips"]
+        return json.load(open(path))
     except (OSError, ValueError, KeyError):
         return None
+
+
+def waits_between(before, after, steps):
+    """Which calls waited for the server between two snapshots, per step: the list to shrink."""
+    if before is None or after is None or steps <= 0:
+        return None
+    was = {o["op"]: o["waited"] for o in before.get("ops", [])}
+    per_step = {o["op"]: (o["waited"] - was.get(o["op"], 0)) / steps for o in after.get("ops", [])}
+    return {op: n for op, n in sorted(per_step.items(), key=lambda kv: -kv[1]) if n > 0}
 
 
 def main():
@@ -94,10 +104,10 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=a.device == "cuda")
     times, losses = [], []
     first_step_s = None
-    rt_before = None
+    snap_before = None
     for i in range(a.steps):
         if i == a.warmup:
-            rt_before = stats_round_trips()
+            snap_before = stats_snapshot()
         t = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not a.fp32):
             logits = model(batch[:, :-1])
@@ -109,7 +119,8 @@ def main():
         times.append(time.perf_counter() - t)
         if i == 0:
             first_step_s = time.time() - T0
-    rt_after = stats_round_trips()
+    snap_after = stats_snapshot()
+    measured = a.steps - a.warmup
     steady = times[a.warmup:] or times
     res = {
         "model": a.model,
@@ -121,12 +132,15 @@ def main():
         "step_ms_min": 1000 * min(steady),
         "first_step_s": first_step_s,
         "losses": losses,
-        "round_trips_per_step": (rt_after - rt_before) / (a.steps - a.warmup)
-        if rt_before is not None and rt_after is not None and a.steps > a.warmup else None,
+        "round_trips_per_step": (snap_after["round_trips"] - snap_before["round_trips"]) / measured
+        if snap_before is not None and snap_after is not None and measured > 0 else None,
+        "waits_per_step": waits_between(snap_before, snap_after, measured),
     }
     json.dump(res, open(a.out, "w"), indent=1)
     print(f"{a.model}: median step {res['step_ms_median']:.2f} ms, first step after {first_step_s:.2f} s, "
           f"round trips/step {res['round_trips_per_step']}, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    if res["waits_per_step"]:
+        print(f"{a.model}: calls that waited, per step: {res['waits_per_step']}")
 
 
 if __name__ == "__main__":

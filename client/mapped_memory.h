@@ -1,8 +1,18 @@
 // The client's side of mapped host memory (cuMemHostAlloc / cuMemHostRegister with DEVICEMAP;
 // server/mapped_memory.h has the scheme). The program's buffer stays in this process; the
-// server keeps a copy the GPU can reach. Before any call leaves, push() sends the pages the
-// program changed since the two copies last met; the server's kOpMappedUpdate frames bring the
-// GPU's changes back before the reply that follows them.
+// server keeps a copy the GPU can reach. Before any call that can make the GPU read memory
+// leaves, push() sends the pages the program wrote since the two copies last met; the server's
+// kOpMappedUpdate frames bring the GPU's changes back before the reply that follows them.
+//
+// Finding what the program wrote costs time in proportion to what it wrote, not to the buffer,
+// where the kernel can say (Linux 6.7+: userfaultfd asynchronous write-protect, read back with
+// the PAGEMAP_SCAN ioctl; mapped_memory.cpp says why that and not a SIGSEGV handler). Elsewhere
+// each push compares the buffer with a shadow of what the server holds.
+//
+// Copies between device memory and a mapped buffer (copy() below) run on the server against its
+// copy, so the bytes cross the network once: a device-to-host copy lands in the server's copy
+// and comes back as a kOpMappedUpdate; a host-to-device copy reads the server's copy after the
+// push that precedes it.
 #pragma once
 
 #include <cuda.h>
@@ -20,6 +30,8 @@ CUresult map(void* base, size_t size, unsigned flags, CUdeviceptr* dptr);
 bool unmap(void* base);
 // The device pointer for host address p inside a mapped range.
 bool device_pointer(const void* p, CUdeviceptr* out);
+// Whether [p, p + n) lies inside one mapped range.
+bool contains(const void* p, size_t n);
 
 extern std::atomic<int> g_count;
 inline bool active() { return g_count.load(std::memory_order_relaxed) != 0; }
@@ -29,5 +41,11 @@ void push(uint32_t thread_id, uint16_t op);
 // A kOpMappedUpdate payload from the server (reading thread). False when it does not lie inside
 // a mapped range (the server is then misbehaving).
 bool apply_update(const uint8_t* payload, size_t n);
+// A copy between device memory and host memory inside one mapped range (contains(host, n)), as
+// kOpMappedCopy: `op` is the driver call the program made (cuMemcpyHtoD_v2, cuMemcpyDtoHAsync_v2,
+// their _ptds/_ptsz forms...), `stream` the client handle id for the async ones. Synchronous
+// copies wait for the reply (a device-to-host one's bytes arrive before it); async ones are
+// one-way.
+CUresult copy(uint16_t op, bool to_device, bool async, CUdeviceptr device, void* host, size_t n, uint64_t stream);
 
 }  // namespace rgpu::client::mapped

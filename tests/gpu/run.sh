@@ -7,6 +7,7 @@
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
 #   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,torchdev,bench,train   the steps to run (default: all)
+#   RGPU_GPU_CORPUS="NAME..."      runs only the corpus programs whose names contain one of NAME
 #   RGPU_GPU_SAMPLES=REGEX         runs only the samples matching REGEX
 #   RGPU_GPU_TRACE_SAMPLES=REGEX   also runs the samples matching REGEX through rgpu with RGPU_TRACE=2
 #                                  (logs in samples_trace.tsv.logs/), to see which call fails
@@ -92,7 +93,7 @@ fi
 
 if want corpus; then
   step "tests/cuda corpus: real driver, then through rgpu (tests/gpu/corpus.sh)"
-  OUT="$OUT" RGPU_REAL_DRIVER="$REAL" tests/gpu/corpus.sh build | tee "$OUT/corpus.txt" | grep -v '^PASS'
+  OUT="$OUT" RGPU_REAL_DRIVER="$REAL" tests/gpu/corpus.sh build ${RGPU_GPU_CORPUS:-} | tee "$OUT/corpus.txt" | grep -v '^PASS'
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
