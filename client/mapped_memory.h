@@ -46,6 +46,6 @@ bool apply_update(const uint8_t* payload, size_t n);
 // their _ptds/_ptsz forms...), `stream` the client handle id for the async ones. Synchronous
 // copies wait for the reply (a device-to-host one's bytes arrive before it); async ones are
 // one-way.
-CUresult copy(uint16_t op, bool to_device, bool async, CUdeviceptr device, void* host, size_t n, uint64_t stream);
+CUresult copy(uint16_t op, bool async, CUdeviceptr device, const void* host, size_t n, uint64_t stream);
 
 }  // namespace rgpu::client::mapped

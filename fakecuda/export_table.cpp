@@ -4,11 +4,14 @@
 // CUDA_ERROR_INVALID_VALUE, as the real driver refuses one it does not know; every other slot
 // answers CUDA_ERROR_NOT_SUPPORTED.
 //
-// TOOLS_CONTEXT 51 `(ctx, 0, void **obj)` gives each live context one object, 39
-// `(ctx, obj, u64 *out)` writes 7 × the object's number (driver 580 wrote 7 × the context's id).
+// TOOLS_CONTEXT 51 `(ctx, CUstream, void **obj)` gives each (live context, stream) one object
+// (NULL and CU_STREAM_LEGACY are the same stream), 39 `(ctx, obj, u64 *out)` writes 7 × the
+// object's number (driver 580 wrote 7 × the context's id for the NULL stream, other values for
+// other streams).
 // TOOLS_MODULE 7 `(ctx, module, cb, user)` calls cb(user, function, name) for each function of the
 // module in image order and returns how many it called (a count, not a CUresult).
 #include <array>
+#include <map>
 #include <cstring>
 
 #include "fakecuda/internal.h"
@@ -27,20 +30,21 @@ std::array<const void*, N> table_of_stubs() {
   return t;
 }
 
-// Slot 51's object of each context (g_mu guards it), shaped like the real one's first words.
-std::unordered_map<CUctx_st*, std::unique_ptr<uint64_t[]>>& objects() {
-  static auto* m = new std::unordered_map<CUctx_st*, std::unique_ptr<uint64_t[]>>();
+// Slot 51's object of each (context, stream) (g_mu guards it), shaped like the real one's first words.
+std::map<std::pair<CUctx_st*, CUstream>, std::unique_ptr<uint64_t[]>>& objects() {
+  static auto* m = new std::map<std::pair<CUctx_st*, CUstream>, std::unique_ptr<uint64_t[]>>();
   return *m;
 }
 
 uint64_t g_objects_made = 0;  // g_mu
 
-CUresult context_object(CUcontext ctx, void*, void** obj) {
+CUresult context_object(CUcontext ctx, CUstream stream, void** obj) {
   if (!obj) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_init()) return r;
   std::lock_guard lk(g_mu);
   if (!ctx || !ctx_alive_locked(ctx)) return CUDA_ERROR_INVALID_HANDLE;  // NULL too, as driver 580
-  auto& o = objects()[ctx];
+  if (stream == CU_STREAM_LEGACY) stream = nullptr;
+  auto& o = objects()[{ctx, stream}];
   // {1, 0, ctx, 0, 0, 1, 0, 0, value}: the real object's first words, then what 39 answers.
   if (!o) o.reset(new uint64_t[9]{1, 0, reinterpret_cast<uint64_t>(ctx), 0, 0, 1, 0, 0, 7 * ++g_objects_made});
   *obj = o.get();
@@ -52,8 +56,8 @@ CUresult context_object_query(CUcontext, void* obj, uint64_t* out) {
   if (!obj || !out) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_init()) return r;
   std::lock_guard lk(g_mu);
-  for (auto& [ctx, o] : objects()) {
-    if (o.get() == obj && ctx_alive_locked(ctx)) {
+  for (auto& [key, o] : objects()) {
+    if (o.get() == obj && ctx_alive_locked(key.first)) {
       *out = o[8];
       return CUDA_SUCCESS;
     }

@@ -1026,7 +1026,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNod
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph) {
   rgpu::client::trace_call("cuGraphClone");
   rgpu::client::Call c(rgpu::op::cuGraphClone, rgpu::client::kWaits);
   c.args().put_u8(phGraphClone != nullptr);

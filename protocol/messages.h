@@ -107,10 +107,11 @@ enum Op : uint16_t {
   // Export-table slots answered by the server's driver (client/dark_api/README.md has the
   // signatures, server/handlers/dark_api.cpp the driver side). Driver-private objects never
   // cross the wire.
-  // TOOLS_CONTEXT slots 51 and 39, asked together once per context (the client caches the answer).
-  // Request: u64 context (client handle; 0: the calling thread's current context).
-  // Reply: CUresult of slot 51 (ctx, NULL, &object); when that succeeded, i32 CUresult of slot 39
-  // (ctx, object, &value) and u64 value (the 8 bytes slot 39 writes).
+  // TOOLS_CONTEXT slots 51 and 39, asked together once per (context, stream) (the client caches
+  // the answer). Request: u64 context (client handle; 0: the calling thread's current context),
+  // u64 stream (client handle; 0 NULL, 1 legacy, 2 per-thread; absent means 0).
+  // Reply: CUresult of slot 51 (ctx, stream, &object); when that succeeded, i32 CUresult of slot
+  // 39 (ctx, object, &value) and u64 value (the 8 bytes slot 39 writes).
   kOpToolsContextObject = 21,
   // TOOLS_MODULE slot 7: the names of a module's functions, as the driver walks them.
   // Request: u64 context (client handle; 0: current), u64 module (client handle).
@@ -148,6 +149,17 @@ enum Op : uint16_t {
   // The server's live sessions (rgpu-smi). Request: nothing. Reply: CUresult, u32 n, then n ×
   // (u32 pid, str identity, str peer, u64 start time in unix seconds, u8 1 for the asking session).
   kOpSessions = 30,
+  // (31-39 unassigned.)
+  // A copy between device memory and a mapped host buffer (kOpMappedAlloc), run on the server
+  // against its copy of the buffer so the bytes cross the network once. Request: u16 the driver
+  // call the program made (cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, cuMemcpyHtoDAsync_v2,
+  // cuMemcpyDtoHAsync_v2, their _ptds/_ptsz forms and v1 names), u64 device pointer, u64 stream
+  // (client handle; async calls only, else 0), u64 client host address, u64 n; the host range
+  // lies in one mapped buffer. Reply (sync calls; async ones are one-way): CUresult. Host to
+  // device: the kOpMappedWrite frames before it brought the buffer up to date. Device to host:
+  // what the copy wrote reaches the client as kOpMappedUpdate frames, before the reply (sync)
+  // or before the reply of a later synchronizing call (async).
+  kOpMappedCopy = 40,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

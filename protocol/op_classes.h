@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gen/ops.gen.h"
+#include "protocol/messages.h"
 
 namespace rgpu {
 
@@ -28,7 +29,7 @@ inline std::vector<uint8_t> classify(const char* const* prefixes, size_t n) {
 inline bool op_touches_memory(uint16_t op) {
   static const char* const kPrefixes[] = {"cuLaunch", "cuGraphLaunch", "cuMemcpy", "cuMemset"};
   static const std::vector<uint8_t> table = detail::classify(kPrefixes, 4);
-  return table[op] != 0;
+  return table[op] != 0 || op == proto::kOpMappedCopy;
 }
 
 // Calls after which the GPU's work so far may be finished: synchronizes, queries, blocking
@@ -37,7 +38,7 @@ inline bool op_synchronizes(uint16_t op) {
   static const char* const kPrefixes[] = {"cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
                                           "cuStreamQuery", "cuEventQuery", "cuMemcpy"};
   static const std::vector<uint8_t> table = detail::classify(kPrefixes, 6);
-  return table[op] != 0;
+  return table[op] != 0 || op == proto::kOpMappedCopy;
 }
 
 }  // namespace rgpu

@@ -4,9 +4,12 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <string_view>
 
 #include "common/log.h"
 #include "common/page_diff.h"
+#include "gen/ops.gen.h"
+#include "protocol/messages.h"
 
 namespace rgpu::server {
 namespace {
@@ -16,6 +19,59 @@ constexpr size_t kPage = 4096;
 constexpr uint64_t kMaxMapped = uint64_t(16) << 30;
 // Largest kOpMappedUpdate payload (pages beyond go in further frames).
 constexpr size_t kMaxUpdate = 4u << 20;
+// More disjoint marked ranges than this in one buffer: the buffer is marked whole instead.
+constexpr size_t kMaxRanges = 64;
+
+// What a call that touches memory (protocol/op_classes.h) may write, by its name.
+enum class Writes : uint8_t {
+  kAnything,    // kernels, graphs, pitched and array copies: any mapped buffer
+  kNothing,     // copies into host memory (a staging buffer here) or arrays; host functions
+  kDestination  // copies and memsets whose first argument (u64) is the destination
+};
+Writes classify(uint16_t op) {
+  static const std::vector<Writes> table = [] {
+    std::vector<Writes> t(65536, Writes::kAnything);
+    auto starts = [](std::string_view name, std::string_view prefix) { return name.substr(0, prefix.size()) == prefix; };
+    for (uint32_t i = 0; i < t.size(); ++i) {
+      const char* n = op::name(static_cast<uint16_t>(i));
+      if (!n) continue;
+      std::string_view name(n);
+      for (const char* p : {"cuMemcpyDtoH", "cuMemcpyAtoH", "cuMemcpyHtoA", "cuMemcpyDtoA", "cuMemcpyAtoA", "cuLaunchHostFunc"})
+        if (starts(name, p)) t[i] = Writes::kNothing;
+      for (const char* p : {"cuMemcpyHtoD", "cuMemcpyDtoD", "cuMemcpyAtoD", "cuMemcpyPeer", "cuMemsetD8", "cuMemsetD16",
+                            "cuMemsetD32", "cuMemsetD2D"})
+        if (starts(name, p)) t[i] = Writes::kDestination;
+      if (name == "cuMemcpy" || name == "cuMemcpy_ptds" || name == "cuMemcpyAsync" || name == "cuMemcpyAsync_ptsz")
+        t[i] = Writes::kDestination;
+    }
+    return t;
+  }();
+  return table[op];
+}
+
+// The driver call a kOpMappedCopy names, with the server copy's address for the host side.
+CUresult run_copy(const DriverTable& drv, uint16_t op, CUdeviceptr dev, void* host, size_t n, CUstream s, bool* to_host) {
+  const char* name = op::name(op);
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  std::string_view v(name);
+  const bool ptd = v.ends_with("_ptds") || v.ends_with("_ptsz");
+  auto pick = [&](auto plain, auto per_thread) { return ptd ? per_thread : plain; };
+  *to_host = v.starts_with("cuMemcpyDtoH");
+  CUresult (*htod)(CUdeviceptr, const void*, size_t) = nullptr;
+  CUresult (*dtoh)(void*, CUdeviceptr, size_t) = nullptr;
+  CUresult (*htod_async)(CUdeviceptr, const void*, size_t, CUstream) = nullptr;
+  CUresult (*dtoh_async)(void*, CUdeviceptr, size_t, CUstream) = nullptr;
+  if (v.starts_with("cuMemcpyHtoDAsync")) htod_async = pick(drv.cuMemcpyHtoDAsync_v2, drv.cuMemcpyHtoDAsync_v2_ptsz);
+  else if (v.starts_with("cuMemcpyHtoD")) htod = pick(drv.cuMemcpyHtoD_v2, drv.cuMemcpyHtoD_v2_ptds);
+  else if (v.starts_with("cuMemcpyDtoHAsync")) dtoh_async = pick(drv.cuMemcpyDtoHAsync_v2, drv.cuMemcpyDtoHAsync_v2_ptsz);
+  else if (v.starts_with("cuMemcpyDtoH")) dtoh = pick(drv.cuMemcpyDtoH_v2, drv.cuMemcpyDtoH_v2_ptds);
+  else return CUDA_ERROR_INVALID_VALUE;
+  if (htod) return htod(dev, host, n);
+  if (dtoh) return dtoh(host, dev, n);
+  if (htod_async) return htod_async(dev, host, n, s);
+  if (dtoh_async) return dtoh_async(host, dev, n, s);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 
 }  // namespace
 
@@ -52,6 +108,7 @@ void MappedMemory::alloc(const DriverTable& drv, Reader& in, Writer& out) {
   Buffer b;
   b.client_base = base;
   b.data = static_cast<uint8_t*>(p);
+  b.dptr = dptr;
   b.size = size;
   b.shadow.assign(size, 0);  // both copies start zeroed
   {
@@ -99,22 +156,111 @@ void MappedMemory::write(Reader& in, Writer& out) {
   out.put<int32_t>(CUDA_SUCCESS);
 }
 
-bool MappedMemory::send_updates(const SendUpdate& send) {
+MappedMemory::Buffer* MappedMemory::find_locked(uint64_t client_address, uint64_t n) {
+  auto it = by_client_.upper_bound(client_address);
+  if (it == by_client_.begin()) return nullptr;
+  Buffer& b = (--it)->second;
+  uint64_t off = client_address - b.client_base;
+  return off < b.size && n <= b.size - off ? &b : nullptr;
+}
+
+void MappedMemory::mark_locked(Buffer& b, size_t offset, size_t len) {
+  b.marked_at = generation_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (b.gpu_all) return;
+  size_t end = offset + len;
+  // Merge with every marked range that overlaps or touches [offset, end).
+  auto it = b.gpu_ranges.upper_bound(offset);
+  if (it != b.gpu_ranges.begin() && std::prev(it)->second >= offset) --it;
+  while (it != b.gpu_ranges.end() && it->first <= end) {
+    offset = std::min(offset, it->first);
+    end = std::max(end, it->second);
+    it = b.gpu_ranges.erase(it);
+  }
+  b.gpu_ranges[offset] = end;
+  if (b.gpu_ranges.size() > kMaxRanges) {
+    b.gpu_all = true;
+    b.gpu_ranges.clear();
+  }
+}
+
+void MappedMemory::note_gpu_work(uint16_t op, const uint8_t* args, size_t n) {
+  Writes w = classify(op);
+  if (w == Writes::kNothing) return;
+  uint64_t dst = 0;
+  if (w == Writes::kDestination) {
+    if (n < sizeof dst) return;  // malformed: the handler will say so
+    std::memcpy(&dst, args, sizeof dst);
+  }
+  std::lock_guard lk(mu_);
+  for (auto& [base, b] : by_client_) {
+    // A destination inside a buffer marks it whole: the length's encoding differs by call.
+    if (w == Writes::kAnything || dst - b.dptr < b.size) {
+      mark_locked(b, 0, b.size);
+      b.gpu_all = true;
+      b.gpu_ranges.clear();
+    }
+  }
+}
+
+void MappedMemory::copy(const DriverTable& drv, HandleMap& handles, Reader& in, Writer& out) {
+  uint16_t op = in.u16();
+  uint64_t dev = in.u64(), stream_id = in.u64(), host = in.u64(), n = in.u64();
+  if (!in.ok()) return;
+  CUstream stream = nullptr;
+  if (!handles.get(stream_id, &stream)) return out.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  uint8_t* here;
+  {
+    std::lock_guard lk(mu_);
+    Buffer* b = find_locked(host, n);
+    if (!b) return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    here = b->data + (host - b->client_base);
+  }
+  // The driver call runs outside the lock: a synchronous copy may wait on the GPU, and the
+  // reading side (send_updates) must not wait behind it. The program frees a buffer under a
+  // copy in flight only by a bug of its own, as with a local driver.
+  bool to_host = false;
+  CUresult rc = run_copy(drv, op, dev, here, n, stream, &to_host);
+  if (rc == CUDA_SUCCESS && to_host && n) {
+    std::lock_guard lk(mu_);
+    if (Buffer* b = find_locked(host, n)) mark_locked(*b, host - b->client_base, n);
+  }
+  out.put<int32_t>(rc);
+}
+
+bool MappedMemory::send_updates(const SendUpdate& send, const uint64_t* finished_up_to) {
   if (empty()) return true;
   std::lock_guard lk(mu_);
   std::vector<uint8_t> payload;
   for (auto& [base, b] : by_client_) {
-    bool sent = for_each_changed_run(b.data, b.shadow.data(), b.size, kPage, kMaxUpdate, [&](size_t at, size_t n) {
-      payload.clear();
-      Writer w(&payload);
-      w.put_u64(base);
-      w.put_u64(at);
-      w.append(b.data + at, n);
-      // The shadow takes what was sent: the GPU may be changing the buffer meanwhile.
-      std::memcpy(b.shadow.data() + at, payload.data() + 16, n);
-      return send(payload);
-    });
+    auto send_changed = [&](size_t from, size_t to) {
+      from = from / kPage * kPage;
+      to = std::min(b.size, (to + kPage - 1) / kPage * kPage);
+      return for_each_changed_run(b.data + from, b.shadow.data() + from, to - from, kPage, kMaxUpdate,
+                                  [&](size_t at, size_t n) {
+                                    at += from;
+                                    payload.clear();
+                                    Writer w(&payload);
+                                    w.put_u64(base);
+                                    w.put_u64(at);
+                                    w.append(b.data + at, n);
+                                    // The shadow takes what was sent: the GPU may be changing the
+                                    // buffer meanwhile.
+                                    std::memcpy(b.shadow.data() + at, payload.data() + 16, n);
+                                    return send(payload);
+                                  });
+    };
+    bool sent = true;
+    if (b.gpu_all) {
+      sent = send_changed(0, b.size);
+    } else {
+      for (auto [from, to] : b.gpu_ranges)
+        if (!(sent = send_changed(from, to))) break;
+    }
     if (!sent) return false;
+    if (finished_up_to && b.marked_at <= *finished_up_to) {
+      b.gpu_all = false;
+      b.gpu_ranges.clear();
+    }
   }
   return true;
 }

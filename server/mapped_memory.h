@@ -7,10 +7,19 @@
 // the host pointer on both ends and kernels given the host pointer itself work too.
 //
 // The two copies meet at call boundaries (protocol/messages.h, kOpMapped*): before the client
-// sends any call, it sends the pages its program changed since they last met (kOpMappedWrite);
-// before the server sends any reply, it sends the pages the GPU changed (kOpMappedUpdate), so the
-// client sees a kernel's writes once a synchronizing call returns, as with a local GPU. Each end
-// finds changed pages by comparing the buffer with a shadow of what the other end last saw.
+// sends a call that can make the GPU touch memory, it sends the pages its program wrote since
+// they last met (kOpMappedWrite; client/mapped_memory.h says how it finds them); before the
+// server replies to a synchronizing call, it sends the pages the GPU changed (kOpMappedUpdate),
+// so the client sees a kernel's writes once a synchronizing call returns, as with a local GPU.
+//
+// What the GPU changed: its writes are DMA, invisible to the CPU's page tables, so the server
+// compares its copy with a shadow of what the client last saw, but only where GPU work since
+// could have written (note_gpu_work): a copy or memset names its destination, so one whose
+// destination is no mapped buffer costs nothing, and kOpMappedCopy marks exactly the bytes it
+// writes; a kernel or graph can write anywhere, so it marks every buffer whole. Marks stay until
+// a cuCtxSynchronize has seen all the work that set them finish (a synchronize of one stream
+// says nothing of the others, whose writes may still land): until then each synchronizing reply
+// compares the marked pages again, and sends only those that changed.
 #pragma once
 
 #include <cuda.h>
@@ -24,6 +33,7 @@
 
 #include "common/wire.h"
 #include "gen/driver_table.gen.h"
+#include "server/handle_map.h"
 
 namespace rgpu::server {
 
@@ -39,20 +49,41 @@ class MappedMemory {
   void free(const DriverTable& drv, Reader& in, Writer& out);
   // kOpMappedWrite: client pages into the server copy. Writes CUresult.
   void write(Reader& in, Writer& out);
-  // Sends the pages the GPU changed since the client last saw them. Cheap when nothing is mapped.
-  bool send_updates(const SendUpdate& send);
+  // kOpMappedCopy: a copy between device memory and the server copy. Writes CUresult.
+  void copy(const DriverTable& drv, HandleMap& handles, Reader& in, Writer& out);
+  // After the session ran a call that can make the GPU touch memory (op_touches_memory) other
+  // than kOpMappedCopy, before its reply: marks what it may write. `args` is the call's payload.
+  // (After, not before: a cuCtxSynchronize on another thread that began before the call was
+  // made must not forget its mark.)
+  void note_gpu_work(uint16_t op, const uint8_t* args, size_t n);
+  // How many marks note_gpu_work and copy have made: taken before a cuCtxSynchronize runs, it
+  // names the marks that synchronize has seen finish.
+  uint64_t generation() const { return generation_.load(std::memory_order_relaxed); }
+  // Sends the pages the GPU changed since the client last saw them, where marked. With
+  // `finished_up_to` (the generation() taken before a successful cuCtxSynchronize), forgets the
+  // marks made up to then. Cheap when nothing is mapped or marked.
+  bool send_updates(const SendUpdate& send, const uint64_t* finished_up_to = nullptr);
   bool empty() const { return count_.load(std::memory_order_relaxed) == 0; }
 
  private:
   struct Buffer {
     uint64_t client_base = 0;
     uint8_t* data = nullptr;      // the server copy, registered with the driver
+    CUdeviceptr dptr = 0;         // its device pointer
     std::vector<uint8_t> shadow;  // what the client last saw
     size_t size = 0;
+    // Where GPU work may have written since the marks were last forgotten.
+    bool gpu_all = false;
+    std::map<size_t, size_t> gpu_ranges;  // offset -> end, disjoint
+    uint64_t marked_at = 0;               // generation of the latest mark
   };
+  void mark_locked(Buffer& b, size_t offset, size_t len);
+  Buffer* find_locked(uint64_t client_address, uint64_t n);
+
   std::mutex mu_;
   std::map<uint64_t, Buffer> by_client_;  // by client base address
   std::atomic<size_t> count_{0};
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace rgpu::server

@@ -294,8 +294,9 @@ class Session : public ClientCallbacks {
   }
   DeviceOutput& output() { return output_; }
 
-  // Sends kOpMappedUpdate frames for what the GPU changed in mapped host memory.
-  bool send_mapped_updates() {
+  // Sends kOpMappedUpdate frames for what the GPU changed in mapped host memory;
+  // `finished_up_to` as in MappedMemory::send_updates.
+  bool send_mapped_updates(const uint64_t* finished_up_to) {
     if (mapped_.empty()) return true;
     bool ok = mapped_.send_updates([this](const std::vector<uint8_t>& payload) {
       proto::FrameHeader h = proto::make_header(proto::kOpMappedUpdate, 0, 0, 0, payload.size());
@@ -303,7 +304,7 @@ class Session : public ClientCallbacks {
       std::lock_guard<std::mutex> lock(write_mu_);
       if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
       return !failed_.load();
-    });
+    }, finished_up_to);
     return ok;
   }
 
@@ -313,6 +314,9 @@ class Session : public ClientCallbacks {
       cb_waiting_[id] = false;
     }
     cb_in_flight_.fetch_add(1);
+    // The work ahead of the host function has finished: what it wrote to mapped memory (an
+    // async copy into it, say) reaches the client before the function runs there.
+    send_mapped_updates(nullptr);
     notify(id, status, 1);
     std::unique_lock<std::mutex> lock(cb_mu_);
     cb_cv_.wait(lock, [&] { return cb_waiting_[id] || failed_.load() || ended_; });
@@ -454,9 +458,12 @@ void Worker::loop() {
     if (f.h.op == proto::kOpExportTableInfo) h = handlers::export_table_info;
     if (f.h.op == proto::kOpSessions) h = handlers::sessions;
     if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
+    MappedMemory& mapped = session_->mapped();
+    const uint64_t mapped_generation = mapped.generation();  // what a cuCtxSynchronize will have seen finish
     bool mapped_op = true;
     switch (f.h.op) {  // mapped host memory (server/mapped_memory.h)
       case proto::kOpMappedAlloc: session_->mapped().alloc(session_->driver(), in, out); break;
+      case proto::kOpMappedCopy: mapped.copy(session_->driver(), session_->handles(), in, out); break;
       case proto::kOpMappedFree: session_->mapped().free(session_->driver(), in, out); break;
       case proto::kOpMappedWrite: session_->mapped().write(in, out); break;
       default: mapped_op = false;
@@ -484,12 +491,17 @@ void Worker::loop() {
     }
     int32_t result;
     std::memcpy(&result, body.data(), sizeof result);
+    if (!mapped_op && !mapped.empty() && op_touches_memory(f.h.op))
+      mapped.note_gpu_work(f.h.op, f.payload.data(), f.payload.size());
     if (wants_reply) {
       // What kernels wrote to mapped host memory, and what they printed, reaches the client
       // before this reply does. Only synchronizing calls compare mapped pages and read the
       // printf pipe themselves; other replies send what the pipe's thread has already collected.
       const bool sync = op_synchronizes(f.h.op);
-      if ((sync && !session_->send_mapped_updates()) || !session_->send_device_output(sync)) return;
+      const bool all_finished = f.h.op == op::cuCtxSynchronize && result == CUDA_SUCCESS;
+      if ((sync && !session_->send_mapped_updates(all_finished ? &mapped_generation : nullptr)) ||
+          !session_->send_device_output(sync))
+        return;
       proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
       deferred_result_ = 0;
       deferred_op_ = 0;

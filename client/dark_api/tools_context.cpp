@@ -8,21 +8,26 @@
 // by it need, and answered without a round trip.
 // Slot 3 is (CUcontext, CUdevice *out): the context's device (probed: 0 for device 0's primary).
 //
-// Slots 51 and 39 (cuBLAS with the static runtime, cuSOLVER: both right before kernel launches):
-// 51 `(CUcontext, 0, void **object)` returns a driver-private per-context object, 39
-// `(CUcontext, object, u64 *out)` writes 8 bytes about it (on driver 580: 7 times the context's
-// id, 7 for a process's first context). The server's driver answers both (protocol/messages.h
-// kOpToolsContextObject); the driver's object stays on the server, and the caller gets a zeroed
-// block of the shim's own that stands for it. Answers are cached per context, so each context
-// costs one round trip however often it is asked. Why that is sound: README.md,
-// "TOOLS_CONTEXT 51 and 39".
+// Slots 51 and 39 (cuBLAS, cuBLASLt, cuSOLVER: right before kernel launches):
+// 51 `(CUcontext, CUstream, void **object)` returns a driver-private object for the stream in
+// that context, 39 `(CUcontext, object, u64 *out)` writes 8 bytes about it (on driver 580: 7
+// times the context's id for the NULL stream). The second argument is the stream the library
+// is about to launch on (cuSOLVER passes NULL; cuBLAS its handle's stream: through the shim a
+// client stream id such as 0x1017, which the shim once mistook for a selector and answered as
+// NULL's, and cuBLAS then computed wrong sgemm results). The server's driver answers both
+// (protocol/messages.h kOpToolsContextObject) with the stream translated; the driver's object
+// stays on the server, and the caller gets a zeroed block of the shim's own that stands for it.
+// Answers are cached per (context, stream), so each costs one round trip however often it is
+// asked. Why that is sound: README.md, "TOOLS_CONTEXT 51 and 39".
 #include <cuda.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <map>
 #include <unordered_map>
+#include <utility>
 
 #include "client/call.h"
 #include "client/contexts.h"
@@ -61,12 +66,14 @@ struct ContextObject {
   // caller may keep the pointer past the context's end; 39 then refuses it by the side table).
   alignas(16) uint64_t block[8] = {};
   CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
   CUresult query_result = CUDA_SUCCESS;
   uint64_t value = 0;
 };
-// By context and by block address; g_mu guards both. An entry lives as long as its context:
-// tools_context_destroyed (on_context_destroyed) drops it on cuCtxDestroy and primary reset.
-auto& g_objects = *new std::unordered_map<CUcontext, ContextObject*>();
+// By (context, stream) and by block address; g_mu guards both. An entry lives as long as its
+// context: tools_context_destroyed (on_context_destroyed) drops it on cuCtxDestroy and primary
+// reset. (A destroyed stream's entry stays until then: client stream ids are never reused.)
+auto& g_objects = *new std::map<std::pair<CUcontext, CUstream>, ContextObject*>();
 auto& g_by_block = *new std::unordered_map<const void*, ContextObject*>();
 std::atomic<uint64_t> g_server_queries{0};
 
@@ -76,32 +83,31 @@ constexpr size_t kQueryBytes = 8;
 // Drops a context's entry (g_mu held). The block stays allocated: callers may still hold it.
 void drop_locked(ContextObject* entry) {
   g_by_block.erase(entry->block);
-  g_objects.erase(entry->ctx);
+  g_objects.erase({entry->ctx, entry->stream});
 }
 
-CUresult CUDAAPI context_object(CUcontext ctx, void* selector, void** object) {
+CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   if (!object) return CUDA_ERROR_INVALID_VALUE;
-  // The second argument: cuSOLVER passes 0, the toolkit's cuBLAS 0x1017 (seen on the H200, where
-  // refusing it made cublasSgemm compute wrong results); driver 580 gives the same object for 0
-  // and 1. It is taken to select nothing the answer depends on; a trace line names unusual ones.
-  if (reinterpret_cast<uintptr_t>(selector) > 1)
-    log::debug("export table TOOLS_CONTEXT slot 51: second argument %p (answered as for 0)", selector);
   if (!ctx) return CUDA_ERROR_INVALID_HANDLE;  // driver 580: NULL is not "the current context" here
+  if (stream == CU_STREAM_LEGACY) stream = nullptr;  // the same stream (driver 580: the same object)
+  const auto key = std::make_pair(ctx, stream);
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    if (auto it = g_objects.find(ctx); it != g_objects.end()) {
+    if (auto it = g_objects.find(key); it != g_objects.end()) {
       *object = it->second->block;
       return CUDA_SUCCESS;
     }
   }
-  // First time for this context: the server's driver answers.
+  // First time for this context and stream: the server's driver answers.
   Call c(proto::kOpToolsContextObject, kWaits);
   c.args().put_u64(handle_id(ctx));
+  c.args().put_u64(handle_id(stream));
   CUresult rc = c.invoke();
   g_server_queries.fetch_add(1, std::memory_order_relaxed);
   if (rc != CUDA_SUCCESS) return rc;  // slot 51's own error (or the connection's): not cached
   auto* entry = new ContextObject();
   entry->ctx = ctx;
+  entry->stream = stream;
   entry->query_result = static_cast<CUresult>(c.reply().i32());
   entry->value = c.reply().u64();
   if (!c.reply().ok()) {
@@ -110,7 +116,7 @@ CUresult CUDAAPI context_object(CUcontext ctx, void* selector, void** object) {
     return CUDA_ERROR_UNKNOWN;
   }
   std::lock_guard<std::mutex> lock(g_mu);
-  auto [it, fresh] = g_objects.try_emplace(ctx, entry);  // another thread may have asked meanwhile
+  auto [it, fresh] = g_objects.try_emplace(key, entry);  // another thread may have asked meanwhile
   if (fresh) g_by_block[entry->block] = entry;
   else delete entry;
   *object = it->second->block;
@@ -149,7 +155,8 @@ uint64_t tools_context_server_queries() { return g_server_queries.load(std::memo
 void tools_context_destroyed(CUcontext ctx) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_numbers->erase(ctx);
-  if (auto it = g_objects.find(ctx); it != g_objects.end()) drop_locked(it->second);
+  for (auto it = g_objects.lower_bound({ctx, nullptr}); it != g_objects.end() && it->first.first == ctx;)
+    drop_locked((it++)->second);
 }
 
 const void* tools_context_table() {

@@ -68,12 +68,6 @@ TEST_F(ToolsTables, ContextObjectIsAskedOnceAndQueriedWithoutTheServer) {
 
 TEST_F(ToolsTables, ContextObjectRefusesWhatItDoesNotKnowByName) {
   void* object = nullptr;
-  // cuBLAS passes 0x1017 as the second argument: the same object as for 0.
-  void* plain = nullptr;
-  ASSERT_EQ(object_slot()(ctx_, nullptr, &plain), CUDA_SUCCESS);
-  EXPECT_EQ(object_slot()(ctx_, reinterpret_cast<void*>(0x1017), &object), CUDA_SUCCESS);
-  EXPECT_EQ(object, plain);
-  object = nullptr;
   EXPECT_EQ(object_slot()(ctx_, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
   // NULL is not "the current context" for slot 51 (driver 580: CUDA_ERROR_INVALID_HANDLE).
   EXPECT_EQ(object_slot()(nullptr, nullptr, &object), CUDA_ERROR_INVALID_HANDLE);
@@ -82,6 +76,42 @@ TEST_F(ToolsTables, ContextObjectRefusesWhatItDoesNotKnowByName) {
   uint64_t value = 5;
   EXPECT_EQ(query_slot()(ctx_, not_an_object, &value), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(value, 5u);
+}
+
+// The second argument is a stream (cuBLAS passes its handle's stream; through the shim a client
+// stream id such as 0x1017, which was once answered as the NULL stream's and made cublasSgemm
+// compute wrong results on the H200): each stream its own object and value, asked once each;
+// CU_STREAM_LEGACY is the NULL stream.
+TEST_F(ToolsTables, EachStreamHasItsOwnObject) {
+  void* plain = nullptr;
+  ASSERT_EQ(object_slot()(ctx_, nullptr, &plain), CUDA_SUCCESS);
+  void* legacy = nullptr;
+  ASSERT_EQ(object_slot()(ctx_, CU_STREAM_LEGACY, &legacy), CUDA_SUCCESS);
+  EXPECT_EQ(legacy, plain);
+  CUstream s1 = nullptr, s2 = nullptr;
+  ASSERT_EQ(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&s2, 0), CUDA_SUCCESS);
+  const uint64_t asked = tools_context_server_queries();
+  void *o1 = nullptr, *o2 = nullptr;
+  ASSERT_EQ(object_slot()(ctx_, s1, &o1), CUDA_SUCCESS);
+  ASSERT_EQ(object_slot()(ctx_, s2, &o2), CUDA_SUCCESS);
+  EXPECT_NE(o1, plain);
+  EXPECT_NE(o2, plain);
+  EXPECT_NE(o1, o2);
+  uint64_t v0 = 0, v1 = 0, v2 = 0;
+  ASSERT_EQ(query_slot()(ctx_, plain, &v0), CUDA_SUCCESS);
+  ASSERT_EQ(query_slot()(ctx_, o1, &v1), CUDA_SUCCESS);
+  ASSERT_EQ(query_slot()(ctx_, o2, &v2), CUDA_SUCCESS);
+  EXPECT_NE(v1, v0);
+  EXPECT_NE(v2, v1);
+  for (int i = 0; i < 10; ++i) {
+    void* again = nullptr;
+    ASSERT_EQ(object_slot()(ctx_, s1, &again), CUDA_SUCCESS);
+    ASSERT_EQ(again, o1);
+  }
+  EXPECT_EQ(tools_context_server_queries(), asked + 2);
+  ASSERT_EQ(cuStreamDestroy_v2(s1), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamDestroy_v2(s2), CUDA_SUCCESS);
 }
 
 TEST_F(ToolsTables, EachContextHasItsOwnObjectUntilItIsDestroyed) {

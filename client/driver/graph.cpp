@@ -9,10 +9,21 @@
 //  - Kernel nodes: arguments are packed with the launch path's layout (client/launch_args.h).
 //    cuGraphKernelNodeGetParams returns pointers into storage kept here per node, as the driver
 //    returns pointers into its own.
-//  - Memcpy nodes: device and array endpoints. A host endpoint would be read or written by the
-//    server at every launch of the graph, and the server cannot reach this process's memory:
-//    refused with CUDA_ERROR_NOT_SUPPORTED and a log line naming the call (pinned memory too: it
-//    lives in this process, client/host_memory.h).
+//  - Memcpy nodes: device and array endpoints go as they are. A host endpoint names this
+//    process's memory, which the server's driver cannot reach at launch time; two cases:
+//     - mapped host memory (DEVICEMAP, client/mapped_memory.h) has a server copy kept in step at
+//       call boundaries (pushed before each cuGraphLaunch, pulled before a synchronizing reply):
+//       the node names that copy's device pointer.
+//     - any other host memory (pinned without DEVICEMAP, pageable, the stack): the node copies
+//       to or from a device staging buffer of the host side's shape, allocated here once per
+//       node, and the client moves the host bytes in stream order around each cuGraphLaunch of
+//       an instance: host → staging before the launch, staging → host after it. Known limits,
+//       where the order differs from the driver's: a host node (or host-side work) of the same
+//       launch that reads what such a D2H node wrote sees it only after the graph; one that
+//       writes what such an H2D node reads is not seen; a staged node in a conditional body moves
+//       its bytes once per launch, not once per run of the body. Staging buffers live until the process
+//       ends (a clone or an instance may still name them after the node is destroyed).
+//    Host to host nodes are refused with CUDA_ERROR_NOT_SUPPORTED and a line naming the call.
 //  - Host nodes: the function runs in this process, in graph order, through the host-callback
 //    machinery (client/host_nodes.h). Host nodes are counted per graph (child graphs included)
 //    and per instance, so that each cuGraphLaunch announces the callbacks it brings: a program
@@ -28,7 +39,8 @@
 //  Deps:       u64 n, n × u64 node, u8 has_edges, (has_edges) n × CUgraphEdgeData
 //  NodeParams: u32 type, then by type
 //    KERNEL       u64 func, u64 kern, u64 ctx, u32 grid x y z, block x y z, shared bytes, LaunchArgs
-//    MEMCPY       u64 ctx, CUDA_MEMCPY3D (host pointers 0, arrays as ids; never a HOST side)
+//    MEMCPY       u64 ctx, CUDA_MEMCPY3D (host pointers 0, arrays as ids; a host side is rewritten to
+//                 a device pointer first: the mapped copy or a staging buffer)
 //    MEMSET       u64 ctx, u64 dst, u64 pitch, u32 value, u32 elementSize, u64 width, u64 height
 //    HOST         u64 callback id
 //    GRAPH        u64 graph, u32 ownership
@@ -63,6 +75,7 @@
 #include "client/host_memory.h"
 #include "client/host_nodes.h"
 #include "client/launch_args.h"
+#include "client/mapped_memory.h"
 #include "common/log.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
@@ -92,8 +105,19 @@ struct NodeStore {
   std::vector<CUmemAccessDesc> descs;
 };
 
+// A memcpy node's host side staged through device memory: `transfer` moves the bytes between
+// this process's memory and the staging buffer, with the host side's shape, around each launch.
+struct HostTransfer {
+  uint64_t node = 0;
+  bool to_device = false;  // host → staging before the launch; else staging → host after it
+  CUDA_MEMCPY3D transfer{};
+};
+
 struct State {
   std::mutex mu;
+  std::unordered_map<uint64_t, std::vector<HostTransfer>> graph_transfers;  // graph id → transfers in it
+  std::unordered_map<uint64_t, std::vector<HostTransfer>> exec_transfers;   // instance id → transfers
+  std::unordered_map<uint64_t, uint64_t> memcpy_node_graph;                 // memcpy node id → its graph
   std::unordered_map<uint64_t, std::unique_ptr<NodeStore>> stores;  // node id → storage
   std::unordered_map<uint64_t, uint64_t> graph_hosts;                // graph id → host nodes in it
   std::unordered_map<uint64_t, uint64_t> exec_hosts;                 // instance id → host nodes
@@ -124,35 +148,103 @@ bool is_device(CUdeviceptr p) {
   return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || type == CU_MEMORYTYPE_UNIFIED;
 }
 
-CUresult refuse_host_side(const char* name, const char* side) {
+CUresult refuse_host_to_host(const char* name) {
   rgpu::log::error(
-      "%s: a graph memcpy node whose %s is host memory is not supported by rgpu: the copy would run at every "
-      "launch of the graph on the GPU server, which cannot reach this process's memory (copy to or from device "
-      "memory outside the graph instead); returning CUDA_ERROR_NOT_SUPPORTED",
-      name, side);
+      "%s: a graph memcpy node from host memory to host memory is not supported by rgpu: the GPU server cannot "
+      "reach this process's memory (copy with memcpy in a host node instead); returning CUDA_ERROR_NOT_SUPPORTED",
+      name);
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-CUresult put_copy(Writer& w, const char* name, const CUDA_MEMCPY3D& in) {
+// One side of a CUDA_MEMCPY3D, by reference, to rewrite it in place.
+struct SideRef {
+  size_t& x;
+  size_t& y;
+  size_t& z;
+  CUmemorytype& type;
+  void*& host;
+  CUdeviceptr& dev;
+  size_t& pitch;
+  size_t& height;
+};
+SideRef src_of(CUDA_MEMCPY3D& c) {
+  return {c.srcXInBytes, c.srcY,      c.srcZ,     c.srcMemoryType, *const_cast<void**>(&c.srcHost),
+          c.srcDevice,  c.srcPitch, c.srcHeight};
+}
+SideRef dst_of(CUDA_MEMCPY3D& c) {
+  return {c.dstXInBytes, c.dstY, c.dstZ, c.dstMemoryType, c.dstHost, c.dstDevice, c.dstPitch, c.dstHeight};
+}
+
+// The host address a side names, or null when the side is device memory (or an array).
+const void* host_address(const SideRef& s) {
+  if (s.type == CU_MEMORYTYPE_HOST) return s.host;
+  if (s.type == CU_MEMORYTYPE_UNIFIED && !is_device(s.dev)) return reinterpret_cast<const void*>(s.dev);
+  return nullptr;
+}
+
+// Bytes from the side's base address to the end of what the copy touches; 0 on overflow.
+size_t side_span(const SideRef& s, const CUDA_MEMCPY3D& c) {
+  size_t pitch = s.pitch ? s.pitch : c.WidthInBytes, height = s.height ? s.height : c.Height;
+  size_t h = c.Height ? c.Height : 1, d = c.Depth ? c.Depth : 1;
+  __uint128_t end = __uint128_t(s.x) + __uint128_t(s.y) * pitch + __uint128_t(s.z) * pitch * height +
+                    __uint128_t(d - 1) * pitch * height + __uint128_t(h - 1) * pitch + c.WidthInBytes;
+  return end > (__uint128_t(1) << 48) ? 0 : static_cast<size_t>(end);
+}
+
+// Rewrites a host side to name device memory: the mapped copy's device pointer, or a fresh
+// staging buffer of the same shape (*t then says how to move the bytes around each launch).
+CUresult rewrite_host_side(const char* name, CUDA_MEMCPY3D& c, bool is_src, HostTransfer* t) {
+  SideRef s = is_src ? src_of(c) : dst_of(c);
+  const void* host = host_address(s);
+  size_t span = side_span(s, c);
+  if (!span) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr mirror = 0;
+  if (rgpu::client::mapped::active() && rgpu::client::mapped::contains(host, span) &&
+      rgpu::client::mapped::device_pointer(host, &mirror)) {
+    s.type = CU_MEMORYTYPE_UNIFIED;
+    s.host = nullptr;
+    s.dev = mirror;
+    return CUDA_SUCCESS;
+  }
+  CUdeviceptr staging = 0;
+  if (CUresult rc = cuMemAlloc_v2(&staging, span)) {
+    rgpu::log::error("%s: no device memory for the staging buffer (%zu bytes) of a memcpy node's host side", name,
+                     span);
+    return rc;
+  }
+  // The transfer: the node's copy with its device side replaced by the staging buffer, laid out
+  // as the host side.
+  CUDA_MEMCPY3D x = c;
+  SideRef host_side = is_src ? src_of(x) : dst_of(x);
+  SideRef stage_side = is_src ? dst_of(x) : src_of(x);
+  host_side.type = CU_MEMORYTYPE_HOST;
+  host_side.host = const_cast<void*>(host);
+  host_side.dev = 0;
+  stage_side.type = CU_MEMORYTYPE_DEVICE;
+  stage_side.host = nullptr;
+  stage_side.dev = staging;
+  stage_side.x = host_side.x, stage_side.y = host_side.y, stage_side.z = host_side.z;
+  stage_side.pitch = host_side.pitch, stage_side.height = host_side.height;
+  *t = HostTransfer{0, is_src, x};
+  s.type = CU_MEMORYTYPE_DEVICE;
+  s.host = nullptr;
+  s.dev = staging;
+  return CUDA_SUCCESS;
+}
+
+// Appends a CUDA_MEMCPY3D; a host side is rewritten first (rewrite_host_side), its transfer in
+// *t (t->transfer.WidthInBytes == 0 when there is none).
+CUresult put_copy(Writer& w, const char* name, const CUDA_MEMCPY3D& in, HostTransfer* t) {
   CUDA_MEMCPY3D c = in;
-  struct Side {
-    CUmemorytype type;
-    CUdeviceptr dev;
-    const char* what;
-  } sides[2] = {{c.srcMemoryType, c.srcDevice, "source"}, {c.dstMemoryType, c.dstDevice, "destination"}};
-  for (const Side& s : sides) {
-    switch (s.type) {
-      case CU_MEMORYTYPE_HOST:
-        return refuse_host_side(name, s.what);
-      case CU_MEMORYTYPE_UNIFIED:
-        if (!is_device(s.dev)) return refuse_host_side(name, s.what);
-        break;
-      case CU_MEMORYTYPE_DEVICE:
-      case CU_MEMORYTYPE_ARRAY:
-        break;
-      default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
+  for (CUmemorytype type : {c.srcMemoryType, c.dstMemoryType}) {
+    if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_ARRAY &&
+        type != CU_MEMORYTYPE_UNIFIED)
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  bool src_host = host_address(src_of(c)) != nullptr, dst_host = host_address(dst_of(c)) != nullptr;
+  if (src_host && dst_host) return refuse_host_to_host(name);
+  if (c.WidthInBytes && (src_host || dst_host)) {
+    if (CUresult rc = rewrite_host_side(name, c, src_host, t)) return rc;
   }
   // Client arrays are ids already; host pointers are never sent.
   c.srcHost = nullptr;
@@ -169,8 +261,8 @@ void map_location(CUmemLocation* l, bool to_server) {
 }
 
 // Appends NodeParams. A host node's function is registered under *host_id (forget it if the
-// call fails).
-CUresult put_params(Writer& w, const char* name, const CUgraphNodeParams& p, uint64_t* host_id) {
+// call fails); a memcpy node's staged host side is described in *t.
+CUresult put_params(Writer& w, const char* name, const CUgraphNodeParams& p, uint64_t* host_id, HostTransfer* t) {
   w.put_u32(static_cast<uint32_t>(p.type));
   switch (p.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
@@ -187,7 +279,7 @@ CUresult put_params(Writer& w, const char* name, const CUgraphNodeParams& p, uin
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       if (p.memcpy.flags || p.memcpy.reserved) return CUDA_ERROR_INVALID_VALUE;
       w.put_u64(handle_id(p.memcpy.copyCtx));
-      return put_copy(w, name, p.memcpy.copyParams);
+      return put_copy(w, name, p.memcpy.copyParams, t);
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const auto& m = p.memset;
       w.put_u64(handle_id(m.ctx));
@@ -356,11 +448,18 @@ void count_host_node(uint64_t graph, uint64_t node) {
   s.host_node_graph[node] = graph;
 }
 
+// A child graph node embeds a copy of the child: its host nodes and staged transfers come along.
 void count_child(uint64_t graph, uint64_t child) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.graph_hosts.find(child);
   if (it != s.graph_hosts.end()) s.graph_hosts[graph] += it->second;
+  auto t = s.graph_transfers.find(child);
+  if (t != s.graph_transfers.end()) {
+    std::vector<HostTransfer> copy = t->second;
+    auto& list = s.graph_transfers[graph];
+    list.insert(list.end(), copy.begin(), copy.end());
+  }
 }
 
 uint64_t hosts_of_graph(uint64_t graph) {
@@ -375,6 +474,85 @@ void note_instance(CUgraphExec exec, CUgraph graph) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   s.exec_hosts[handle_id(exec)] = n;
+  auto t = s.graph_transfers.find(handle_id(graph));
+  if (t != s.graph_transfers.end()) s.exec_transfers[handle_id(exec)] = t->second;
+  else s.exec_transfers.erase(handle_id(exec));
+}
+
+// ---- staged host sides of memcpy nodes (the file header says how they work) ----
+
+void free_staging(const HostTransfer& t) {
+  if (!t.transfer.WidthInBytes) return;
+  cuMemFree_v2(t.to_device ? t.transfer.dstDevice : t.transfer.srcDevice);
+}
+
+// A memcpy node was added (with a staged host side or not: parameters set later may bring one).
+void note_transfer(uint64_t graph, const HostTransfer& t) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.memcpy_node_graph[t.node] = graph;
+  if (t.transfer.WidthInBytes) s.graph_transfers[graph].push_back(t);
+}
+
+// A memcpy node's parameters changed: in its graph (exec 0) or in one instance. A node whose new
+// parameters have no staged host side (t.transfer.WidthInBytes == 0) loses its transfer.
+void replace_transfer(uint64_t exec, const HostTransfer& t) {
+  bool staged = t.transfer.WidthInBytes != 0;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto update = [&](std::vector<HostTransfer>& list, bool add_if_missing) {
+    for (auto it = list.begin(); it != list.end(); ++it) {
+      if (it->node != t.node) continue;
+      if (staged) *it = t;
+      else list.erase(it);
+      return;
+    }
+    if (staged && add_if_missing) list.push_back(t);
+  };
+  if (exec) {
+    update(s.exec_transfers[exec], true);
+    return;
+  }
+  // Instances made before keep what they had, as the driver's do.
+  auto g = s.memcpy_node_graph.find(t.node);
+  if (g != s.memcpy_node_graph.end()) update(s.graph_transfers[g->second], true);
+}
+
+// Moves the staged host sides of an instance: before its launch (to_device) or after it.
+CUresult move_transfers(uint64_t exec, CUstream stream, bool to_device) {
+  std::vector<HostTransfer> list;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.exec_transfers.find(exec);
+    if (it == s.exec_transfers.end()) return CUDA_SUCCESS;
+    list = it->second;
+  }
+  for (const HostTransfer& t : list) {
+    if (t.to_device != to_device) continue;
+    const CUDA_MEMCPY3D& x = t.transfer;
+    CUresult rc;
+    if (x.Height <= 1 && x.Depth <= 1) {
+      // One run of bytes: the plain async copies (and their pinned, mapped and pageable paths).
+      if (to_device)
+        rc = cuMemcpyHtoDAsync_v2(x.dstDevice + x.dstXInBytes, static_cast<const char*>(x.srcHost) + x.srcXInBytes,
+                                  x.WidthInBytes, stream);
+      else
+        rc = cuMemcpyDtoHAsync_v2(static_cast<char*>(x.dstHost) + x.dstXInBytes, x.srcDevice + x.srcXInBytes,
+                                  x.WidthInBytes, stream);
+    } else {
+      rc = cuMemcpy3DAsync_v2(&x, stream);
+    }
+    if (rc != CUDA_SUCCESS) return rc;
+  }
+  return CUDA_SUCCESS;
+}
+
+uint64_t host_callbacks_of(CUgraphExec exec) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.exec_hosts.find(handle_id(exec));
+  return it == s.exec_hosts.end() ? 0 : it->second;
 }
 
 CUresult add(uint16_t opcode, const char* name, CUgraphNode* ph, CUgraph graph, const CUgraphNode* deps,
@@ -387,10 +565,12 @@ CUresult add(uint16_t opcode, const char* name, CUgraphNode* ph, CUgraph graph, 
   c.args().put_u64(handle_id(graph));
   if (CUresult rc = put_deps(c.args(), deps, edges, n)) return rc;
   uint64_t host_id = 0;
-  if (CUresult rc = put_params(c.args(), name, *p, &host_id)) return rc;
+  HostTransfer t;
+  if (CUresult rc = put_params(c.args(), name, *p, &host_id, &t)) return rc;
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) {
     if (host_id) rgpu::client::forget_host_node(host_id);
+    free_staging(t);
     return rc;
   }
   Reader& r = c.reply();
@@ -407,6 +587,10 @@ CUresult add(uint16_t opcode, const char* name, CUgraphNode* ph, CUgraph graph, 
   *ph = handle_from<CUgraphNode>(id);
   if (p->type == CU_GRAPH_NODE_TYPE_HOST) count_host_node(handle_id(graph), id);
   if (p->type == CU_GRAPH_NODE_TYPE_GRAPH) count_child(handle_id(graph), handle_id(p->graph.graph));
+  if (p->type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+    t.node = id;
+    note_transfer(handle_id(graph), t);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -418,9 +602,18 @@ CUresult set(uint16_t opcode, const char* name, bool in_exec, CUgraphExec exec, 
   if (in_exec) c.args().put_u64(handle_id(exec));
   c.args().put_u64(handle_id(node));
   uint64_t host_id = 0;
-  if (CUresult rc = put_params(c.args(), name, p, &host_id)) return rc;
+  HostTransfer t;
+  if (CUresult rc = put_params(c.args(), name, p, &host_id, &t)) return rc;
   CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS && host_id) rgpu::client::forget_host_node(host_id);
+  if (rc != CUDA_SUCCESS) {
+    if (host_id) rgpu::client::forget_host_node(host_id);
+    free_staging(t);
+    return rc;
+  }
+  if (p.type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+    t.node = handle_id(node);
+    replace_transfer(in_exec ? handle_id(exec) : 0, t);
+  }
   return rc;
 }
 
@@ -874,28 +1067,33 @@ RGPU_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph g, C
 }
 
 // One-way, like a kernel launch; the instance's host callbacks are announced first.
+// The instance's staged host sides move around the launch, on its stream (the file header).
 RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream stream) {
-  uint64_t n = 0;
-  {
-    State& s = state();
-    std::lock_guard<std::mutex> lock(s.mu);
-    auto it = s.exec_hosts.find(handle_id(exec));
-    if (it != s.exec_hosts.end()) n = it->second;
-  }
-  rgpu::client::expect_host_callbacks(n);
-  return rgpu_fwd_cuGraphLaunch(exec, stream);
+  if (CUresult rc = move_transfers(handle_id(exec), stream, true)) return rc;
+  rgpu::client::expect_host_callbacks(host_callbacks_of(exec));
+  if (CUresult rc = rgpu_fwd_cuGraphLaunch(exec, stream)) return rc;
+  return move_transfers(handle_id(exec), stream, false);
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
-  uint64_t n = 0;
-  {
+  CUstream ordered = stream ? stream : CU_STREAM_PER_THREAD;
+  if (CUresult rc = move_transfers(handle_id(exec), ordered, true)) return rc;
+  rgpu::client::expect_host_callbacks(host_callbacks_of(exec));
+  if (CUresult rc = rgpu_fwd_cuGraphLaunch_ptsz(exec, stream)) return rc;
+  return move_transfers(handle_id(exec), ordered, false);
+}
+
+// A copy carries its original's staged transfers (the same staging buffers). Its host nodes are
+// not counted, as for captured graphs (the file header).
+RGPU_EXPORT CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph original) {
+  CUresult rc = rgpu_fwd_cuGraphClone(clone, original);
+  if (rc == CUDA_SUCCESS && clone) {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
-    auto it = s.exec_hosts.find(handle_id(exec));
-    if (it != s.exec_hosts.end()) n = it->second;
+    auto t = s.graph_transfers.find(handle_id(original));
+    if (t != s.graph_transfers.end()) s.graph_transfers[handle_id(*clone)] = t->second;
   }
-  rgpu::client::expect_host_callbacks(n);
-  return rgpu_fwd_cuGraphLaunch_ptsz(exec, stream);
+  return rc;
 }
 
 }  // extern "C"

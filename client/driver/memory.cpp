@@ -11,6 +11,8 @@
 // - cuMemcpyDtoHAsync must land in the caller's buffer by the synchronize that covers it: it is
 //   one-way, and the server sends the bytes when the copy has run (below). Both hold for pinned memory
 //   (client/host_memory.h) too: pinned is a promise about the client's memory only.
+// - A copy whose host side lies in mapped host memory (DEVICEMAP) runs on the server against its
+//   copy of the buffer (client/mapped_memory.h), so its bytes cross the network once.
 // - cuMemcpy / cuMemcpyAsync (unified addressing): each address is host memory of this process
 //   when it lies in a pinned range of ours or when the server's driver does not know it as device
 //   memory (one cuPointerGetAttributes round trip for an address outside the pinned ranges);
@@ -32,6 +34,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "client/host_memory.h"
+#include "client/mapped_memory.h"
 #include "client/runtime.h"
 #include "client/stream_capture.h"
 #include "gen/export.gen.h"
@@ -50,6 +53,8 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
     if (CUresult rc = rgpu::client::refuse_host_copy_in_capture("cuMemcpyHtoDAsync", stream)) return rc;
   if (async && rgpu::client::host_callbacks_pending() && rgpu::client::find_host_range(src, n, nullptr))
     rgpu::client::wait_host_callbacks();  // a callback ahead may still write the source
+  if (n && rgpu::client::mapped::active() && rgpu::client::mapped::contains(src, n))
+    return rgpu::client::mapped::copy(op, async, dst, src, n, async ? handle_id(stream) : 0);
   size_t off = 0;
   do {
     size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
@@ -109,6 +114,8 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
   if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
   if (async)
     if (CUresult rc = rgpu::client::refuse_host_copy_in_capture("cuMemcpyDtoHAsync", stream)) return rc;
+  if (n && rgpu::client::mapped::active() && rgpu::client::mapped::contains(dst, n))
+    return rgpu::client::mapped::copy(op, async, src, dst, n, async ? handle_id(stream) : 0);
   if (async && n) {
     rgpu::client::Connection* conn = rgpu::client::connection();
     if (!conn) return CUDA_ERROR_NOT_INITIALIZED;

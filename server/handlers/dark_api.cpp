@@ -20,7 +20,7 @@ constexpr CUuuid kToolsModule = {{0x6e, 0x16, 0x3f, char(0xbe), char(0xb9), 0x58
                                   char(0xe1), char(0x82), char(0xaf), char(0xf1), char(0x99), 0x1e}};
 constexpr unsigned kToolsContextObjectSlot = 51, kToolsContextQuerySlot = 39, kToolsModuleWalkSlot = 7;
 
-using ContextObjectFn = CUresult (*)(CUcontext, void*, void**);
+using ContextObjectFn = CUresult (*)(CUcontext, CUstream, void**);
 using ContextQueryFn = CUresult (*)(CUcontext, void*, void*);
 using FunctionVisitor = int (*)(void* user, CUfunction f, const char* name);
 using ModuleWalkFn = uint64_t (*)(CUcontext, CUmodule, FunctionVisitor, void*);
@@ -69,14 +69,18 @@ int collect(void* user, CUfunction, const char* name) {
 
 void tools_context_object(Dispatch& d) {
   uint64_t ctx_id = d.args.u64();
+  // The stream: absent from clients before it was known to be one (they meant the NULL stream).
+  uint64_t stream_id = d.args.left() >= sizeof(uint64_t) ? d.args.u64() : 0;
   if (!d.args.ok()) return;
   CUcontext ctx;
   if (CUresult rc = context_of(d, ctx_id, &ctx)) return d.reply.put<int32_t>(rc);
+  CUstream stream = nullptr;
+  if (!d.handles.get(stream_id, &stream)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   auto get = reinterpret_cast<ContextObjectFn>(driver_slot(d, kToolsContext, "TOOLS_CONTEXT", kToolsContextObjectSlot));
   auto query = reinterpret_cast<ContextQueryFn>(driver_slot(d, kToolsContext, "TOOLS_CONTEXT", kToolsContextQuerySlot));
   if (!get || !query) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   void* object = nullptr;
-  CUresult rc = get(ctx, nullptr, &object);
+  CUresult rc = get(ctx, stream, &object);
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
   // Room beyond the 8 bytes slot 39 was seen to write: a wider write lands here, not on the stack.

@@ -2,8 +2,10 @@
 // encoding (NodeParams) for every entry point; each handler decodes them into CUgraphNodeParams,
 // resolving every handle id, and calls the driver's entry point of the same name, rebuilding the
 // legacy struct where the call takes one. Kernel arguments are checked against the driver's own
-// layout as launches are (server/handlers/launch_args.h). A memcpy node never has a host side
-// here: the client refuses those (this process cannot reach its memory at launch time).
+// layout as launches are (server/handlers/launch_args.h). A memcpy node never names this
+// process's own memory, except host memory registered with the driver (in rgpu-server, only the
+// copies of the client's mapped memory, server/mapped_memory.h): the client names those for its
+// mapped buffers and stages every other host side through device memory (client/driver/graph.cpp).
 //
 // Host nodes: the driver's node calls a function of ours that asks the client to run the user's
 // and holds the graph until it returns (protocol/messages.h kOpCallback), at every launch. Its
@@ -67,16 +69,32 @@ E read_enum(Dispatch& d, uint32_t max) {
 }
 
 // One side of a copy, its type read as an integer (never trusting the enum): device, array, or
-// a unified address the driver knows as device memory. Anything else would have the driver
-// read or write this process's own memory at every launch.
-bool copy_side_ok(Dispatch& d, const CUDA_MEMCPY3D& c, size_t type_offset, CUdeviceptr unified) {
+// a unified address the driver knows as device memory, or as host memory registered with it
+// whose first and last byte the copy touches lie in one registered buffer (a mapped copy).
+// Anything else would have the driver read or write this process's own memory at every launch.
+bool copy_side_ok(Dispatch& d, const CUDA_MEMCPY3D& c, size_t type_offset, CUdeviceptr unified, size_t x, size_t y,
+                  size_t z, size_t pitch, size_t height) {
   std::underlying_type_t<CUmemorytype> t;
   std::memcpy(&t, reinterpret_cast<const char*>(&c) + type_offset, sizeof t);
   if (t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_ARRAY) return true;
   if (t != CU_MEMORYTYPE_UNIFIED || !d.drv.cuPointerGetAttribute) return false;
   unsigned type = 0;
-  return d.drv.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, unified) == CUDA_SUCCESS &&
-         type == CU_MEMORYTYPE_DEVICE;
+  if (d.drv.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, unified) != CUDA_SUCCESS) return false;
+  if (type == CU_MEMORYTYPE_DEVICE) return true;
+  if (type != CU_MEMORYTYPE_HOST || !c.WidthInBytes) return false;
+  // Offset of the last byte touched, computed in 128 bits (every field is hostile).
+  size_t p = pitch ? pitch : c.WidthInBytes, h = height ? height : c.Height;
+  size_t rows = c.Height ? c.Height : 1, slices = c.Depth ? c.Depth : 1;
+  __uint128_t last = __uint128_t(x) + __uint128_t(y) * p + __uint128_t(z) * p * h +
+                     __uint128_t(slices - 1) * p * h + __uint128_t(rows - 1) * p + c.WidthInBytes - 1;
+  if (last >= (__uint128_t(1) << 48) || unified + static_cast<uint64_t>(last) < unified) return false;
+  unsigned long long first_id = 0, last_id = 0;
+  CUdeviceptr first_dev = 0;
+  return d.drv.cuPointerGetAttribute(&first_dev, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, unified) == CUDA_SUCCESS &&
+         d.drv.cuPointerGetAttribute(&first_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, unified) == CUDA_SUCCESS &&
+         d.drv.cuPointerGetAttribute(&last_id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                     unified + static_cast<uint64_t>(last)) == CUDA_SUCCESS &&
+         first_id == last_id;
 }
 
 // Reads NodeParams into *n. Returns false when the handler must stop: the payload is malformed
@@ -109,8 +127,10 @@ bool read_params(Dispatch& d, Node* n, CUresult* bad) {
       CUDA_MEMCPY3D& c = p.memcpy.copyParams;
       c = d.args.get<CUDA_MEMCPY3D>();
       if (!d.args.ok()) return false;
-      if (!copy_side_ok(d, c, offsetof(CUDA_MEMCPY3D, srcMemoryType), c.srcDevice) ||
-          !copy_side_ok(d, c, offsetof(CUDA_MEMCPY3D, dstMemoryType), c.dstDevice)) {
+      if (!copy_side_ok(d, c, offsetof(CUDA_MEMCPY3D, srcMemoryType), c.srcDevice, c.srcXInBytes, c.srcY, c.srcZ,
+                        c.srcPitch, c.srcHeight) ||
+          !copy_side_ok(d, c, offsetof(CUDA_MEMCPY3D, dstMemoryType), c.dstDevice, c.dstXInBytes, c.dstY, c.dstZ,
+                        c.dstPitch, c.dstHeight)) {
         if (*bad == CUDA_SUCCESS) *bad = CUDA_ERROR_NOT_SUPPORTED;  // host sides never come from a client of ours
         c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
       }

@@ -9,7 +9,8 @@
  * wait nodes, memory alloc and free nodes, cuGraphAddNode with a conditional IF node and its
  * body, topology queries and edits, node parameters read back and changed in the graph and in
  * an instance, cuGraphExecUpdate; cuLinkCreate/AddData/AddFile/Complete with log buffers; and
- * the wrong uses each must refuse. Through rgpu, a memcpy node with a host side is refused
+ * the wrong uses each must refuse. Through rgpu, a memcpy node with a host side works (staged
+ * or mapped; test_host_sides), a host-to-host one is refused
  * (CUDA_ERROR_NOT_SUPPORTED); the real driver takes it. */
 #include <cuda.h>
 #include <stdint.h>
@@ -512,28 +513,155 @@ static void test_refusals(void) {
   CHECK(cuGraphKernelNodeGetParams(ms, &kp) != CUDA_SUCCESS, "kernel params of a memset node were given");
   CHECK(cuGraphGetNodes(g, NULL, NULL) != CUDA_SUCCESS, "cuGraphGetNodes without a count was accepted");
 
-  /* A host side in a memcpy node (pinned: the real driver takes it), named as host memory and as a
-   * unified address: through rgpu the server cannot reach this process's memory at launch. */
-  void* pinned = NULL;
-  CU(cuMemAllocHost(&pinned, N * 4));
-  for (int unified = 0; unified < 2 && pinned; ++unified) {
-    CUDA_MEMCPY3D c = dtod(a, 0, N * 4);
-    c.srcMemoryType = unified ? CU_MEMORYTYPE_UNIFIED : CU_MEMORYTYPE_HOST;
-    c.srcHost = unified ? NULL : pinned;
-    c.srcDevice = unified ? (CUdeviceptr)(uintptr_t)pinned : 0;
-    CUgraphNode hn = NULL;
-    CUresult rc = cuGraphAddMemcpyNode(&hn, g, NULL, 0, &c, g_ctx);
-    if (g_rgpu)
-      CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "a host-side memcpy node (%s) through rgpu: %s, want NOT_SUPPORTED",
-            unified ? "unified" : "host", err_name(rc));
-    else
-      CHECK(rc == CUDA_SUCCESS, "a host-side memcpy node (%s) on the real driver: %s", unified ? "unified" : "host",
-            err_name(rc));
-  }
-  if (pinned) CU(cuMemFreeHost(pinned));
+  /* Host to host in a memcpy node: the real driver takes it; rgpu's server cannot reach this
+   * process's memory at either end. */
+  static unsigned h2h_src[16], h2h_dst[16];
+  CUDA_MEMCPY3D hh = dtod(0, 0, sizeof h2h_src);
+  hh.srcMemoryType = hh.dstMemoryType = CU_MEMORYTYPE_HOST;
+  hh.srcHost = h2h_src;
+  hh.dstHost = h2h_dst;
+  CUgraphNode hn = NULL;
+  CUresult hrc = cuGraphAddMemcpyNode(&hn, g, NULL, 0, &hh, g_ctx);
+  if (g_rgpu)
+    CHECK(hrc == CUDA_ERROR_NOT_SUPPORTED, "a host-to-host memcpy node through rgpu: %s, want NOT_SUPPORTED",
+          err_name(hrc));
+  else
+    CHECK(hrc == CUDA_SUCCESS, "a host-to-host memcpy node on the real driver: %s", err_name(hrc));
   CU(cuGraphDestroy(g));
   CU(cuGraphDestroy(other));
   CU(cuMemFree(a));
+}
+
+/* ---------- memcpy nodes with a host side ----------
+ * The real driver reads and writes host memory when the node runs; through rgpu the bytes move
+ * around each launch (staged) or through the mapped copy (DEVICEMAP). Covered: pinned memory
+ * without DEVICEMAP and pageable memory (heap, stack) as source and destination, named as host
+ * memory and as unified addresses; a pitched destination whose gaps must survive; mapped memory;
+ * a cloned graph; parameters changed in the graph and in an instance; launched twice with the
+ * host source changed between launches (sampled at launch, as simpleCudaGraphs relies on). */
+static void test_host_sides(CUstream s) {
+  enum { M = 1024 };
+  unsigned* pinned = NULL;
+  unsigned* mapped = NULL;
+  CU(cuMemAllocHost((void**)&pinned, M * 4));
+  CU(cuMemHostAlloc((void**)&mapped, M * 4, CU_MEMHOSTALLOC_DEVICEMAP));
+  unsigned* heap = malloc(M * 4);
+  unsigned stack_out[M];
+  if (!pinned || !mapped || !heap) return;
+  CUdeviceptr d = 0, d2 = 0;
+  CU(cuMemAlloc(&d, M * 4));
+  CU(cuMemAlloc(&d2, M * 4));
+  for (int unified = 0; unified < 2; ++unified) {
+    for (int i = 0; i < M; ++i) pinned[i] = 100 + i, heap[i] = 0, stack_out[i] = 0, mapped[i] = 0;
+    CUgraph g = NULL;
+    CU(cuGraphCreate(&g, 0));
+    /* pinned → d, d → heap, d → stack (by unified address when `unified`), d → mapped */
+    CUDA_MEMCPY3D in = dtod(d, 0, M * 4);
+    in.srcMemoryType = unified ? CU_MEMORYTYPE_UNIFIED : CU_MEMORYTYPE_HOST;
+    in.srcHost = unified ? NULL : pinned;
+    in.srcDevice = unified ? (CUdeviceptr)(uintptr_t)pinned : 0;
+    CUgraphNode n_in = NULL, n_heap = NULL, n_stack = NULL, n_mapped = NULL;
+    CU(cuGraphAddMemcpyNode(&n_in, g, NULL, 0, &in, g_ctx));
+    CUDA_MEMCPY3D out = dtod(0, d, M * 4);
+    out.dstMemoryType = CU_MEMORYTYPE_HOST;
+    out.dstHost = heap;
+    CU(cuGraphAddMemcpyNode(&n_heap, g, &n_in, 1, &out, g_ctx));
+    out.dstMemoryType = unified ? CU_MEMORYTYPE_UNIFIED : CU_MEMORYTYPE_HOST;
+    out.dstHost = unified ? NULL : stack_out;
+    out.dstDevice = unified ? (CUdeviceptr)(uintptr_t)stack_out : 0;
+    CU(cuGraphAddMemcpyNode(&n_stack, g, &n_in, 1, &out, g_ctx));
+    out.dstMemoryType = CU_MEMORYTYPE_HOST;
+    out.dstHost = mapped;
+    out.dstDevice = 0;
+    CU(cuGraphAddMemcpyNode(&n_mapped, g, &n_in, 1, &out, g_ctx));
+    CUgraphExec e = NULL;
+    CU(cuGraphInstantiate(&e, g, 0));
+    for (int launch = 0; launch < 2 && e; ++launch) {
+      for (int i = 0; i < M; ++i) pinned[i] = 1000 * launch + i;
+      CU(cuGraphLaunch(e, s));
+      CU(cuStreamSynchronize(s));
+      int bad = 0;
+      for (int i = 0; i < M; ++i)
+        bad += heap[i] != 1000u * launch + i || stack_out[i] != 1000u * launch + i || mapped[i] != 1000u * launch + i;
+      CHECK(bad == 0, "host-side memcpy nodes (%s), launch %d: %d elements wrong (heap[1]=%u stack[1]=%u mapped[1]=%u)",
+            unified ? "unified" : "host", launch, bad, heap[1], stack_out[1], mapped[1]);
+    }
+    /* A clone launches the same copies. */
+    CUgraph clone = NULL;
+    CUgraphExec ce = NULL;
+    CU(cuGraphClone(&clone, g));
+    if (clone) CU(cuGraphInstantiate(&ce, clone, 0));
+    if (ce) {
+      for (int i = 0; i < M; ++i) pinned[i] = 7 + i, heap[i] = 0;
+      CU(cuGraphLaunch(ce, s));
+      CU(cuStreamSynchronize(s));
+      CHECK(heap[0] == 7 && heap[M - 1] == 7 + M - 1, "a cloned graph's host-side copy: heap[0]=%u", heap[0]);
+      CU(cuGraphExecDestroy(ce));
+    }
+    if (clone) CU(cuGraphDestroy(clone));
+    /* New parameters in the instance: the heap node now fills the second half of heap only. */
+    if (e) {
+      CUDA_MEMCPY3D half = dtod(0, d, M * 2);
+      half.dstMemoryType = CU_MEMORYTYPE_HOST;
+      half.dstHost = heap + M / 2;
+      CU(cuGraphExecMemcpyNodeSetParams(e, n_heap, &half, g_ctx));
+      for (int i = 0; i < M; ++i) pinned[i] = 5000 + i, heap[i] = 1;
+      CU(cuGraphLaunch(e, s));
+      CU(cuStreamSynchronize(s));
+      CHECK(heap[0] == 1 && heap[M / 2 - 1] == 1 && heap[M / 2] == 5000 && heap[M - 1] == 5000 + M / 2 - 1,
+            "instance memcpy parameters with a host side: heap[0]=%u heap[M/2]=%u", heap[0], heap[M / 2]);
+      CU(cuGraphExecDestroy(e));
+    }
+    /* New parameters in the graph: the input node now reads the heap (pageable) instead. */
+    for (int i = 0; i < M; ++i) heap[i] = 77 + i;
+    CUDA_MEMCPY3D from_heap = dtod(d, 0, M * 4);
+    from_heap.srcMemoryType = CU_MEMORYTYPE_HOST;
+    from_heap.srcHost = heap;
+    CU(cuGraphMemcpyNodeSetParams(n_in, &from_heap));
+    CU(cuGraphInstantiate(&e, g, 0));
+    if (e) {
+      CU(cuGraphLaunch(e, s));
+      CU(cuStreamSynchronize(s));
+      CHECK(stack_out[0] == 77 && stack_out[M - 1] == 77 + M - 1, "graph memcpy parameters with a host side: %u",
+            stack_out[0]);
+      CU(cuGraphExecDestroy(e));
+    }
+    CU(cuGraphDestroy(g));
+  }
+
+  /* A pitched destination: 4 rows of 64 bytes into host rows 128 bytes apart; the gaps stay. */
+  {
+    unsigned char rows[4 * 128];
+    memset(rows, 0xee, sizeof rows);
+    CU(cuMemsetD8(d2, 0x42, M * 4));
+    CUDA_MEMCPY3D c = dtod(0, d2, 64);
+    c.srcPitch = 64;
+    c.dstMemoryType = CU_MEMORYTYPE_HOST;
+    c.dstHost = rows;
+    c.dstPitch = 128;
+    c.dstHeight = 4;
+    c.Height = 4;
+    CUgraph g = NULL;
+    CUgraphNode n = NULL;
+    CUgraphExec e = NULL;
+    CU(cuGraphCreate(&g, 0));
+    CU(cuGraphAddMemcpyNode(&n, g, NULL, 0, &c, g_ctx));
+    CU(cuGraphInstantiate(&e, g, 0));
+    if (e) {
+      CU(cuGraphLaunch(e, s));
+      CU(cuStreamSynchronize(s));
+      int bad = 0;
+      for (int i = 0; i < 4 * 128; ++i) bad += rows[i] != ((i % 128) < 64 ? 0x42 : 0xee);
+      CHECK(bad == 0, "a pitched host destination: %d bytes wrong", bad);
+      CU(cuGraphExecDestroy(e));
+    }
+    CU(cuGraphDestroy(g));
+  }
+  CU(cuMemFree(d));
+  CU(cuMemFree(d2));
+  CU(cuMemFreeHost(pinned));
+  CU(cuMemFreeHost(mapped));
+  free(heap);
 }
 
 /* ---------- JIT linking ---------- */
@@ -654,6 +782,7 @@ int main(int argc, char** argv) {
   test_mem_nodes(s, dev);
   test_conditional(s);
   test_spin_on_host_node(s);
+  test_host_sides(s);
   test_refusals();
   test_link(ptx_path, s);
 
