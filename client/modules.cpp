@@ -33,7 +33,9 @@ bool server_has(const crypto::Digest& hash) {
   return g_cached.count(hash) != 0;
 }
 
+// After an image was sent: the server's cache keeps it, if the server has one.
 void server_now_has(const crypto::Digest& hash) {
+  if (!snapshot().module_cache_on) return;
   std::lock_guard<std::mutex> lock(g_cached_mu);
   g_cached.insert(hash);
 }
@@ -75,20 +77,36 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   }
   uint64_t minted = mint_handle();
   crypto::Digest hash = crypto::sha256(image, n);
-  CUresult rc = load_by_hash(op, minted, hash);
-  if (rc == CUDA_ERROR_NOT_FOUND) {
-    Call c(op, kWaits);
-    c.args().put_u64(minted);
-    c.args().put_u64(n);
-    c.attach(image, n);
-    rc = c.invoke();
-    if (rc == CUDA_SUCCESS) server_now_has(hash);
-  }
-  if (rc != CUDA_SUCCESS) return rc;
   image::Image img;
   std::string err;
   bool parsed = image::parse(image, n, image_arch(), &img, &err);
   if (!parsed) log::debug("%s: cannot read kernel layouts from the image (%s); asking the server", name, err.c_str());
+  // No round trip to load code (DESIGN.md §3): when the client has read the kernels from machine
+  // code built for the server's GPU, nothing after the load needs the server's answer, so the
+  // load is one-way, by hash when the server's cache index (learned at connect) holds the image,
+  // with the bytes otherwise. A load that fails anyway (out of memory) reports its error with the
+  // next call that waits, as a failed launch does. PTX (JIT can fail), images the client cannot
+  // read, and RGPU_BATCH=0 wait for the load's answer.
+  CUresult rc;
+  const bool one_way = parsed && img.native && batching();
+  if (one_way && !g_by_hash_unsupported.load(std::memory_order_relaxed) && server_has(hash)) {
+    Call c(proto::kOpModuleByHash, kOneWay);
+    c.args().put_u64(minted);
+    c.args().put<uint16_t>(op);
+    c.args().put(hash);
+    rc = c.invoke();
+  } else {
+    rc = one_way ? CUDA_ERROR_NOT_FOUND : load_by_hash(op, minted, hash);
+    if (rc == CUDA_ERROR_NOT_FOUND) {
+      Call c(op, one_way ? kOneWay : kWaits);
+      c.args().put_u64(minted);
+      c.args().put_u64(n);
+      c.attach(image, n);
+      rc = c.invoke();
+      if (rc == CUDA_SUCCESS) server_now_has(hash);
+    }
+  }
+  if (rc != CUDA_SUCCESS) return rc;
   ModuleRegistry::get().add_module(minted, std::move(img), parsed);
   *id = minted;
   return CUDA_SUCCESS;

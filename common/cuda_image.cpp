@@ -441,6 +441,7 @@ bool parse_fatbin(Bytes b, Image* out, std::string* err, uint32_t sm) {
   }
   if (have_elf) {
     *out = std::move(matched);
+    out->native = sm != 0;
     return true;
   }
   if (have_ptx) {
@@ -534,7 +535,10 @@ bool parse(const void* data, size_t len, uint32_t sm, Image* out, std::string* e
   Bytes b{static_cast<const uint8_t*>(data), data ? len : 0};
   switch (detect(data, b.n)) {
     case Kind::kFatbin: return parse_fatbin(b, out, err, sm);
-    case Kind::kCubin: return parse_cubin(b, out, err);
+    case Kind::kCubin:
+      if (!parse_cubin(b, out, err)) return false;
+      out->native = true;  // built for this GPU by the program (Triton, NVRTC) or it would not load
+      return true;
     case Kind::kPtx: return parse_ptx(ptx_text(b), out, err);
     case Kind::kFatbinWrapper: return fail(err, "a fatbin wrapper holds a pointer: parse the fatbin it points to");
     case Kind::kUnknown: break;

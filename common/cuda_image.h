@@ -38,6 +38,10 @@ struct Kernel {
 
 struct Image {
   std::vector<Kernel> kernels;  // in image order
+  // The kernels came from machine code the GPU runs as is: a bare cubin, or a fatbin's cubins
+  // for the architecture parse() was asked for. False for PTX (the driver must JIT it, which can
+  // fail) and for a fatbin with no cubin for that architecture.
+  bool native = false;
   const Kernel* find(const std::string& name) const;
 };
 

@@ -85,6 +85,21 @@ TEST_P(RealImage, GivesTheSignatureLayoutOfEveryKernel) {
   expect_test_kernels(img);
 }
 
+// native says whether the kernels came from machine code for the asked GPU: the client loads
+// those without waiting for the server's answer (client/modules.cpp).
+TEST_P(RealImage, SaysWhetherItHoldsMachineCodeForTheGpu) {
+  Image img;
+  std::string err;
+  ASSERT_TRUE(parse(bytes_.data(), bytes_.size(), 90, &img, &err)) << err;
+  const std::string label = GetParam().label;
+  const bool has_sm90_cubin = label == "cubin" || (GetParam().kind == Kind::kFatbin && label != "fatbin_ptx_only");
+  EXPECT_EQ(img.native, has_sm90_cubin) << label;
+  if (GetParam().kind == Kind::kFatbin) {
+    ASSERT_TRUE(parse(bytes_.data(), bytes_.size(), 12, &img, &err)) << err;  // no sm_12 code: PTX or another cubin
+    EXPECT_FALSE(img.native) << label;
+  }
+}
+
 TEST_P(RealImage, RefusesEveryTruncationWithoutCrashing) {
   // Every prefix either fails or (PTX cut between entries) parses to a subset; none may crash.
   for (size_t n = 0; n < bytes_.size(); n += (n < 256 ? 1 : 61)) {

@@ -26,6 +26,7 @@ void encode_snapshot(const Snapshot& s, Writer& w) {
   }
   w.put_u32(static_cast<uint32_t>(s.cached_modules.size()));
   for (const auto& h : s.cached_modules) w.append(h.data(), h.size());
+  w.put_u8(s.module_cache_on ? 1 : 0);
 }
 
 bool decode_snapshot(Reader& r, Snapshot* s) {
@@ -59,6 +60,7 @@ bool decode_snapshot(Reader& r, Snapshot* s) {
   if (!r.ok() || nm > kMaxSnapshotModules) return false;
   s->cached_modules.resize(nm);
   for (auto& h : s->cached_modules) r.take(h.data(), h.size());
+  s->module_cache_on = r.left() > 0 && r.u8() != 0;
   return r.ok();
 }
 

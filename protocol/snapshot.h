@@ -46,6 +46,10 @@ struct Snapshot {
   // SHA-256 of every module image in the server's cache (server/module_cache.h), so the client
   // asks for an image by hash only when the server has it and sends the bytes at once otherwise.
   std::vector<std::array<uint8_t, 32>> cached_modules;
+  // Whether the server keeps the images it loads (its cache is on): only then may the client
+  // count an image it sent as one the server can load again by hash. Absent from older servers'
+  // snapshots (decoded as false).
+  bool module_cache_on = false;
 };
 
 inline constexpr uint32_t kMaxSnapshotDevices = 64;

@@ -7,6 +7,11 @@
 // Robustness: an image read back is checked against its name's hash (a damaged or edited file is
 // ignored and removed); the directory's total size is capped, and an image that would pass the
 // cap is simply not cached. Every failure here only costs a resend: the cache is never required.
+//
+// Verified images: clients load the images the index lists without waiting for an answer
+// (client/modules.cpp), so a listed image must load. The server gives each image it wrote or
+// checked a fixed modification time (2000-01-01 00:00:00.123456789); index() lists those at the
+// cost of a stat, and checks the hash of any other file first (one edited or replaced since).
 #pragma once
 
 #include <cstddef>

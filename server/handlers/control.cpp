@@ -60,6 +60,7 @@ void snapshot(Dispatch& d) {
     s.errors.push_back({code, n, t ? t : n});
   }
   for (const auto& h : module_cache::index(proto::kMaxSnapshotModules)) s.cached_modules.push_back(h);
+  s.module_cache_on = module_cache::enabled();
   d.reply.put<int32_t>(CUDA_SUCCESS);
   proto::encode_snapshot(s, d.reply);
 }

@@ -60,6 +60,26 @@ def test_second_run_does_not_resend_the_image(cache_server, cache_dir, tmp_path)
     requests = _by_hash_requests(second)
     assert requests > 0
     assert saved >= image_bytes - 58 * requests, (first["bytes_sent"], second["bytes_sent"], image_bytes)
+    # No round trip to load code: loads of cubins for the GPU never wait, by hash or with bytes.
+    loads = ("control:20", "cuModuleLoadData", "cuLibraryLoadData", "cuModuleLoadFatBinary")
+    for run in (first, second):
+        waited = {o["op"]: o["waited"] for o in run["ops"] if o["op"] in loads and o["waited"]}
+        assert not waited, waited
+
+
+def test_an_edited_cache_file_is_checked_before_it_is_listed(cache_server, cache_dir, tmp_path):
+    # A listed image is loaded without waiting, so the index must not list one that no longer
+    # matches its hash: edited in place (same size, new bytes), it is dropped and sent again.
+    _run(cache_server, tmp_path / "first.json")
+    names = _cached(cache_dir)
+    for n in names:
+        data = bytearray((cache_dir / n).read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (cache_dir / n).write_bytes(bytes(data))
+    second = _run(cache_server, tmp_path / "second.json")
+    assert _by_hash_requests(second) == 0
+    for n in _cached(cache_dir):
+        assert hashlib.sha256((cache_dir / n).read_bytes()).hexdigest() == n
 
 
 def test_a_damaged_cache_file_is_resent_and_replaced(cache_server, cache_dir, tmp_path):

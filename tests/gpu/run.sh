@@ -191,7 +191,7 @@ if want train; then
   bench/run_train_bench.sh --driver "$REAL" --out "$OUT" ${RGPU_TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_bench.log" | tail -20
   cp "$OUT/train_bench.md" "$OUT/train_bench.json" "$RESULTS/" 2>/dev/null
 fi
-tar czf "$RESULTS/gpu-logs.tgz" -C "$RESULTS" logs
+tar czf "$RESULTS/gpu-logs.tgz" --exclude=module-cache -C "$RESULTS" logs
 
 echo
 [ $status = 0 ] && echo "GPU RUN: ALL PASSED" || echo "GPU RUN: FAILURES (see $OUT)"
