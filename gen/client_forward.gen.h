@@ -46,6 +46,10 @@ CUresult CUDAAPI rgpu_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache c
 CUresult CUDAAPI rgpu_fwd_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib);
 CUresult CUDAAPI rgpu_fwd_cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 CUresult CUDAAPI rgpu_fwd_cuLibraryUnload(CUlibrary library);
+CUresult CUDAAPI rgpu_fwd_cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
+CUresult CUDAAPI rgpu_fwd_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location);
+CUresult CUDAAPI rgpu_fwd_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+CUresult CUDAAPI rgpu_fwd_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult CUDAAPI rgpu_fwd_cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
 CUresult CUDAAPI rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream);

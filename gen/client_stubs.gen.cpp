@@ -1965,7 +1965,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr) {
   rgpu::client::trace_call("cuMemGetAccess");
   rgpu::client::Call c(rgpu::op::cuMemGetAccess, rgpu::client::kWaits);
   c.args().put_u8(flags != nullptr);
@@ -2101,7 +2101,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExpor
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolExportToShareableHandle(void * /*handle_out*/, CUmemoryPool /*pool*/, CUmemAllocationHandleType /*handleType*/, unsigned long long /*flags*/) { return rgpu::client::unsupported("cuMemPoolExportToShareableHandle"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location) {
   rgpu::client::trace_call("cuMemPoolGetAccess");
   rgpu::client::Call c(rgpu::op::cuMemPoolGetAccess, rgpu::client::kWaits);
   c.args().put_u8(flags != nullptr);
@@ -2133,7 +2133,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) {
   rgpu::client::trace_call("cuMemPoolSetAccess");
   const uint64_t map_n = rgpu::gen::sz_mul(static_cast<uint64_t>(count), uint64_t{sizeof(CUmemAccessDesc)});
   if (map_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
@@ -2210,7 +2210,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandl
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
   rgpu::client::trace_call("cuMemSetAccess");
   const uint64_t desc_n = rgpu::gen::sz_mul(static_cast<uint64_t>(count), uint64_t{sizeof(CUmemAccessDesc)});
   if (desc_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;

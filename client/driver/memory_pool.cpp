@@ -48,6 +48,8 @@ RGPU_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPool
   if (poolProps->win32SecurityAttributes) return CUDA_ERROR_INVALID_VALUE;  // Windows only
   CUmemPoolProps props = *poolProps;
   props.win32SecurityAttributes = nullptr;
+  // The pool's device is a client ordinal (CUDA_VISIBLE_DEVICES); the server numbers all its devices.
+  if (props.location.type == CU_MEM_LOCATION_TYPE_DEVICE) props.location.id = rgpu::client::server_device(props.location.id);
   uint64_t id = rgpu::client::mint_handle();
   Call c(rgpu::op::cuMemPoolCreate, rgpu::client::kWaits);
   c.args().put_u64(id);

@@ -14,10 +14,12 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "client/call.h"
 #include "client/runtime.h"
 #include "common/log.h"
+#include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 
@@ -25,12 +27,26 @@ namespace {
 
 using rgpu::client::Call;
 
+// A memory location as the server should see it: a device's id is the client's ordinal
+// (CUDA_VISIBLE_DEVICES), the server numbers all its devices.
+CUmemLocation to_server(CUmemLocation loc) {
+  if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) loc.id = rgpu::client::server_device(loc.id);
+  return loc;
+}
+
+// Access descriptors as the server should see them.
+std::vector<CUmemAccessDesc> to_server(const CUmemAccessDesc* descs, size_t count) {
+  std::vector<CUmemAccessDesc> out(descs, descs + count);
+  for (auto& d : out) d.location = to_server(d.location);
+  return out;
+}
+
 // The properties as the server should see them; false when they cannot travel.
 bool to_server(const CUmemAllocationProp* in, CUmemAllocationProp* out) {
   if (!in || in->win32HandleMetaData) return false;  // Windows only; must be NULL elsewhere
   *out = *in;
   out->win32HandleMetaData = nullptr;
-  if (out->location.type == CU_MEM_LOCATION_TYPE_DEVICE) out->location.id = rgpu::client::server_device(in->location.id);
+  out->location = to_server(in->location);
   return true;
 }
 
@@ -118,6 +134,31 @@ RGPU_EXPORT CUresult CUDAAPI cuMemExportToShareableHandle(void*, CUmemGenericAll
 RGPU_EXPORT CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle*, void*,
                                                             CUmemAllocationHandleType) {
   return refuse("cuMemImportFromShareableHandle");
+}
+
+// Access rights name devices by ordinal: translated both ways as for allocations.
+RGPU_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (!desc || count > (1u << 16)) return rgpu_fwd_cuMemSetAccess(ptr, size, desc, count);
+  auto server = to_server(desc, count);
+  return rgpu_fwd_cuMemSetAccess(ptr, size, server.data(), count);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  if (!map || count > (1u << 16)) return rgpu_fwd_cuMemPoolSetAccess(pool, map, count);
+  auto server = to_server(map, count);
+  return rgpu_fwd_cuMemPoolSetAccess(pool, server.data(), count);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  if (!location) return rgpu_fwd_cuMemGetAccess(flags, location, ptr);
+  const CUmemLocation server = to_server(*location);
+  return rgpu_fwd_cuMemGetAccess(flags, &server, ptr);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool pool, CUmemLocation* location) {
+  if (!location) return rgpu_fwd_cuMemPoolGetAccess(flags, pool, location);
+  CUmemLocation server = to_server(*location);
+  return rgpu_fwd_cuMemPoolGetAccess(flags, pool, &server);
 }
 
 }  // extern "C"
