@@ -87,6 +87,8 @@ class WriteTracker {
     }
     // Arms every page (the first scan reports them all: nothing was protected yet).
     if (!take(p, n, [](size_t, size_t) { return true; })) {
+      log::debug("mapped host memory at %p: no write tracking (PAGEMAP_SCAN: %s); comparing pages instead", p,
+                 std::strerror(errno));
       untrack(p, n);
       return false;
     }

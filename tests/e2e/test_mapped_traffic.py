@@ -47,3 +47,16 @@ def test_traffic_does_not_grow_with_the_buffer(server, tmp_path):
 def test_every_call_waiting_gives_the_same_results(server, tmp_path):
     s = _run(server, tmp_path, 16, 5, RGPU_BATCH="0")
     assert s["bytes_sent"] < 2 * MIB and s["bytes_received"] < 1 * MIB, s
+
+
+def test_without_userfaultfd_pages_are_compared_and_traffic_is_the_same(server, tmp_path):
+    """Where the kernel cannot track writes (here: a seccomp filter refuses userfaultfd, as some
+    container profiles do), the client compares pages instead: slower per call, same traffic."""
+    path = tmp_path / "stats.json"
+    wrapper = str(BUILD / "bin/no_userfaultfd")
+    r = run_client([wrapper, PROGRAM, "64", "20"], server, env_extra={"RGPU_STATS": str(path)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "mapped_traffic_test: all" in r.stdout
+    assert "cannot track writes (userfaultfd" in r.stderr, r.stderr
+    s = json.loads(path.read_text())
+    assert s["bytes_sent"] < 2 * MIB and s["bytes_received"] < 1 * MIB, s
