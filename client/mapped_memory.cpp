@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -168,6 +169,7 @@ struct Range {
   uint8_t* base = nullptr;
   size_t size = 0;
   CUdeviceptr dptr = 0;
+  bool managed = false;         // map_managed: ours to munmap when the server says it was freed
   bool tracked = false;         // WriteTracker reports the program's writes; no shadow
   bool fresh = false;           // tracked, and the server has not seen the initial contents yet
   bool scan_failed = false;     // tracked, and the last scan failed (logged once)
@@ -193,6 +195,25 @@ Range* find_locked(uintptr_t p) {
 
 size_t page_span(size_t n) { return (n + kPage - 1) / kPage * kPage; }
 
+// Records [base, base + size) as mirrored by the server's buffer at device pointer d.
+void add_range(void* base, size_t size, CUdeviceptr d, bool managed) {
+  Range r;
+  r.base = static_cast<uint8_t*>(base);
+  r.size = size;
+  r.dptr = d;
+  r.managed = managed;
+  WriteTracker* tracker = WriteTracker::get();
+  r.tracked = tracker && tracker->track(r.base, page_span(size));
+  // The server's copy starts zeroed: the first push sends what differs from zero.
+  r.fresh = r.tracked;
+  if (!r.tracked) r.shadow.assign(size, 0);
+  {
+    std::lock_guard lk(mu());
+    ranges()[reinterpret_cast<uintptr_t>(base)] = std::move(r);
+    g_count.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 }  // namespace
 
 std::atomic<int> g_count{0};
@@ -208,21 +229,37 @@ CUresult map(void* base, size_t size, unsigned flags, CUdeviceptr* dptr) {
   uint64_t d = c.reply().u64();
   c.reply().u64();  // the server's address, for traces
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  Range r;
-  r.base = static_cast<uint8_t*>(base);
-  r.size = size;
-  r.dptr = d;
-  WriteTracker* tracker = WriteTracker::get();
-  r.tracked = tracker && tracker->track(r.base, page_span(size));
-  // The server's copy starts zeroed: the first push sends what differs from zero.
-  r.fresh = r.tracked;
-  if (!r.tracked) r.shadow.assign(size, 0);
-  {
-    std::lock_guard lk(mu());
-    ranges()[reinterpret_cast<uintptr_t>(base)] = std::move(r);
-    g_count.fetch_add(1, std::memory_order_relaxed);
-  }
+  add_range(base, size, d, false);
   *dptr = d;
+  return CUDA_SUCCESS;
+}
+
+CUresult map_managed(size_t size, unsigned flags, CUdeviceptr* dptr) {
+  if (Connection* conn = connection()) conn->set_mapped_update_handler(apply_update);
+  Call c(proto::kOpManagedAlloc, kWaits);
+  c.args().put_u64(size);
+  c.args().put_u32(flags);
+  CUresult rc = c.invoke();
+  if (rc != CUDA_SUCCESS) return rc;
+  uint64_t x = c.reply().u64();
+  if (!c.reply().ok() || x == 0 || x % kPage || size > UINT64_MAX - x - kPage) return CUDA_ERROR_UNKNOWN;
+  void* want = reinterpret_cast<void*>(static_cast<uintptr_t>(x));
+  void* p = mmap(want, page_span(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p != want) {
+    int err = p == MAP_FAILED ? errno : EEXIST;
+    if (p != MAP_FAILED) munmap(p, page_span(size));  // a kernel older than 4.17 took it as a hint
+    Call f(proto::kOpMappedFree, kOneWay);
+    f.args().put_u64(x);
+    f.invoke();
+    trace_call("cuMemAllocManaged");
+    log::error("cuMemAllocManaged is not supported here: the server's driver placed %zu bytes of managed memory at "
+               "0x%llx, and this process cannot map its copy there (%s); rgpu needs the same address on both "
+               "ends. Use cuMemAlloc and explicit copies",
+               size, static_cast<unsigned long long>(x), std::strerror(err));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  add_range(p, size, x, true);
+  *dptr = x;
   return CUDA_SUCCESS;
 }
 
@@ -315,6 +352,17 @@ bool apply_update(const uint8_t* payload, size_t n) {
   const uint8_t* bytes = in.view(len);
   std::lock_guard lk(mu());
   auto it = ranges().find(base);
+  if (offset == ~uint64_t(0)) {
+    // The program freed a managed buffer (cuMemFree_v2): its copy here goes too.
+    if (len != 0) return false;
+    if (it == ranges().end() || !it->second.managed) return it == ranges().end();
+    Range& r = it->second;
+    if (r.tracked) WriteTracker::get()->untrack(r.base, page_span(r.size));
+    munmap(r.base, page_span(r.size));
+    ranges().erase(it);
+    g_count.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
   if (it == ranges().end()) return true;  // freed meanwhile: nothing to update
   Range& r = it->second;
   if (offset > r.size || len > r.size - offset) return false;

@@ -13,6 +13,11 @@
 // copy, so the bytes cross the network once: a device-to-host copy lands in the server's copy
 // and comes back as a kOpMappedUpdate; a host-to-device copy reads the server's copy after the
 // push that precedes it.
+//
+// Managed memory (cuMemAllocManaged) is a mapped range the other way round: the server's driver
+// picks the address, and this process maps its copy there (map_managed), so the one pointer
+// works as a device pointer in calls and as a host pointer in the program. It ends when the
+// server sees the program's cuMemFree_v2 of it and says so (a kOpMappedUpdate, apply_update).
 #pragma once
 
 #include <cuda.h>
@@ -26,6 +31,10 @@ namespace rgpu::client::mapped {
 // Asks the server for its copy of [base, base + size) (page-aligned base). On success *dptr is
 // the device pointer kernels use (equal to base when the server could map its copy there).
 CUresult map(void* base, size_t size, unsigned flags, CUdeviceptr* dptr);
+// kOpManagedAlloc: the server allocates managed memory, and this process maps [X, X + size) at
+// the address X it returns, tracked like a mapped range. When X is taken here, the server frees
+// it again and the call fails with CUDA_ERROR_NOT_SUPPORTED, logged. On success *dptr = X.
+CUresult map_managed(size_t size, unsigned flags, CUdeviceptr* dptr);
 // Forgets the range and tells the server (one-way). False when base is not a mapped range.
 bool unmap(void* base);
 // The device pointer for host address p inside a mapped range.
@@ -38,8 +47,9 @@ inline bool active() { return g_count.load(std::memory_order_relaxed) != 0; }
 // Sends the program's changes to mapped memory, ordered before the call `op` of this thread, if
 // that call can make the GPU read memory (launches, copies, memsets; op_touches_memory).
 void push(uint32_t thread_id, uint16_t op);
-// A kOpMappedUpdate payload from the server (reading thread). False when it does not lie inside
-// a mapped range (the server is then misbehaving).
+// A kOpMappedUpdate payload from the server (reading thread), or its end-of-managed-buffer form
+// (unmaps it here). False when it does not lie inside a mapped range (the server is then
+// misbehaving).
 bool apply_update(const uint8_t* payload, size_t n);
 // A copy between device memory and host memory inside one mapped range (contains(host, n)), as
 // kOpMappedCopy: `op` is the driver call the program made (cuMemcpyHtoD_v2, cuMemcpyDtoHAsync_v2,

@@ -15,6 +15,13 @@
 //   memory it returns at once.
 // cuMemFree waits for the owning context's queued work first, as cudaFree's implicit
 // synchronization does, so freeing right after a launch is safe.
+//
+// Managed memory (cuMemAllocManaged) is host memory mapped at [kManagedBase, ...), outside the
+// device window, readable by the CPU at the address returned, as on a real GPU with HMM: it is
+// kept with the pinned ranges as mapped memory whose device pointer is its address, zeroed.
+// The advice, prefetch and attach calls are accepted and change nothing.
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -29,12 +36,26 @@ struct Pinned {
   size_t size;
   bool owned;           // allocated by us (cuMemAllocHost / cuMemHostAlloc), freed by cuMemFreeHost
   bool mapped = false;  // DEVICEMAP: kernels reach it; its device pointer is its host address
+  CUctx_st* managed = nullptr;  // cuMemAllocManaged: the context it was allocated in (owned, mapped)
 };
 std::map<uintptr_t, Pinned>& g_pinned = *new std::map<uintptr_t, Pinned>;
 size_t g_used = 0;
 CUdeviceptr g_next = kDeviceBase;
 
 constexpr size_t kAlign = 256;
+
+// Managed allocations, placed away from the device window, from heaps and libraries, and from the
+// addresses rgpu gives mapped host memory (0x5a0000000000...).
+constexpr uintptr_t kManagedBase = 0x5c0000000000;
+uintptr_t g_next_managed = kManagedBase;
+
+// The managed range holding p (g_mem_mu held), or null.
+const std::pair<const uintptr_t, Pinned>* find_managed_locked(uintptr_t p) {
+  auto it = g_pinned.upper_bound(p);
+  if (it == g_pinned.begin()) return nullptr;
+  --it;
+  return it->second.managed && p - it->first < it->second.size ? &*it : nullptr;
+}
 
 // Waits for everything queued in the context (used before a free).
 void drain_ctx(CUctx_st* c) {
@@ -175,10 +196,59 @@ FAKE_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   return CUDA_SUCCESS;
 }
 
+FAKE_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  if (bytesize == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mem_mu);
+  if (bytesize > kTotalMem - g_used) return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t len = (bytesize + 4095) / 4096 * 4096;
+  void* p = MAP_FAILED;
+  for (int attempt = 0; attempt < 16 && p == MAP_FAILED; ++attempt) {
+    void* want = reinterpret_cast<void*>(g_next_managed);
+    g_next_managed += (len + (uintptr_t(1) << 21)) & ~((uintptr_t(1) << 21) - 1);  // a gap after each
+    p = mmap(want, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p != MAP_FAILED && p != want) {
+      munmap(p, len);
+      p = MAP_FAILED;
+    }
+  }
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  g_used += bytesize;
+  g_pinned[reinterpret_cast<uintptr_t>(p)] = Pinned{bytesize, true, true, c};
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+// cuMemFree_v2 of a managed allocation: CUDA_ERROR_NOT_FOUND when dptr is none.
+CUresult free_managed(CUdeviceptr dptr) {
+  CUctx_st* owner;
+  {
+    std::lock_guard lk(g_mem_mu);
+    auto it = g_pinned.find(dptr);
+    if (it == g_pinned.end() || !it->second.managed) return CUDA_ERROR_NOT_FOUND;
+    owner = it->second.managed;
+  }
+  drain_ctx(owner);
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_pinned.find(dptr);
+  if (it == g_pinned.end() || !it->second.managed) return CUDA_ERROR_INVALID_VALUE;  // freed meanwhile
+  g_used -= it->second.size;
+  munmap(reinterpret_cast<void*>(dptr), (it->second.size + 4095) / 4096 * 4096);
+  g_pinned.erase(it);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 FAKE_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
   if (dptr == 0) return CUDA_SUCCESS;
+  if (CUresult r = free_managed(dptr); r != CUDA_ERROR_NOT_FOUND) return r;
   CUctx_st* owner;
   {
     std::lock_guard lk(g_mem_mu);
@@ -208,8 +278,16 @@ FAKE_API CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
 FAKE_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
+  {
+    std::lock_guard lk(g_mem_mu);
+    if (auto* m = find_managed_locked(dptr)) {
+      if (pbase) *pbase = m->first;
+      if (psize) *psize = m->second.size;
+      return CUDA_SUCCESS;
+    }
+  }
   Span s;
-  if (!device_span(dptr, 1, &s)) return CUDA_ERROR_NOT_FOUND;
+  if (!device_span(dptr, 1, &s) || !s.hold) return CUDA_ERROR_NOT_FOUND;
   if (pbase) *pbase = s.hold->base;
   if (psize) *psize = s.hold->size;
   return CUDA_SUCCESS;
@@ -235,7 +313,7 @@ FAKE_API CUresult CUDAAPI cuMemFreeHost(void* p) {
   if (CUresult r = check_init()) return r;
   std::lock_guard lk(g_mem_mu);
   auto it = g_pinned.find(reinterpret_cast<uintptr_t>(p));
-  if (it == g_pinned.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
+  if (it == g_pinned.end() || !it->second.owned || it->second.managed) return CUDA_ERROR_INVALID_VALUE;
   g_pinned.erase(it);
   std::free(p);
   return CUDA_SUCCESS;
@@ -264,7 +342,7 @@ FAKE_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void*
   auto it = g_pinned.upper_bound(u);
   if (it == g_pinned.begin()) return CUDA_ERROR_INVALID_VALUE;
   --it;
-  if (!it->second.mapped || u - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
+  if (!it->second.mapped || it->second.managed || u - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
   *pdptr = u;
   return CUDA_SUCCESS;
 }
@@ -489,7 +567,37 @@ FAKE_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_att
 
 namespace {
 
+// A managed allocation (g_mem_mu held): memory type host, as the driver reports managed memory
+// (CU_MEMORYTYPE_UNIFIED is never returned), and IS_MANAGED.
+CUresult managed_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr,
+                           const std::pair<const uintptr_t, Pinned>& m) {
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = m.second.managed; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_HOST; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data) = reinterpret_cast<void*>(ptr); break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = m.first; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = m.first; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = m.second.size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = 1; break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *static_cast<unsigned*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *static_cast<unsigned*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *static_cast<CUmemoryPool*>(data) = nullptr; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  {
+    std::lock_guard lk(g_mem_mu);
+    if (auto* m = find_managed_locked(ptr)) return managed_attribute(data, attr, ptr, *m);
+  }
   Span s;
   bool device = device_span(ptr, 1, &s);
   bool pinned = !device && host_is_pinned(reinterpret_cast<void*>(ptr), 1);
@@ -548,5 +656,74 @@ FAKE_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUp
                    : 8;
     std::memcpy(data[i], tmp, n);
   }
+  return CUDA_SUCCESS;
+}
+
+// ---------- managed memory: advice, prefetch, attach, range attributes ----------
+// Accepted for managed ranges and changing nothing: every byte is where the CPU and the fake's
+// kernels both reach it.
+
+namespace {
+
+CUresult managed_range(CUdeviceptr p, size_t n) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mem_mu);
+  auto* m = find_managed_locked(p);
+  if (!m || n > m->second.size - (p - m->first)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_ok(CUstream h) {
+  std::unique_lock lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  return get_stream_locked(h, &s);
+}
+
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice, CUstream hStream) {
+  if (CUresult r = managed_range(devPtr, count)) return r;
+  return stream_ok(hStream);
+}
+FAKE_API CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dev, CUstream hStream) {
+  return cuMemPrefetchAsync(devPtr, count, dev, hStream);
+}
+FAKE_API CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation, unsigned int flags,
+                                                CUstream hStream) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return cuMemPrefetchAsync(devPtr, count, 0, hStream);
+}
+FAKE_API CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation loc, unsigned int flags,
+                                                     CUstream hStream) {
+  return cuMemPrefetchAsync_v2(devPtr, count, loc, flags, hStream);
+}
+FAKE_API CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise, CUdevice) {
+  return managed_range(devPtr, count);
+}
+FAKE_API CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise, CUmemLocation) {
+  return managed_range(devPtr, count);
+}
+FAKE_API CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t, unsigned int flags) {
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = managed_range(dptr, 1)) return r;  // length 0: the whole allocation
+  return stream_ok(hStream);
+}
+FAKE_API CUresult CUDAAPI cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags) {
+  return cuStreamAttachMemAsync(hStream, dptr, length, flags);
+}
+// Answers as for memory nobody advised: not read-mostly, no preferred location, last prefetched nowhere.
+FAKE_API CUresult CUDAAPI cuMemRangeGetAttribute(void* data, size_t dataSize, CUmem_range_attribute, CUdeviceptr devPtr,
+                                                 size_t count) {
+  if (!data || dataSize == 0 || dataSize % 4) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = managed_range(devPtr, count)) return r;
+  std::memset(data, 0, dataSize);
+  return CUDA_SUCCESS;
+}
+FAKE_API CUresult CUDAAPI cuMemRangeGetAttributes(void** data, size_t* dataSizes, CUmem_range_attribute* attributes,
+                                                  size_t numAttributes, CUdeviceptr devPtr, size_t count) {
+  if (!data || !dataSizes || !attributes || numAttributes == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < numAttributes; ++i)
+    if (CUresult r = cuMemRangeGetAttribute(data[i], dataSizes[i], attributes[i], devPtr, count)) return r;
   return CUDA_SUCCESS;
 }

@@ -123,7 +123,8 @@ enum Op : uint16_t {
   //   Reply: CUresult, u64 device pointer, u64 server address (equal to the client address when
   //   the server could map its copy there).
   kOpMappedAlloc = 23,
-  // kOpMappedFree, request (no reply wanted): u64 client address.
+  // kOpMappedFree, request (no reply wanted): u64 client address. For a managed buffer
+  // (kOpManagedAlloc) the server frees the allocation with cuMemFree.
   kOpMappedFree = 24,
   // kOpMappedWrite, request (no reply wanted; sent before the call it precedes, with the thread
   // id of that call): u64 client address, u64 offset, then the bytes to the end of the payload.
@@ -131,6 +132,10 @@ enum Op : uint16_t {
   // kOpMappedUpdate, server -> client, not a reply (flags 0, request_id 0): u64 client address,
   // u64 offset, then the bytes. Sent before the reply it precedes; the client applies it on its
   // reading thread, after checking that it lies inside a buffer it mapped.
+  // One special form, for managed buffers (kOpManagedAlloc): offset 2^64-1 and no bytes says the
+  // program freed the buffer (cuMemFree_v2 of its address, which the server saw before running
+  // it); the client drops its copy. Sent before the driver frees it, so before any reply that
+  // could hand the same address out again.
   kOpMappedUpdate = 26,
   // Device printf: server -> client, not a reply (flags 0, request_id 0): what kernels printed
   // (the driver writes it to the server's stdout at synchronizing calls), as raw bytes. Sent
@@ -160,6 +165,15 @@ enum Op : uint16_t {
   // what the copy wrote reaches the client as kOpMappedUpdate frames, before the reply (sync)
   // or before the reply of a later synchronizing call (async).
   kOpMappedCopy = 40,
+  // Managed memory (cuMemAllocManaged), mirrored like mapped host memory: the allocation itself
+  // is the server's copy, and the client maps its copy at the same address, so the one pointer
+  // is the device pointer on the server and the host pointer in the client. Request: u64 size,
+  // u32 flags (CU_MEM_ATTACH_*). Reply: CUresult, then u64 the address. From then on it is a
+  // mapped buffer whose client address, server address and device pointer are that address
+  // (kOpMappedWrite, kOpMappedUpdate, kOpMappedCopy as above). It ends with the program's
+  // cuMemFree_v2 (see kOpMappedUpdate), or with kOpMappedFree when the client cannot map the
+  // address.
+  kOpManagedAlloc = 41,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

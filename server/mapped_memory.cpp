@@ -124,6 +124,53 @@ void MappedMemory::alloc(const DriverTable& drv, Reader& in, Writer& out) {
   out.put_u64(reinterpret_cast<uint64_t>(p));
 }
 
+void MappedMemory::managed_alloc(const DriverTable& drv, Reader& in, Writer& out) {
+  uint64_t size = in.u64();
+  uint32_t flags = in.u32();
+  if (!in.ok()) return;
+  if (size == 0 || size > kMaxMapped) return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  if (!drv.cuMemAllocManaged || !drv.cuMemFree_v2) return out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  CUdeviceptr p = 0;
+  CUresult rc = drv.cuMemAllocManaged(&p, size, flags);
+  if (rc != CUDA_SUCCESS) return out.put<int32_t>(rc);
+  // Managed memory reads as zero until written (the driver hands out fresh pages, as the kernel
+  // does; fakecuda zeroes), so the shadow starts zeroed like a mapped buffer's.
+  Buffer b;
+  b.client_base = p;
+  b.data = reinterpret_cast<uint8_t*>(p);
+  b.dptr = p;
+  b.size = size;
+  b.shadow.assign(size, 0);
+  b.managed = true;
+  {
+    std::lock_guard lk(mu_);
+    if (find_locked(p, 1) || by_client_.count(p)) {
+      // The driver reused an address still recorded: a free went by some other path.
+      drv.cuMemFree_v2(p);
+      return out.put<int32_t>(CUDA_ERROR_UNKNOWN);
+    }
+    by_client_[p] = std::move(b);
+    count_.fetch_add(1, std::memory_order_relaxed);
+  }
+  out.put<int32_t>(CUDA_SUCCESS);
+  out.put_u64(p);
+}
+
+bool MappedMemory::forget_managed(uint64_t address, const SendUpdate& send) {
+  {
+    std::lock_guard lk(mu_);
+    auto it = by_client_.find(address);
+    if (it == by_client_.end() || !it->second.managed) return true;
+    by_client_.erase(it);
+    count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  std::vector<uint8_t> payload;
+  Writer w(&payload);
+  w.put_u64(address);
+  w.put_u64(~uint64_t(0));
+  return send(payload);
+}
+
 void MappedMemory::free(const DriverTable& drv, Reader& in, Writer& out) {
   uint64_t base = in.u64();
   if (!in.ok()) return;
@@ -136,6 +183,7 @@ void MappedMemory::free(const DriverTable& drv, Reader& in, Writer& out) {
     by_client_.erase(it);
     count_.fetch_sub(1, std::memory_order_relaxed);
   }
+  if (b.managed) return out.put<int32_t>(drv.cuMemFree_v2(b.dptr));
   size_t len = (b.size + kPage - 1) / kPage * kPage;
   CUresult rc = drv.cuMemHostUnregister ? drv.cuMemHostUnregister(b.data) : CUDA_ERROR_NOT_SUPPORTED;
   munmap(b.data, len);

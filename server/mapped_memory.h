@@ -20,6 +20,13 @@
 // a cuCtxSynchronize has seen all the work that set them finish (a synchronize of one stream
 // says nothing of the others, whose writes may still land): until then each synchronizing reply
 // compares the marked pages again, and sends only those that changed.
+//
+// Managed memory (cuMemAllocManaged, kOpManagedAlloc) is mirrored the same way, except that the
+// server copy is the allocation itself: the driver's address is the client address, the server
+// address and the device pointer. On a real GPU the CPU reads and writes here (comparing,
+// kOpMappedWrite) migrate the touched pages to the host and a later kernel migrates them back:
+// correct, but each synchronizing reply after a launch moves the whole buffer across PCIe. The
+// program's cuMemFree_v2 of the address ends it (forget_managed, called before the free runs).
 #pragma once
 
 #include <cuda.h>
@@ -45,8 +52,15 @@ class MappedMemory {
   // kOpMappedAlloc: maps `size` bytes (at client_base if free here), registers them with the
   // driver for device access. Writes CUresult, then u64 device pointer, u64 server address.
   void alloc(const DriverTable& drv, Reader& in, Writer& out);
-  // kOpMappedFree: unregisters and unmaps. Writes CUresult.
+  // kOpManagedAlloc: cuMemAllocManaged, recorded as a buffer at the address it returns.
+  // Writes CUresult, then u64 that address.
+  void managed_alloc(const DriverTable& drv, Reader& in, Writer& out);
+  // kOpMappedFree: unregisters and unmaps (managed buffers: cuMemFree). Writes CUresult.
   void free(const DriverTable& drv, Reader& in, Writer& out);
+  // Before the session runs cuMemFree_v2(`address`): when that is a managed buffer's address,
+  // forgets it and sends the client the kOpMappedUpdate that drops its copy. False when sending
+  // failed.
+  bool forget_managed(uint64_t address, const SendUpdate& send);
   // kOpMappedWrite: client pages into the server copy. Writes CUresult.
   void write(Reader& in, Writer& out);
   // kOpMappedCopy: a copy between device memory and the server copy. Writes CUresult.
@@ -76,6 +90,7 @@ class MappedMemory {
     bool gpu_all = false;
     std::map<size_t, size_t> gpu_ranges;  // offset -> end, disjoint
     uint64_t marked_at = 0;               // generation of the latest mark
+    bool managed = false;                 // data is a cuMemAllocManaged allocation
   };
   void mark_locked(Buffer& b, size_t offset, size_t len);
   Buffer* find_locked(uint64_t client_address, uint64_t n);

@@ -298,14 +298,20 @@ class Session : public ClientCallbacks {
   // `finished_up_to` as in MappedMemory::send_updates.
   bool send_mapped_updates(const uint64_t* finished_up_to) {
     if (mapped_.empty()) return true;
-    bool ok = mapped_.send_updates([this](const std::vector<uint8_t>& payload) {
-      proto::FrameHeader h = proto::make_header(proto::kOpMappedUpdate, 0, 0, 0, payload.size());
-      iovec iov[2] = {{&h, sizeof h}, {const_cast<uint8_t*>(payload.data()), payload.size()}};
-      std::lock_guard<std::mutex> lock(write_mu_);
-      if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
-      return !failed_.load();
-    }, finished_up_to);
-    return ok;
+    return mapped_.send_updates([this](const std::vector<uint8_t>& payload) { return send_mapped_update(payload); },
+                                finished_up_to);
+  }
+  // Before cuMemFree_v2 runs: a managed buffer at `address` ends on both ends (MappedMemory::forget_managed).
+  bool forget_managed(uint64_t address) {
+    if (mapped_.empty()) return true;
+    return mapped_.forget_managed(address, [this](const std::vector<uint8_t>& payload) { return send_mapped_update(payload); });
+  }
+  bool send_mapped_update(const std::vector<uint8_t>& payload) {
+    proto::FrameHeader h = proto::make_header(proto::kOpMappedUpdate, 0, 0, 0, payload.size());
+    iovec iov[2] = {{&h, sizeof h}, {const_cast<uint8_t*>(payload.data()), payload.size()}};
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
+    return !failed_.load();
   }
 
   void run(uint64_t id, int32_t status) override {
@@ -465,6 +471,7 @@ void Worker::loop() {
       case proto::kOpMappedAlloc: session_->mapped().alloc(session_->driver(), in, out); break;
       case proto::kOpMappedCopy: mapped.copy(session_->driver(), session_->handles(), in, out); break;
       case proto::kOpMappedFree: session_->mapped().free(session_->driver(), in, out); break;
+      case proto::kOpManagedAlloc: mapped.managed_alloc(session_->driver(), in, out); break;
       case proto::kOpMappedWrite: session_->mapped().write(in, out); break;
       default: mapped_op = false;
     }
@@ -480,6 +487,11 @@ void Worker::loop() {
                 name ? name : "unknown op", f.h.op);
       out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     } else {
+      if (f.h.op == op::cuMemFree_v2 && !mapped.empty() && f.payload.size() >= sizeof(uint64_t)) {
+        uint64_t address;
+        std::memcpy(&address, f.payload.data(), sizeof address);
+        if (!session_->forget_managed(address)) return;
+      }
       Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_, &bulk};
       h(d);
       if (!in.ok() || body.size() < sizeof(int32_t)) {

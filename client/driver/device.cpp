@@ -38,6 +38,20 @@ CUresult attribute(int* pi, int attrib, CUdevice dev) {
   const auto& a = d->attrs[static_cast<size_t>(attrib)];
   if (a.result != CUDA_SUCCESS) return static_cast<CUresult>(a.result);
   *pi = a.value;
+  switch (attrib) {
+    // Managed memory is mirrored, the client's copy meeting the server's at call boundaries
+    // (client/mapped_memory.h): the program must not touch it from the host while GPU work on it
+    // runs, and must synchronize before reading what a kernel wrote. Programs (and the runtime)
+    // do exactly that when the device says it has no concurrent or direct managed access, and no
+    // pageable memory access (host memory is not the GPU's). MANAGED_MEMORY stays as the server says.
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+      *pi = 0;
+      break;
+    default: break;
+  }
   return CUDA_SUCCESS;
 }
 

@@ -3,8 +3,9 @@
 // tracked in client/host_memory.h); the server is not told. What the real driver adds to pinned
 // memory is a device mapping (a kernel reading host memory through a pointer): that cannot reach
 // the client's memory across the network, so DEVICEMAP memory gets a copy on the server that the
-// two ends keep in step at call boundaries (client/mapped_memory.h). Managed memory and IPC are
-// refused with one line naming the call and the reason.
+// two ends keep in step at call boundaries (client/mapped_memory.h). Managed memory is mirrored
+// the same way, at the address the server's driver picked (mapped::map_managed). IPC is refused
+// with one line naming the call and the reason.
 //
 // Wire (cuPointerGetAttribute, cuPointerGetAttributes; only for pointers outside the client's
 // pinned ranges): u64 ptr, u32 n, n × i32 attribute. Reply: CUresult, then n × (i32 result,
@@ -73,9 +74,6 @@ CUresult refuse(const char* call, const char* why) {
 constexpr const char* kMappedWhy =
     "mapped host memory lets a kernel read host memory through a pointer, and the GPU cannot reach this "
     "process's memory across the network; copy the data with cuMemcpyHtoD(Async) instead";
-constexpr const char* kManagedWhy =
-    "managed memory migrates pages between the host and the GPU on demand, which cannot work across the "
-    "network; use cuMemAlloc and explicit copies";
 constexpr const char* kIpcWhy =
     "IPC handles share GPU memory between processes of one machine, and this process's GPU is on "
     "another machine";
@@ -289,8 +287,16 @@ RGPU_EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr_v1* pdptr, vo
   return rc;
 }
 
-RGPU_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr*, size_t, unsigned int) {
-  return refuse("cuMemAllocManaged", kManagedWhy);
+// The program reads and writes managed memory from the host only when no GPU work on it is in
+// flight (the device reports no concurrent managed access: client/driver/device.cpp), so the
+// two copies meeting at call boundaries is enough. cuMemFree_v2 (generated, one-way) ends it:
+// the server drops its record first and tells this process to unmap its copy.
+RGPU_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  rgpu::client::trace_call("cuMemAllocManaged");
+  if (CUresult rc = check_init()) return rc;
+  if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+  return rgpu::client::mapped::map_managed(bytesize, flags, dptr);
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle*, CUevent) { return refuse("cuIpcGetEventHandle", kIpcWhy); }

@@ -387,13 +387,10 @@ static void test_callbacks(CUfunction ffill) {
 
 static void test_refusals(int through_rgpu) {
   CUdeviceptr d = 0;
+  /* Managed memory is mirrored now, no longer refused (tests/e2e/managed_test.c tests it). */
   CUresult rc = cuMemAllocManaged(&d, 4096, CU_MEM_ATTACH_GLOBAL);
-  if (through_rgpu) {
-    CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "cuMemAllocManaged: %s", err_name(rc));
-  } else {
-    CHECK(rc == CUDA_SUCCESS, "cuMemAllocManaged on the real driver: %s", err_name(rc));
-    if (rc == CUDA_SUCCESS) CU(cuMemFree(d));
-  }
+  CHECK(rc == CUDA_SUCCESS, "cuMemAllocManaged: %s", err_name(rc));
+  if (rc == CUDA_SUCCESS) CU(cuMemFree(d));
 
   CUdeviceptr dev = 0;
   CU(cuMemAlloc(&dev, 4096));
