@@ -58,8 +58,17 @@ def model_and_batch(kind):
     return GPT(), data, V
 
 
-def stats_snapshot():
-    """The shim's RGPU_STATS file, written now (None when not running through the shim)."""
+def stats_snapshot(device):
+    """Round-trip counters now: from rgpu.stats() on the rgpu device, else the shim's RGPU_STATS
+    file, written now (None when neither applies)."""
+    if device == "rgpu":
+        import rgpu
+
+        s = rgpu.stats()
+        # One shape for both paths: "round_trips" counts calls that waited for the server.
+        return {"round_trips": s["waits"], "one_way": s["posts"], "bytes_sent": s["bytes_sent"],
+                "meta_misses": s["meta_misses"],
+                "ops": [{"op": why, "waited": n} for why, n in s["waits_by_reason"].items()]}
     path = os.environ.get("RGPU_STATS")
     if not path:
         return None
@@ -90,13 +99,15 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--device", choices=["cuda", "rgpu"], default="cuda",
+    ap.add_argument("--device", choices=["cuda", "rgpu", "cpu"], default="cuda",
                     help="cuda: stock torch (locally or through the driver shim); rgpu: the rgpu device "
-                         "(import rgpu, served by rgpu-opserver)")
+                         "(import rgpu, served by rgpu-opserver); cpu: stock torch on the cpu (the baseline "
+                         "of an rgpu-opserver --device cpu)")
     ap.add_argument("--fp32", action="store_true", help="no bf16 autocast (the rgpu device runs fp32)")
     a = ap.parse_args()
-    if a.device == "rgpu":
-        import rgpu  # noqa: F401  (registers the device)
+    if a.device in ("rgpu", "cpu"):
+        if a.device == "rgpu":
+            import rgpu  # noqa: F401  (registers the device)
         a.fp32 = True
     model, data, V = model_and_batch(a.model)
     model = model.to(a.device)
@@ -107,7 +118,7 @@ def main():
     snap_before = None
     for i in range(a.steps):
         if i == a.warmup:
-            snap_before = stats_snapshot()
+            snap_before = stats_snapshot(a.device)
         t = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not a.fp32):
             logits = model(batch[:, :-1])
@@ -119,7 +130,7 @@ def main():
         times.append(time.perf_counter() - t)
         if i == 0:
             first_step_s = time.time() - T0
-    snap_after = stats_snapshot()
+    snap_after = stats_snapshot(a.device)
     measured = a.steps - a.warmup
     steady = times[a.warmup:] or times
     res = {
@@ -136,9 +147,16 @@ def main():
         if snap_before is not None and snap_after is not None and measured > 0 else None,
         "waits_per_step": waits_between(snap_before, snap_after, measured),
     }
+    if a.device == "rgpu" and snap_before is not None and measured > 0:
+        # The rgpu device's own counters: one-way calls (ops, allocations, frees) and bytes per
+        # step, and ops whose output metadata still came from the meta device (0 once warm).
+        for k in ("one_way", "bytes_sent", "meta_misses"):
+            res[k + "_per_step"] = (snap_after[k] - snap_before[k]) / measured
     json.dump(res, open(a.out, "w"), indent=1)
     print(f"{a.model}: median step {res['step_ms_median']:.2f} ms, first step after {first_step_s:.2f} s, "
-          f"round trips/step {res['round_trips_per_step']}, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+          f"round trips/step {res['round_trips_per_step']}"
+          + (f", one-way calls/step {res['one_way_per_step']:.0f}" if "one_way_per_step" in res else "")
+          + f", loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     if res["waits_per_step"]:
         print(f"{a.model}: calls that waited, per step: {res['waits_per_step']}")
 

@@ -57,9 +57,16 @@ def server_info():
 
 
 def stats():
-    """{'waits': calls that waited for the server, 'posts': one-way calls} since the connection opened."""
-    waits, posts = torch.ops.rgpu.stats()
-    return {"waits": waits, "posts": posts}
+    """Counters for benchmarks and tests: since the connection opened, 'waits' (calls that waited
+    for the server: blocking round trips), 'posts' (one-way calls: ops, allocations, frees,
+    writes) and 'bytes_sent'; since the process started, 'meta_hits', 'meta_misses' and
+    'meta_uncacheable' (ops whose output metadata came from the cache, from a run on the meta
+    device, or from the meta device without caching); 'waits_by_reason' splits 'waits' by what
+    waited: "read" (.item(), .cpu()), "synchronize", or the name of an op that waited."""
+    waits, posts, sent, hits, misses, uncacheable = torch.ops.rgpu.stats()
+    why, count = torch.ops.rgpu.waits_by_reason()
+    return {"waits": waits, "posts": posts, "bytes_sent": sent, "meta_hits": hits, "meta_misses": misses,
+            "meta_uncacheable": uncacheable, "waits_by_reason": dict(zip(why, count))}
 
 
 def get_amp_supported_dtype():

@@ -8,6 +8,8 @@
 //   2. views become local views of the input's storage, nothing is sent; out= arguments the op
 //      resized are resized locally (their storage grows on the server first); every other output
 //      gets a fresh storage id, and the op is posted with those ids (kTorchCall, one-way).
+// What step 1 finds is kept per call signature (aten/meta_cache.h): a training step repeats the
+// same calls, and only the first of each runs on the meta device.
 // The op waits for the server instead (kTorchCall with a reply) when it returns something that
 // is not a tensor, when the meta device cannot run it (data-dependent shapes: nonzero, unique,
 // masked_select, boolean indexing), or when its outputs mix views and fresh tensors in one list.
@@ -17,6 +19,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "aten/meta_cache.h"
 #include "aten/remote.h"
 #include "opserver/op_wire.h"
 #include "runtime/connection.h"
@@ -29,15 +32,6 @@ using namespace rgpu::torchwire;
 namespace {
 
 bool is_rgpu(const at::Tensor& t) { return t.defined() && t.device().type() == kDeviceType; }
-
-// Ops whose output shape depends on the data: they wait, whatever the meta device says.
-bool data_dependent(const std::string& name) {
-  static const std::unordered_set<std::string> kNames = {
-      "aten::nonzero",     "aten::masked_select",  "aten::_unique",  "aten::_unique2",
-      "aten::unique_dim",  "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::bincount",
-      "aten::repeat_interleave", "aten::nonzero_numpy", "aten::histogram", "aten::_histogramdd_bin_edges"};
-  return kNames.count(name) > 0;
-}
 
 void put_host_tensor(Writer& w, const at::Tensor& t0) {
   at::Tensor t = t0.resolve_conj().resolve_neg().contiguous();
@@ -164,26 +158,6 @@ at::Tensor make_tensor(c10::Storage storage, caffe2::TypeMeta dtype, c10::IntArr
   return at::Tensor(std::move(impl));
 }
 
-// A fresh output shaped like the meta result m; its OutSpec goes to w.
-at::Tensor fresh_output(Connection& c, const at::Tensor& m, Writer& w) {
-  uint64_t id = c.mint();
-  size_t nbytes = m.storage().nbytes();
-  w.put_u64(id);
-  w.put_u64(nbytes);
-  put_shape(w, static_cast<int8_t>(m.scalar_type()), m.sizes().data(), m.strides().data(), m.dim(), m.storage_offset());
-  return make_tensor(storage_for_id(id, nbytes), m.dtype(), m.sizes(), m.strides(), m.storage_offset());
-}
-
-// The argument a mutating return aliases (Tensor(a!) self ... -> Tensor(a!)), or -1.
-int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
-  if (!ret.alias_info() || !ret.alias_info()->isWrite()) return -1;
-  for (size_t j = 0; j < schema.arguments().size(); ++j) {
-    const auto* a = schema.arguments()[j].alias_info();
-    if (a && a->isWrite() && a->beforeSets() == ret.alias_info()->beforeSets()) return static_cast<int>(j);
-  }
-  return -1;
-}
-
 bool is_mutable(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
 
 void put_call_head(Writer& w, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args) {
@@ -269,17 +243,18 @@ void call_and_wait(const c10::OperatorHandle& op, std::vector<c10::IValue>& args
   put_call_head(w, schema, args);
   w.put_u64(c.mint(kSyncResultIds));
   w.put_u32(kSyncResultIds);
-  Bytes body = c.call(kTorchCall, w);
+  Bytes body = c.call(kTorchCall, w, schema.operator_name().name + (schema.overload_name().empty() ? "" : "." + schema.overload_name()));
   Reader r(body.data(), body.size());
   uint32_t n = r.u32();
   TORCH_CHECK(r.ok() && n == schema.returns().size(), "rgpu: rgpu-opserver returned ", n, " results for ",
               schema.operator_name(), ", which has ", schema.returns().size());
   std::unordered_map<uint64_t, c10::Storage> known;
   for (const auto& a : args) collect_storages(a, &known);
+  const OpInfo& info = op_info(op);
   std::vector<c10::IValue> results;
-  for (const auto& ret : schema.returns()) {
-    c10::IValue v = read_result(r, ret.type(), known);
-    int j = aliased_argument(schema, ret);
+  for (size_t i = 0; i < schema.returns().size(); ++i) {
+    c10::IValue v = read_result(r, schema.returns()[i].type(), known);
+    int j = info.aliased[i];
     if (j >= 0) {
       // An out= or in-place result is the argument itself, resized as the server resized it.
       if (v.isTensor() && args[j].isTensor() && is_rgpu(args[j].toTensor()) && v.toTensor().defined())
@@ -310,90 +285,152 @@ void post_op(const char* name, const char* overload, std::vector<c10::IValue> ar
   Connection::get().post(kTorchCall, w);
 }
 
+namespace {
+
+OutPlan tensor_plan(const at::Tensor& m, MetaMirror& mirror, CallKey& key) {
+  OutPlan o;
+  auto it = mirror.rgpu_of.find(m.storage().unsafeGetStorageImpl());
+  if (it != mirror.rgpu_of.end()) {
+    o.kind = OutPlan::kView;
+    o.storage = key.storage_index(it->second);
+  } else {
+    o.kind = OutPlan::kFresh;
+    o.nbytes = m.storage().nbytes();
+  }
+  o.dtype = m.scalar_type();
+  o.sizes = m.sizes().vec();
+  o.strides = m.strides().vec();
+  o.offset = m.storage_offset();
+  return o;
+}
+
+// Step 1 of the file comment: what the outputs look like, from the meta device.
+std::shared_ptr<const Plan> plan_on_meta(const c10::OperatorHandle& op, const OpInfo& info,
+                                         const std::vector<c10::IValue>& args, CallKey& key) {
+  auto plan = std::make_shared<Plan>();
+  MetaMirror mirror;
+  torch::jit::Stack meta;
+  for (const auto& a : args) meta.push_back(mirror.value(a));
+  // Boxed out= ops that return several tensors hand back references into the stack after
+  // dropping it; the mirrors must outlive the call (opserver/session.cpp says more).
+  torch::jit::Stack keep_alive = meta;
+  try {
+    op.callBoxed(&meta);
+  } catch (const std::exception&) {
+    // No meta kernel, or a data-dependent one: the server decides (and raises real errors).
+    plan->wait = true;
+    return plan;
+  }
+  for (size_t i = 0; i < info.aliased.size(); ++i) {
+    const c10::IValue& mv = meta[i];
+    OutPlan o;
+    if (int j = info.aliased[i]; j >= 0) {
+      o.kind = OutPlan::kAliased;
+      o.arg = j;
+      if (mv.isTensor() && mv.toTensor().defined()) {
+        o.restride = true;
+        o.sizes = mv.toTensor().sizes().vec();
+        o.strides = mv.toTensor().strides().vec();
+      }
+    } else if (mv.isNone()) {
+      o.kind = OutPlan::kNone;
+    } else if (mv.isTensor()) {
+      o = mv.toTensor().defined() ? tensor_plan(mv.toTensor(), mirror, key) : OutPlan{OutPlan::kUndefined};
+    } else {
+      // A list of tensors: all views (unbind-like) or all fresh; a mix waits.
+      o.kind = OutPlan::kList;
+      size_t views = 0;
+      for (const at::Tensor& m : mv.toTensorList()) {
+        o.list.push_back(tensor_plan(m, mirror, key));
+        views += o.list.back().kind == OutPlan::kView;
+      }
+      if (views != 0 && views != o.list.size()) {
+        plan->wait = true;
+        plan->rets.clear();
+        return plan;
+      }
+    }
+    plan->rets.push_back(std::move(o));
+  }
+  return plan;
+}
+
+at::Tensor planned_tensor(const OutPlan& o, Connection& c, const std::vector<c10::Storage>& storages, Writer& outs) {
+  c10::Storage s;
+  if (o.kind == OutPlan::kView) {
+    s = storages.at(o.storage);
+  } else {
+    uint64_t id = c.mint();
+    outs.put_u64(id);
+    outs.put_u64(o.nbytes);
+    put_shape(outs, static_cast<int8_t>(o.dtype), o.sizes.data(), o.strides.data(), o.sizes.size(), o.offset);
+    s = storage_for_id(id, o.nbytes);
+  }
+  return make_tensor(std::move(s), caffe2::TypeMeta::fromScalarType(o.dtype), o.sizes, o.strides, o.offset);
+}
+
+}  // namespace
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t nargs = schema.arguments().size();
   std::vector<c10::IValue> args(stack->end() - static_cast<long>(nargs), stack->end());
+  const OpInfo& info = op_info(op);
+  if (info.always_wait) return call_and_wait(op, args, stack);
 
-  bool wait = data_dependent(schema.name());
-  for (const auto& ret : schema.returns()) {
-    c10::TypePtr t = ret.type();
-    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
-    if (t->kind() == c10::TypeKind::ListType) t = t->castRaw<c10::ListType>()->getElementType();
-    if (t->kind() != c10::TypeKind::TensorType) wait = true;
+  CallKey key(op, info, args);
+  std::shared_ptr<const Plan> plan = find_plan(key);
+  if (!plan) {
+    plan = plan_on_meta(op, info, args, key);
+    keep_plan(key, plan);
   }
-  MetaMirror mirror;
-  torch::jit::Stack meta;
-  if (!wait) {
-    for (const auto& a : args) meta.push_back(mirror.value(a));
-    // Boxed out= ops that return several tensors hand back references into the stack after
-    // dropping it; the mirrors must outlive the call (opserver/session.cpp says more).
-    torch::jit::Stack keep_alive = meta;
-    try {
-      op.callBoxed(&meta);
-    } catch (const std::exception&) {
-      // No meta kernel, or a data-dependent one: the server decides (and raises real errors).
-      wait = true;
-    }
-  }
-  if (wait) return call_and_wait(op, args, stack);
+  if (plan->wait) return call_and_wait(op, args, stack);
 
+  // Step 2: the outputs as the plan says, and the op posted when it has any effect.
   Connection& c = Connection::get();
-  bool send = schema.returns().empty();
-  for (const auto& a : schema.arguments()) send = send || is_mutable(a);
+  bool send = info.mutates;
   Writer outs;
-  outs.put_u32(static_cast<uint32_t>(schema.returns().size()));
+  outs.put_u32(static_cast<uint32_t>(plan->rets.size()));
   std::vector<c10::IValue> results;
-  for (size_t i = 0; i < schema.returns().size(); ++i) {
-    const c10::IValue& mv = meta[i];
-    int j = aliased_argument(schema, schema.returns()[i]);
-    if (j >= 0) {
-      // In-place or out=: the argument itself, resized like its meta mirror (for out=).
-      if (args[j].isTensor() && mv.isTensor() && is_rgpu(args[j].toTensor()))
-        restride(args[j].toTensor(), mv.toTensor().sizes(), mv.toTensor().strides());
-      results.push_back(args[j]);
-      outs.put_u8(kOutIgnore);
-      continue;
-    }
-    if (mv.isNone() || (mv.isTensor() && !mv.toTensor().defined())) {
-      results.push_back(mv);
-      outs.put_u8(kOutIgnore);
-      continue;
-    }
-    auto view_of = [&](const at::Tensor& m) -> const c10::Storage* {
-      auto it = mirror.rgpu_of.find(m.storage().unsafeGetStorageImpl());
-      return it == mirror.rgpu_of.end() ? nullptr : &it->second;
-    };
-    if (mv.isTensor()) {
-      const at::Tensor& m = mv.toTensor();
-      if (const c10::Storage* s = view_of(m)) {
-        results.push_back(make_tensor(*s, m.dtype(), m.sizes(), m.strides(), m.storage_offset()));
+  results.reserve(plan->rets.size());
+  for (const OutPlan& o : plan->rets) {
+    switch (o.kind) {
+      case OutPlan::kAliased:
+        // In-place or out=: the argument itself, resized like its meta mirror (for out=).
+        if (o.restride && args[o.arg].isTensor() && is_rgpu(args[o.arg].toTensor()))
+          restride(args[o.arg].toTensor(), o.sizes, o.strides);
+        results.push_back(args[o.arg]);
         outs.put_u8(kOutIgnore);
-      } else {
+        break;
+      case OutPlan::kNone:
+        results.emplace_back();
+        outs.put_u8(kOutIgnore);
+        break;
+      case OutPlan::kUndefined:
+        results.emplace_back(at::Tensor());
+        outs.put_u8(kOutIgnore);
+        break;
+      case OutPlan::kView:
+        results.emplace_back(planned_tensor(o, c, key.storages(), outs));
+        outs.put_u8(kOutIgnore);
+        break;
+      case OutPlan::kFresh:
         outs.put_u8(kOutTensor);
-        results.push_back(fresh_output(c, m, outs));
+        results.emplace_back(planned_tensor(o, c, key.storages(), outs));
         send = true;
+        break;
+      case OutPlan::kList: {
+        bool fresh = !o.list.empty() && o.list[0].kind == OutPlan::kFresh;
+        outs.put_u8(fresh ? kOutTensorList : kOutIgnore);
+        if (fresh) outs.put_u32(static_cast<uint32_t>(o.list.size()));
+        c10::List<at::Tensor> out;
+        out.reserve(o.list.size());
+        for (const OutPlan& e : o.list) out.push_back(planned_tensor(e, c, key.storages(), outs));
+        results.emplace_back(std::move(out));
+        send = send || fresh;
+        break;
       }
-      continue;
     }
-    // A list of tensors: all views (unbind-like) or all fresh; a mix waits.
-    auto list = mv.toTensorList();
-    size_t views = 0;
-    for (const at::Tensor& m : list) views += view_of(m) ? 1 : 0;
-    if (views == list.size()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& m : list) out.push_back(make_tensor(*view_of(m), m.dtype(), m.sizes(), m.strides(), m.storage_offset()));
-      results.push_back(out);
-      outs.put_u8(kOutIgnore);
-      continue;
-    }
-    if (views != 0) return call_and_wait(op, args, stack);
-    outs.put_u8(kOutTensorList);
-    outs.put_u32(static_cast<uint32_t>(list.size()));
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& m : list) out.push_back(fresh_output(c, m, outs));
-    results.push_back(out);
-    send = true;
   }
   if (send) {
     Writer w;

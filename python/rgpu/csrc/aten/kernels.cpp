@@ -59,7 +59,7 @@ void write(const at::Tensor& dst, const at::Tensor& src) {
 void read(const at::Tensor& src, void* out, size_t nbytes) {
   Writer w;
   put_tensor_desc(w, src);
-  Connection::get().call(kTorchRead, w, out, nbytes);
+  Connection::get().call(kTorchRead, w, "read", out, nbytes);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include "aten/kernels.h"
+#include "aten/meta_cache.h"
 #include "aten/remote.h"
 #include "opserver/op_wire.h"
 #include "runtime/connection.h"
@@ -23,12 +24,28 @@ std::string server_info() {
 
 void connect() { Connection::get(); }
 
-// [calls that waited for the server, one-way calls] since connect: what tests and benchmarks
-// count round trips with.
+// [calls that waited for the server, one-way calls, bytes sent] since connect, then [meta cache
+// hits, misses, uncacheable calls] since start: what tests and benchmarks count round trips
+// with (python/rgpu/device.py names them).
 std::vector<int64_t> stats() {
   Connection* c = Connection::existing();
-  if (!c) return {0, 0};
-  return {static_cast<int64_t>(c->waits()), static_cast<int64_t>(c->posts())};
+  MetaCacheStats m = meta_cache_stats();
+  auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
+  return {c ? i(c->waits()) : 0, c ? i(c->posts()) : 0, c ? i(c->bytes_sent()) : 0,
+          i(m.hits), i(m.misses), i(m.uncacheable)};
+}
+
+// The waits since connect by reason ("read", "synchronize", or the op that waited), as
+// parallel lists.
+std::tuple<std::vector<std::string>, std::vector<int64_t>> waits_by_reason() {
+  std::tuple<std::vector<std::string>, std::vector<int64_t>> out;
+  if (Connection* c = Connection::existing()) {
+    for (const auto& [why, n] : c->waits_by_reason()) {
+      std::get<0>(out).push_back(why);
+      std::get<1>(out).push_back(static_cast<int64_t>(n));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -77,6 +94,7 @@ TORCH_LIBRARY(rgpu, m) {
   m.def("server_info() -> str", &server_info);
   m.def("connect() -> ()", &connect);
   m.def("stats() -> int[]", &stats);
+  m.def("waits_by_reason() -> (str[], int[])", &waits_by_reason);
 }
 
 }  // namespace rgpu::torchdev

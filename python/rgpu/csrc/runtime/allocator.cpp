@@ -93,7 +93,7 @@ void restride(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef stri
 }
 
 void synchronize() {
-  Connection::get().call(kTorchSync, Writer());
+  Connection::get().call(kTorchSync, Writer(), "synchronize");
 }
 
 }  // namespace rgpu::torchdev

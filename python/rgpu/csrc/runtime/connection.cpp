@@ -166,6 +166,7 @@ void Connection::lost(const std::string& what) {
 void Connection::flush_locked() {
   if (queue_.empty()) return;
   bool ok = net::write_full(fd_, queue_.data(), queue_.size());
+  bytes_sent_ += queue_.size();
   queue_.clear();
   if (!ok) lost("the server closed the connection");
 }
@@ -201,7 +202,12 @@ void Connection::post(uint16_t op, const Writer& payload) {
   }
 }
 
-Bytes Connection::call(uint16_t op, const Writer& payload, void* bulk, size_t bulk_len) {
+std::map<std::string, uint64_t> Connection::waits_by_reason() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return waits_by_reason_;
+}
+
+Bytes Connection::call(uint16_t op, const Writer& payload, const std::string& why_wait, void* bulk, size_t bulk_len) {
   std::lock_guard<std::mutex> ck(call_mu_);
   uint32_t id;
   {
@@ -209,6 +215,7 @@ Bytes Connection::call(uint16_t op, const Writer& payload, void* bulk, size_t bu
     if (broken_) lost(broken_why_);
     id = next_request_++;
     ++waits_;
+    ++waits_by_reason_[why_wait];
     append_frame(op, 0, id, const_cast<Writer&>(payload).buf());
     flush_locked();
   }

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -33,7 +34,8 @@ class Connection {
   // Returns the reply's body (after the status). With bulk, the reply carries u64 length and
   // then that many bytes, possibly over several frames; they are written to bulk (which must
   // hold exactly bulk_len) and the body returned is empty.
-  Bytes call(uint16_t op, const Writer& payload, void* bulk = nullptr, size_t bulk_len = 0);
+  // why names the wait in waits_by_reason() (an op's name, "read", "synchronize").
+  Bytes call(uint16_t op, const Writer& payload, const std::string& why, void* bulk = nullptr, size_t bulk_len = 0);
   // Reserves n consecutive storage ids; returns the first.
   uint64_t mint(uint64_t n = 1);
 
@@ -43,7 +45,11 @@ class Connection {
 
   // Calls that waited for a reply, and one-way calls posted, since connect.
   uint64_t waits() const { return waits_; }
+  // The waits since connect by why (call()), to tell which calls still wait.
+  std::map<std::string, uint64_t> waits_by_reason();
   uint64_t posts() const { return posts_; }
+  // Bytes written to the server since connect (frame headers included).
+  uint64_t bytes_sent() const { return bytes_sent_; }
 
   // The seed for the server's generator: sent now if connected, else at connect.
   static void seed(uint64_t seed);
@@ -68,7 +74,8 @@ class Connection {
   std::string broken_why_;
   uint32_t next_request_ = 1;
   uint64_t next_id_ = 0;
-  std::atomic<uint64_t> waits_{0}, posts_{0};
+  std::map<std::string, uint64_t> waits_by_reason_;  // under mu_
+  std::atomic<uint64_t> waits_{0}, posts_{0}, bytes_sent_{0};
 };
 
 }  // namespace rgpu::torchdev
