@@ -76,6 +76,9 @@ struct CUgraphNode_st {
   std::vector<CUmemAccessDesc> descs;
   std::shared_ptr<GraphAlloc> mem;
   CUdeviceptr free_ptr = 0;
+  // work captured from a stream (stream capture below): an opaque node that queues this on the
+  // launch stream; it reports type EMPTY
+  std::function<void()> work;
 };
 
 struct CUgraph_st {
@@ -228,6 +231,7 @@ std::unique_ptr<CUgraphNode_st> clone_node(const CUgraphNode_st& n, bool visible
   c->memset = n.memset;
   c->fn = n.fn;
   c->user = n.user;
+  c->work = n.work;
   if (n.child) c->child = clone_graph(*n.child, visible, map);
   c->cond = n.cond;
   for (auto& b : n.bodies) {
@@ -508,6 +512,13 @@ CUresult enqueue(const CUgraph_st& g, CUstream s) {
   for (CUgraphNode_st* n : nodes) {
     if (!n->enabled) continue;
     CUresult r = CUDA_SUCCESS;
+    if (n->work) {
+      std::lock_guard lk(g_mu);
+      std::shared_ptr<CUstream_st> st;
+      if ((r = get_stream_locked(s, &st))) return r;
+      submit_locked(st, n->work);
+      continue;
+    }
     switch (n->type) {
       case CU_GRAPH_NODE_TYPE_KERNEL: {
         size_t size = n->args.size();
@@ -721,6 +732,7 @@ CUresult exec_update(CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultInfo* i
     m->memset = theirs->memset;
     m->fn = theirs->fn;
     m->user = theirs->user;
+    m->work = theirs->work;
     m->event = theirs->event;
     m->enabled = theirs->enabled;
     exec->copy_of[theirs] = m;
@@ -1208,4 +1220,335 @@ FAKE_API CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec exec, CUgraph g, CUgraph
   if (err) *err = info.errorNode;
   if (result) *result = info.result;
   return r;
+}
+
+// ---------- stream capture ----------
+// Work queued on a capturing stream becomes graph nodes instead of running: host functions
+// become host nodes, everything else (copies, memsets, launches, as queued by fakecuda's entry
+// points) an opaque node that queues the same work on the launch stream and reports type EMPTY
+// (the fake does not know, at the queue, what a piece of work was). Each node depends on the
+// stream's current dependencies, then becomes them. An event recorded on a capturing stream
+// carries those dependencies; a stream that waits on it joins the capture (fork) or merges them
+// (join). cuStreamEndCapture on the origin stream ends the capture for every joined stream and
+// fails with CUDA_ERROR_STREAM_CAPTURE_UNJOINED when a joined stream's last work is not an
+// ancestor of the origin's. Capture modes are kept but not enforced; the legacy stream cannot
+// capture (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
+// Locking: the queueing entry points hold g_mu (not g_graph_mu), so nodes captured there wait in
+// their capture's `pending` list, seen by no one else, until a capture call that holds both
+// locks (GetCaptureInfo, UpdateCaptureDependencies, EndCapture) moves them into the graph.
+
+namespace {
+
+struct Capture {
+  uint64_t id = 0;
+  CUgraph_st* graph = nullptr;
+  bool owns_graph = false;  // cuStreamBeginCapture made it; cuStreamBeginCaptureToGraph: the caller's
+  CUstream_st* origin = nullptr;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::vector<std::unique_ptr<CUgraphNode_st>> pending;
+};
+
+struct Capturing {
+  std::shared_ptr<Capture> cap;
+  std::vector<CUgraphNode_st*> deps;
+};
+
+// Guarded by g_mu.
+auto& g_capturing = *new std::unordered_map<const CUstream_st*, Capturing>();
+auto& g_event_captures = *new std::unordered_map<const CUevent_st*, Capturing>();
+uint64_t g_next_capture_id = 1;
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+// g_graph_mu and g_mu held.
+void adopt_locked(Capture& c) {
+  for (auto& n : c.pending) {
+    g_nodes.insert(n.get());
+    c.graph->nodes.push_back(std::move(n));
+  }
+  c.pending.clear();
+}
+
+// g_mu held.
+CUgraphNode_st* capture_node_locked(Capturing& st, CUgraphNodeType type) {
+  auto n = std::make_unique<CUgraphNode_st>();
+  n->graph = st.cap->graph;
+  n->type = type;
+  n->deps = st.deps;
+  n->edges.assign(st.deps.size(), CUgraphEdgeData{});
+  st.deps = {n.get()};
+  st.cap->pending.push_back(std::move(n));
+  return st.deps[0];
+}
+
+void merge(std::vector<CUgraphNode_st*>& into, const std::vector<CUgraphNode_st*>& more) {
+  for (CUgraphNode_st* n : more)
+    if (std::find(into.begin(), into.end(), n) == into.end()) into.push_back(n);
+}
+
+CUresult begin_capture(CUstream h, CUgraph into, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n,
+                       CUstreamCaptureMode mode) {
+  if (CUresult r = check_init()) return r;
+  if (mode > CU_STREAM_CAPTURE_MODE_RELAXED || (n && !deps)) return CUDA_ERROR_INVALID_VALUE;
+  (void)edges;  // the fake keeps default edges only
+  std::unique_ptr<CUgraph_st> fresh;
+  std::lock_guard gl(g_graph_mu);
+  if (into) {
+    if (!live_graph(into)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n; ++i)
+      if (!live_node(deps[i]) || deps[i]->graph != into) return CUDA_ERROR_INVALID_VALUE;
+  } else if (n) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::lock_guard lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(h, &s)) return r;
+  if (s->is_null) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (g_capturing.count(s.get())) return CUDA_ERROR_ILLEGAL_STATE;
+  auto cap = std::make_shared<Capture>();
+  cap->id = g_next_capture_id++;
+  cap->origin = s.get();
+  cap->mode = mode;
+  if (into) {
+    cap->graph = into;
+  } else {
+    fresh = std::make_unique<CUgraph_st>();
+    fresh->ctx = s->ctx;
+    cap->graph = fresh.get();
+    cap->owns_graph = true;
+    g_all_graphs.insert(fresh.get());
+    g_graphs.emplace(fresh.get(), std::move(fresh));
+  }
+  g_capturing[s.get()] = Capturing{cap, std::vector<CUgraphNode_st*>(deps, deps + n)};
+  return CUDA_SUCCESS;
+}
+
+CUresult end_capture(CUstream h, CUgraph* out) {
+  if (CUresult r = check_init()) return r;
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  std::unique_ptr<CUgraph_st> dead;  // destroyed after the locks
+  std::lock_guard gl(g_graph_mu);
+  std::lock_guard lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(h, &s)) return r;
+  auto it = g_capturing.find(s.get());
+  if (it == g_capturing.end()) return CUDA_ERROR_ILLEGAL_STATE;
+  std::shared_ptr<Capture> cap = it->second.cap;
+  if (cap->origin != s.get()) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  adopt_locked(*cap);
+  // Every joined stream's last work must be an ancestor of (or be) the origin's.
+  std::unordered_set<const CUgraphNode_st*> seen;
+  std::vector<const CUgraphNode_st*> todo(it->second.deps.begin(), it->second.deps.end());
+  while (!todo.empty()) {
+    const CUgraphNode_st* n = todo.back();
+    todo.pop_back();
+    if (!seen.insert(n).second) continue;
+    todo.insert(todo.end(), n->deps.begin(), n->deps.end());
+  }
+  bool unjoined = false;
+  for (auto i = g_capturing.begin(); i != g_capturing.end();) {
+    if (i->second.cap != cap) {
+      ++i;
+      continue;
+    }
+    for (const CUgraphNode_st* d : i->second.deps) unjoined |= !seen.count(d);
+    i = g_capturing.erase(i);
+  }
+  for (auto i = g_event_captures.begin(); i != g_event_captures.end();)
+    i = i->second.cap == cap ? g_event_captures.erase(i) : std::next(i);
+  *out = nullptr;
+  if (unjoined) {
+    if (cap->owns_graph) {
+      auto g = g_graphs.find(cap->graph);
+      forget(cap->graph);
+      dead = std::move(g->second);
+      g_graphs.erase(g);
+    }
+    return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+  }
+  *out = cap->graph;
+  return CUDA_SUCCESS;
+}
+
+CUresult capture_info(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+                      const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count) {
+  if (CUresult r = check_init()) return r;
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  thread_local std::vector<CUgraphNode> t_deps;  // the driver's arrays: valid until the next call
+  thread_local std::vector<CUgraphEdgeData> t_edges;
+  std::lock_guard gl(g_graph_mu);
+  std::lock_guard lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(h, &s)) return r;
+  auto it = g_capturing.find(s.get());
+  if (it == g_capturing.end()) {
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (graph) *graph = nullptr;
+    if (deps) *deps = nullptr;
+    if (edges) *edges = nullptr;
+    if (count) *count = 0;
+    return CUDA_SUCCESS;
+  }
+  adopt_locked(*it->second.cap);
+  t_deps.assign(it->second.deps.begin(), it->second.deps.end());
+  t_edges.assign(t_deps.size(), CUgraphEdgeData{});
+  *status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (id) *id = it->second.cap->id;
+  if (graph) *graph = it->second.cap->graph;
+  if (deps) *deps = t_deps.empty() ? nullptr : t_deps.data();
+  if (edges) *edges = t_edges.empty() ? nullptr : t_edges.data();
+  if (count) *count = t_deps.size();
+  return CUDA_SUCCESS;
+}
+
+CUresult update_capture_deps(CUstream h, CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n, unsigned flags) {
+  if (CUresult r = check_init()) return r;
+  if ((n && !deps) || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES) return CUDA_ERROR_INVALID_VALUE;
+  (void)edges;
+  std::lock_guard gl(g_graph_mu);
+  std::lock_guard lk(g_mu);
+  std::shared_ptr<CUstream_st> s;
+  if (CUresult r = get_stream_locked(h, &s)) return r;
+  auto it = g_capturing.find(s.get());
+  if (it == g_capturing.end()) return CUDA_ERROR_ILLEGAL_STATE;
+  adopt_locked(*it->second.cap);
+  for (size_t i = 0; i < n; ++i)
+    if (!live_node(deps[i]) || deps[i]->graph != it->second.cap->graph) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode_st*> list(deps, deps + n);
+  if (flags == CU_STREAM_SET_CAPTURE_DEPENDENCIES) it->second.deps.clear();
+  merge(it->second.deps, list);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+namespace fake {
+
+// Hooks for the queueing paths (fakecuda/stream.cpp), g_mu held. Each returns true when the
+// stream is capturing and the work was captured instead of queued.
+bool capture_work_locked(const CUstream_st* s, std::function<void()>* fn) {
+  auto it = g_capturing.find(s);
+  if (it == g_capturing.end()) return false;
+  capture_node_locked(it->second, CU_GRAPH_NODE_TYPE_EMPTY)->work = std::move(*fn);
+  return true;
+}
+
+bool capture_host_locked(const CUstream_st* s, CUhostFn fn, void* user) {
+  auto it = g_capturing.find(s);
+  if (it == g_capturing.end()) return false;
+  CUgraphNode_st* n = capture_node_locked(it->second, CU_GRAPH_NODE_TYPE_HOST);
+  n->fn = fn;
+  n->user = user;
+  return true;
+}
+
+bool capture_event_record_locked(const CUstream_st* s, const CUevent_st* e) {
+  auto it = g_capturing.find(s);
+  if (it == g_capturing.end()) {
+    g_event_captures.erase(e);  // recorded outside any capture now
+    return false;
+  }
+  g_event_captures[e] = it->second;
+  return true;
+}
+
+// A wait on an event recorded in a capture: joins s to that capture, or merges dependencies.
+bool capture_event_wait_locked(const CUstream_st* s, const CUevent_st* e, CUresult* r) {
+  auto ev = g_event_captures.find(e);
+  if (ev == g_event_captures.end()) return g_capturing.count(s) != 0;  // outside work: no edge
+  auto it = g_capturing.find(s);
+  *r = CUDA_SUCCESS;
+  if (it == g_capturing.end()) {
+    if (s->is_null) *r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    else g_capturing[s] = ev->second;
+  } else if (it->second.cap != ev->second.cap) {
+    *r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+  } else {
+    merge(it->second.deps, ev->second.deps);
+  }
+  return true;
+}
+
+}  // namespace fake
+
+FAKE_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
+  return begin_capture(h, nullptr, nullptr, nullptr, 0, mode);
+}
+FAKE_API CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mode) {
+  return begin_capture(h, nullptr, nullptr, nullptr, 0, mode);
+}
+FAKE_API CUresult CUDAAPI cuStreamBeginCapture(CUstream h) {
+  return begin_capture(h, nullptr, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+FAKE_API CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream h) {
+  return begin_capture(h, nullptr, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+FAKE_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode* deps,
+                                                      const CUgraphEdgeData* edges, size_t n,
+                                                      CUstreamCaptureMode mode) {
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  return begin_capture(h, g, deps, edges, n, mode);
+}
+FAKE_API CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream h, CUgraph g, const CUgraphNode* deps,
+                                                           const CUgraphEdgeData* edges, size_t n,
+                                                           CUstreamCaptureMode mode) {
+  return cuStreamBeginCaptureToGraph(h, g, deps, edges, n, mode);
+}
+FAKE_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph* out) { return end_capture(h, out); }
+FAKE_API CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream h, CUgraph* out) { return end_capture(h, out); }
+
+FAKE_API CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
+  return capture_info(h, status, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+FAKE_API CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus* status) {
+  return capture_info(h, status, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  return capture_info(h, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  return capture_info(h, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                    CUgraph* graph, const CUgraphNode** deps,
+                                                    const CUgraphEdgeData** edges, size_t* n) {
+  return capture_info(h, status, id, graph, deps, edges, n);
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                         CUgraph* graph, const CUgraphNode** deps,
+                                                         const CUgraphEdgeData** edges, size_t* n) {
+  return capture_info(h, status, id, graph, deps, edges, n);
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                    CUgraph* graph, const CUgraphNode** deps, size_t* n) {
+  return capture_info(h, status, id, graph, deps, nullptr, n);
+}
+FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                         CUgraph* graph, const CUgraphNode** deps, size_t* n) {
+  return capture_info(h, status, id, graph, deps, nullptr, n);
+}
+
+FAKE_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream h, CUgraphNode* deps, size_t n, unsigned flags) {
+  return update_capture_deps(h, deps, nullptr, n, flags);
+}
+FAKE_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream h, CUgraphNode* deps, size_t n,
+                                                                 unsigned flags) {
+  return update_capture_deps(h, deps, nullptr, n, flags);
+}
+FAKE_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgraphNode* deps,
+                                                               const CUgraphEdgeData* edges, size_t n,
+                                                               unsigned flags) {
+  return update_capture_deps(h, deps, edges, n, flags);
+}
+FAKE_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream h, CUgraphNode* deps,
+                                                                    const CUgraphEdgeData* edges, size_t n,
+                                                                    unsigned flags) {
+  return update_capture_deps(h, deps, edges, n, flags);
+}
+
+// Modes are per thread and only kept (the fake does not refuse unsafe calls during capture).
+FAKE_API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (CUresult r = check_init()) return r;
+  if (!mode || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, t_capture_mode);
+  return CUDA_SUCCESS;
 }

@@ -9,11 +9,20 @@
 // operation is queued, so they always point at earlier work and cannot deadlock.
 // cuStreamDestroy waits for the stream's queued work before it returns (the real driver returns
 // at once and finishes the work in the background); callers see no difference except time.
+// Work queued on a capturing stream is captured instead (fakecuda/graph.cpp, "stream capture").
 #include <chrono>
 
 #include "fakecuda/internal.h"
 
 namespace fake {
+
+// Stream capture (fakecuda/graph.cpp), g_mu held: true when s is capturing and the work became
+// graph nodes instead of being queued.
+bool capture_work_locked(const CUstream_st* s, std::function<void()>* fn);
+bool capture_host_locked(const CUstream_st* s, CUhostFn fn, void* user);
+bool capture_event_record_locked(const CUstream_st* s, const CUevent_st* e);
+bool capture_event_wait_locked(const CUstream_st* s, const CUevent_st* e, CUresult* r);
+
 namespace {
 
 bool deps_ready(const Op& op) {
@@ -76,6 +85,8 @@ CUresult get_stream_locked(CUstream h, std::shared_ptr<CUstream_st>* out) {
 
 uint64_t submit_locked(const std::shared_ptr<CUstream_st>& s, std::function<void()> fn,
                        std::vector<std::pair<std::shared_ptr<CUstream_st>, uint64_t>> extra_deps) {
+  // Captured instead of queued: nothing new to wait for on this stream.
+  if (capture_work_locked(s.get(), &fn)) return s->submitted;
   Op op{std::move(extra_deps), std::move(fn)};
   if (s->is_null) {
     for (auto& [raw, other] : g_streams)
@@ -167,6 +178,8 @@ FAKE_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, un
   auto it = g_events.find(hEvent);
   if (it == g_events.end()) return CUDA_ERROR_INVALID_HANDLE;
   CUevent_st* e = it->second.get();
+  CUresult captured = CUDA_SUCCESS;
+  if (capture_event_wait_locked(s.get(), e, &captured)) return captured;
   if (!e->recorded) return CUDA_SUCCESS;  // waiting on a never-recorded event is a no-op
   submit_locked(s, [] {}, {{e->stream, e->seq}});
   return CUDA_SUCCESS;
@@ -227,6 +240,7 @@ FAKE_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStrea
   std::shared_ptr<CUstream_st> s;
   if (CUresult r = get_stream_locked(hStream, &s)) return r;
   std::shared_ptr<CUevent_st> e = it->second;
+  if (capture_event_record_locked(s.get(), e.get())) return CUDA_SUCCESS;
   uint64_t gen = ++e->generation;
   e->recorded = true;
   e->stream = s;
@@ -293,32 +307,6 @@ FAKE_API CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
 FAKE_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream h) { return cuStreamSynchronize(h); }
 FAKE_API CUresult CUDAAPI cuStreamQuery_ptsz(CUstream h) { return cuStreamQuery(h); }
 
-// The fake never captures graphs: every stream reports "not capturing".
-FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream, CUstreamCaptureStatus* status, cuuint64_t* id,
-                                                    CUgraph* graph, const CUgraphNode** deps,
-                                                    const CUgraphEdgeData** edges, size_t* n) {
-  if (CUresult r = check_init()) return r;
-  if (status) *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (id) *id = 0;
-  if (graph) *graph = nullptr;
-  if (deps) *deps = nullptr;
-  if (edges) *edges = nullptr;
-  if (n) *n = 0;
-  return CUDA_SUCCESS;
-}
-FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id,
-                                                         CUgraph* g, const CUgraphNode** d, const CUgraphEdgeData** e,
-                                                         size_t* n) {
-  return cuStreamGetCaptureInfo_v3(s, st, id, g, d, e, n);
-}
-FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,
-                                                    const CUgraphNode** d, size_t* n) {
-  return cuStreamGetCaptureInfo_v3(s, st, id, g, d, nullptr, n);
-}
-FAKE_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id,
-                                                         CUgraph* g, const CUgraphNode** d, size_t* n) {
-  return cuStreamGetCaptureInfo_v3(s, st, id, g, d, nullptr, n);
-}
 FAKE_API CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f) { return cuStreamWaitEvent(h, e, f); }
 FAKE_API CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream h, unsigned int* f) { return cuStreamGetFlags(h, f); }
 FAKE_API CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream h, int* p) { return cuStreamGetPriority(h, p); }
@@ -340,6 +328,7 @@ FAKE_API CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* 
   std::lock_guard lk(g_mu);
   std::shared_ptr<CUstream_st> s;
   if (CUresult r = get_stream_locked(hStream, &s)) return r;
+  if (capture_host_locked(s.get(), fn, userData)) return CUDA_SUCCESS;
   submit_locked(s, [fn, userData] { fn(userData); });
   return CUDA_SUCCESS;
 }

@@ -32,6 +32,7 @@ CUresult CUDAAPI rgpu_fwd_cuFuncGetAttribute(int *pi, CUfunction_attribute attri
 CUresult CUDAAPI rgpu_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
 CUresult CUDAAPI rgpu_fwd_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
 CUresult CUDAAPI rgpu_fwd_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph);
+CUresult CUDAAPI rgpu_fwd_cuGraphDestroy(CUgraph hGraph);
 CUresult CUDAAPI rgpu_fwd_cuGraphDestroyNode(CUgraphNode hNode);
 CUresult CUDAAPI rgpu_fwd_cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize);
 CUresult CUDAAPI rgpu_fwd_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags);

@@ -1067,7 +1067,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph /*hGraph*/, const char * /*path*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuGraphDebugDotPrint"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphDestroy(CUgraph hGraph) {
   rgpu::client::trace_call("cuGraphDestroy");
   rgpu::client::Call c(rgpu::op::cuGraphDestroy, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
@@ -3132,10 +3132,6 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream /*hStream*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, const CUgraphEdgeData * /*dependencyData*/, size_t /*numDependencies*/, CUstreamCaptureMode /*mode*/) { return rgpu::client::unsupported("cuStreamBeginCaptureToGraph"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream /*hStream*/, CUgraph /*hGraph*/, const CUgraphNode * /*dependencies*/, const CUgraphEdgeData * /*dependencyData*/, size_t /*numDependencies*/, CUstreamCaptureMode /*mode*/) { return rgpu::client::unsupported("cuStreamBeginCaptureToGraph_ptsz"); }
-
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamBeginCapture_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_ptsz, rgpu::client::kWaits);
@@ -3479,14 +3475,6 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize_ptsz(CUstream hStream) 
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream /*hStream*/, CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuStreamUpdateCaptureDependencies"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream /*hStream*/, CUgraphNode * /*dependencies*/, size_t /*numDependencies*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuStreamUpdateCaptureDependencies_ptsz"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream /*hStream*/, CUgraphNode * /*dependencies*/, const CUgraphEdgeData * /*dependencyData*/, size_t /*numDependencies*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuStreamUpdateCaptureDependencies_v2"); }
-
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream /*hStream*/, CUgraphNode * /*dependencies*/, const CUgraphEdgeData * /*dependencyData*/, size_t /*numDependencies*/, unsigned int /*flags*/) { return rgpu::client::unsupported("cuStreamUpdateCaptureDependencies_v2_ptsz"); }
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   rgpu::client::trace_call("cuStreamWaitEvent");

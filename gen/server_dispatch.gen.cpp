@@ -1790,6 +1790,7 @@ static void h_cuGraphDestroy(rgpu::server::Dispatch& d) {
     return;
   }
   const CUresult rc = d.drv.cuGraphDestroy(a_hGraph);
+  if (rc == CUDA_SUCCESS) d.handles.unbind(a_hGraph_id);
   d.reply.put<int32_t>(rc);
 }
 
@@ -7314,6 +7315,8 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuStreamAttachMemAsync: return &h_cuStreamAttachMemAsync;
     case rgpu::op::cuStreamAttachMemAsync_ptsz: return &h_cuStreamAttachMemAsync_ptsz;
     case rgpu::op::cuStreamBeginCapture: return &h_cuStreamBeginCapture;
+    case rgpu::op::cuStreamBeginCaptureToGraph: return &rgpu::server::handlers::cuStreamBeginCaptureToGraph;
+    case rgpu::op::cuStreamBeginCaptureToGraph_ptsz: return &rgpu::server::handlers::cuStreamBeginCaptureToGraph_ptsz;
     case rgpu::op::cuStreamBeginCapture_ptsz: return &h_cuStreamBeginCapture_ptsz;
     case rgpu::op::cuStreamBeginCapture_v2: return &h_cuStreamBeginCapture_v2;
     case rgpu::op::cuStreamBeginCapture_v2_ptsz: return &h_cuStreamBeginCapture_v2_ptsz;
@@ -7354,6 +7357,10 @@ rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {
     case rgpu::op::cuStreamSetAttribute_ptsz: return &rgpu::server::handlers::cuStreamSetAttribute_ptsz;
     case rgpu::op::cuStreamSynchronize: return &h_cuStreamSynchronize;
     case rgpu::op::cuStreamSynchronize_ptsz: return &h_cuStreamSynchronize_ptsz;
+    case rgpu::op::cuStreamUpdateCaptureDependencies: return &rgpu::server::handlers::cuStreamUpdateCaptureDependencies;
+    case rgpu::op::cuStreamUpdateCaptureDependencies_ptsz: return &rgpu::server::handlers::cuStreamUpdateCaptureDependencies_ptsz;
+    case rgpu::op::cuStreamUpdateCaptureDependencies_v2: return &rgpu::server::handlers::cuStreamUpdateCaptureDependencies_v2;
+    case rgpu::op::cuStreamUpdateCaptureDependencies_v2_ptsz: return &rgpu::server::handlers::cuStreamUpdateCaptureDependencies_v2_ptsz;
     case rgpu::op::cuStreamWaitEvent: return &h_cuStreamWaitEvent;
     case rgpu::op::cuStreamWaitEvent_ptsz: return &h_cuStreamWaitEvent_ptsz;
     case rgpu::op::cuStreamWaitValue32: return &h_cuStreamWaitValue32;

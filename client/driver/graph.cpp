@@ -21,8 +21,11 @@
 //       where the order differs from the driver's: a host node (or host-side work) of the same
 //       launch that reads what such a D2H node wrote sees it only after the graph; one that
 //       writes what such an H2D node reads is not seen; a staged node in a conditional body moves
-//       its bytes once per launch, not once per run of the body. Staging buffers live until the process
-//       ends (a clone or an instance may still name them after the node is destroyed).
+//       its bytes once per launch, not once per run of the body (a body's transfers are
+//       listed in the graph holding its conditional node too). Staging buffers live until the
+//       process ends (a clone or an instance may still name them after the node is destroyed).
+//       Host copies captured from a stream use the same bookkeeping (client/stream_capture.h,
+//       note_graph_transfer). cuGraphDestroy forgets a graph's lists: its id may come back.
 //    Host to host nodes are refused with CUDA_ERROR_NOT_SUPPORTED and a line naming the call.
 //  - Host nodes: the function runs in this process, in graph order, through the host-callback
 //    machinery (client/host_nodes.h). Host nodes are counted per graph (child graphs included)
@@ -76,6 +79,7 @@
 #include "client/host_nodes.h"
 #include "client/launch_args.h"
 #include "client/mapped_memory.h"
+#include "client/stream_capture.h"
 #include "common/log.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
@@ -118,6 +122,7 @@ struct State {
   std::unordered_map<uint64_t, std::vector<HostTransfer>> graph_transfers;  // graph id → transfers in it
   std::unordered_map<uint64_t, std::vector<HostTransfer>> exec_transfers;   // instance id → transfers
   std::unordered_map<uint64_t, uint64_t> memcpy_node_graph;                 // memcpy node id → its graph
+  std::unordered_map<uint64_t, uint64_t> body_parent;  // conditional body graph id → the graph holding the node
   std::unordered_map<uint64_t, std::unique_ptr<NodeStore>> stores;  // node id → storage
   std::unordered_map<uint64_t, uint64_t> graph_hosts;                // graph id → host nodes in it
   std::unordered_map<uint64_t, uint64_t> exec_hosts;                 // instance id → host nodes
@@ -486,12 +491,23 @@ void free_staging(const HostTransfer& t) {
   cuMemFree_v2(t.to_device ? t.transfer.dstDevice : t.transfer.srcDevice);
 }
 
+// Appends a staged transfer to a graph and to the graphs whose conditional nodes hold it as a
+// body (an instance of those runs the body). s.mu held.
+void add_transfer_locked(State& s, uint64_t graph, const HostTransfer& t) {
+  for (int depth = 0; depth < 64; ++depth) {  // bounded: ids come from the server
+    s.graph_transfers[graph].push_back(t);
+    auto up = s.body_parent.find(graph);
+    if (up == s.body_parent.end()) return;
+    graph = up->second;
+  }
+}
+
 // A memcpy node was added (with a staged host side or not: parameters set later may bring one).
 void note_transfer(uint64_t graph, const HostTransfer& t) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   s.memcpy_node_graph[t.node] = graph;
-  if (t.transfer.WidthInBytes) s.graph_transfers[graph].push_back(t);
+  if (t.transfer.WidthInBytes) add_transfer_locked(s, graph, t);
 }
 
 // A memcpy node's parameters changed: in its graph (exec 0) or in one instance. A node whose new
@@ -582,6 +598,9 @@ CUresult add(uint16_t opcode, const char* name, CUgraphNode* ph, CUgraph graph, 
     s->bodies.resize(nb);
     for (auto& b : s->bodies) b = handle_from<CUgraph>(r.u64());
     p->conditional.phGraph_out = s->bodies.data();
+    State& st = state();
+    std::lock_guard<std::mutex> lock(st.mu);
+    for (CUgraph b : s->bodies) st.body_parent[handle_id(b)] = handle_id(graph);
   }
   if (!r.ok()) return CUDA_ERROR_UNKNOWN;
   *ph = handle_from<CUgraphNode>(id);
@@ -741,6 +760,19 @@ CUgraphNodeParams of_type(CUgraphNodeType t) {
 }
 
 }  // namespace
+
+namespace rgpu::client {
+
+// A copy captured from a stream (client/driver/stream_capture.cpp): the same bookkeeping as a
+// memcpy node's staged host side.
+void note_graph_transfer(uint64_t graph, uint64_t node, bool to_device, const CUDA_MEMCPY3D& transfer) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (node) s.memcpy_node_graph[node] = graph;
+  add_transfer_locked(s, graph, HostTransfer{node, to_device, transfer});
+}
+
+}  // namespace rgpu::client
 
 extern "C" {
 
@@ -1023,6 +1055,20 @@ RGPU_EXPORT CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node) {
       if (g != s.graph_hosts.end() && g->second) --g->second;
       s.host_node_graph.erase(it);
     }
+  }
+  return rc;
+}
+
+// The server forgets the id, and the driver may hand the same address out again: what was
+// counted for this graph must not carry over to a later one.
+RGPU_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph g) {
+  CUresult rc = rgpu_fwd_cuGraphDestroy(g);
+  if (rc == CUDA_SUCCESS) {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.graph_transfers.erase(handle_id(g));
+    s.graph_hosts.erase(handle_id(g));
+    s.body_parent.erase(handle_id(g));
   }
   return rc;
 }

@@ -49,8 +49,12 @@ using rgpu::client::handle_id;
 // Wire: u64 dst, u64 stream (async ops only), u64 n, then n bytes of data.
 CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
   if (n && !src) return CUDA_ERROR_INVALID_VALUE;
-  if (async)
-    if (CUresult rc = rgpu::client::refuse_host_copy_in_capture("cuMemcpyHtoDAsync", stream)) return rc;
+  if (async) {  // on a capturing stream: captured through staging (client/stream_capture.h)
+    bool captured = false;
+    CUresult rc = rgpu::client::capture_host_copy("cuMemcpyHtoDAsync", stream, op == rgpu::op::cuMemcpyHtoDAsync_v2_ptsz,
+                                                  dst, const_cast<void*>(src), n, true, &captured);
+    if (captured) return rc;
+  }
   if (async && rgpu::client::host_callbacks_pending() && rgpu::client::find_host_range(src, n, nullptr))
     rgpu::client::wait_host_callbacks();  // a callback ahead may still write the source
   if (n && rgpu::client::mapped::active() && rgpu::client::mapped::contains(src, n))
@@ -112,8 +116,12 @@ void async_done(uint64_t id, int32_t status) {
 // off the device while chunk k is on the wire; each reply lands in its slice of dst.
 CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUstream stream) {
   if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
-  if (async)
-    if (CUresult rc = rgpu::client::refuse_host_copy_in_capture("cuMemcpyDtoHAsync", stream)) return rc;
+  if (async) {  // on a capturing stream: captured through staging (client/stream_capture.h)
+    bool captured = false;
+    CUresult rc = rgpu::client::capture_host_copy("cuMemcpyDtoHAsync", stream, op == rgpu::op::cuMemcpyDtoHAsync_v2_ptsz,
+                                                  src, dst, n, false, &captured);
+    if (captured) return rc;
+  }
   if (n && rgpu::client::mapped::active() && rgpu::client::mapped::contains(dst, n))
     return rgpu::client::mapped::copy(op, async, src, dst, n, async ? handle_id(stream) : 0);
   if (async && n) {

@@ -11,6 +11,18 @@
 //
 // Wire: u64 stream, u8 want_edges. Reply: CUresult, i32 status, u64 id, u64 graph id,
 //   u64 n, n × u64 node ids, then (want_edges) n × CUgraphEdgeData.
+// cuStreamBeginCaptureToGraph(_ptsz): u64 stream, u64 graph, Nodes, u32 mode. Reply: CUresult.
+// cuStreamUpdateCaptureDependencies(_v2)(_ptsz): u64 stream, Nodes, u32 flags. Reply: CUresult.
+//   Nodes: u64 n, n × u64 node id, u8 has_edges, (has_edges) n × CUgraphEdgeData.
+//
+// Async copies between device memory and this process's memory on a capturing stream (issued by
+// client/driver/memory.cpp) are captured as device-to-device copies against a staging buffer or
+// mapped memory (capture_host_copy, client/stream_capture.h). Known limits, as for a memcpy
+// node's staged host side (client/driver/graph.cpp): the host bytes of a captured host-to-device
+// copy are read when cuGraphLaunch is called, not when the copy runs in the graph, so a host node
+// earlier in the same graph that writes them is not seen; a captured device-to-host copy's bytes
+// land after the whole graph has run, so a host node later in the same graph (a
+// cuLaunchHostFunc captured after the copy) sees the previous launch's bytes.
 #include <cuda.h>
 
 #include <atomic>
@@ -19,6 +31,7 @@
 #include <vector>
 
 #include "client/call.h"
+#include "client/mapped_memory.h"
 #include "client/runtime.h"
 #include "client/stream_capture.h"
 #include "common/log.h"
@@ -105,6 +118,42 @@ CUresult capture_info(uint16_t op, const char* name, CUstream stream, CUstreamCa
   return CUDA_SUCCESS;
 }
 
+// Nodes: u64 n, n × u64 node, u8 has_edges, (has_edges) n × CUgraphEdgeData.
+CUresult put_nodes(rgpu::Writer& w, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n) {
+  if ((n && !deps) || n > kMaxDependencies) return CUDA_ERROR_INVALID_VALUE;
+  w.put_u64(n);
+  for (size_t i = 0; i < n; ++i) w.put_u64(rgpu::client::handle_id(deps[i]));
+  w.put_u8(edges != nullptr && n > 0);
+  if (edges)
+    for (size_t i = 0; i < n; ++i) w.put(edges[i]);
+  return CUDA_SUCCESS;
+}
+
+CUresult begin_to_graph(uint16_t op, const char* name, CUstream stream, CUgraph graph, const CUgraphNode* deps,
+                        const CUgraphEdgeData* edges, size_t n, CUstreamCaptureMode mode) {
+  rgpu::client::trace_call(name);
+  rgpu::client::Call c(op, rgpu::client::kWaits);
+  c.args().put_u64(rgpu::client::handle_id(stream));
+  c.args().put_u64(rgpu::client::handle_id(graph));
+  if (CUresult rc = put_nodes(c.args(), deps, edges, n)) return rc;
+  c.args().put_u32(static_cast<uint32_t>(mode));
+  return c.invoke();
+}
+
+CUresult update_deps(uint16_t op, const char* name, CUstream stream, const CUgraphNode* deps,
+                     const CUgraphEdgeData* edges, size_t n, unsigned flags) {
+  if (none_open()) {
+    rgpu::client::trace_call(name);
+    return CUDA_ERROR_ILLEGAL_STATE;  // the driver's answer for a stream that is not capturing
+  }
+  rgpu::client::trace_call(name);
+  rgpu::client::Call c(op, rgpu::client::kWaits);
+  c.args().put_u64(rgpu::client::handle_id(stream));
+  if (CUresult rc = put_nodes(c.args(), deps, edges, n)) return rc;
+  c.args().put_u32(flags);
+  return c.invoke();
+}
+
 }  // namespace
 
 namespace rgpu::client {
@@ -116,13 +165,60 @@ bool stream_is_capturing(CUstream stream) {
   return st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-CUresult refuse_host_copy_in_capture(const char* call, CUstream stream) {
-  if (!stream_is_capturing(stream)) return CUDA_SUCCESS;
-  log::error("%s during stream capture is not supported by rgpu: the graph would copy at each launch, on the "
-             "server, which cannot reach this process's memory; capture a device-to-device copy and copy to "
-             "or from the host after the graph runs",
-             call);
-  return CUDA_ERROR_NOT_SUPPORTED;
+CUresult capture_host_copy(const char* call, CUstream stream, bool ptsz, CUdeviceptr device, void* host, size_t n,
+                           bool to_device, bool* captured) {
+  *captured = false;
+  if (none_open() || n == 0) return CUDA_SUCCESS;
+  auto info = ptsz ? cuStreamGetCaptureInfo_v2_ptsz : cuStreamGetCaptureInfo_v2;
+  auto dtod = ptsz ? cuMemcpyDtoDAsync_v2_ptsz : cuMemcpyDtoDAsync_v2;
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph graph = nullptr;
+  // Not capturing, or a bad stream: the copy goes its usual way (and reports that itself).
+  if (info(stream, &st, nullptr, &graph, nullptr, nullptr) != CUDA_SUCCESS || st == CU_STREAM_CAPTURE_STATUS_NONE)
+    return CUDA_SUCCESS;
+  *captured = true;
+  if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  CUdeviceptr mirror = 0;
+  if (mapped::active() && mapped::contains(host, n) && mapped::device_pointer(host, &mirror))
+    return to_device ? dtod(device, mirror, n, stream) : dtod(mirror, device, n, stream);
+  // The staging buffer is allocated outside the capture's rules: in the global mode the driver
+  // refuses (and invalidates the capture on) an allocation, which the program never made.
+  CUdeviceptr staging = 0;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool exchanged = cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+  CUresult rc = cuMemAlloc_v2(&staging, n);
+  if (exchanged) cuThreadExchangeStreamCaptureMode(&mode);
+  if (rc != CUDA_SUCCESS) {
+    log::error("%s during stream capture: no device memory for its staging buffer (%zu bytes)", call, n);
+    return rc;
+  }
+  rc = to_device ? dtod(device, staging, n, stream) : dtod(staging, device, n, stream);
+  if (rc != CUDA_SUCCESS) {
+    cuMemFree_v2(staging);
+    return rc;
+  }
+  // The node just captured is now the stream's one dependency.
+  const CUgraphNode* deps = nullptr;
+  size_t ndeps = 0;
+  uint64_t node = 0;
+  if (info(stream, &st, nullptr, &graph, &deps, &ndeps) == CUDA_SUCCESS && ndeps == 1) node = handle_id(deps[0]);
+  CUDA_MEMCPY3D x{};
+  x.WidthInBytes = n;
+  x.Height = 1;
+  x.Depth = 1;
+  if (to_device) {
+    x.srcMemoryType = CU_MEMORYTYPE_HOST;
+    x.srcHost = host;
+    x.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    x.dstDevice = staging;
+  } else {
+    x.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    x.srcDevice = staging;
+    x.dstMemoryType = CU_MEMORYTYPE_HOST;
+    x.dstHost = host;
+  }
+  note_graph_transfer(handle_id(graph), node, to_device, x);
+  return CUDA_SUCCESS;
 }
 
 }  // namespace rgpu::client
@@ -151,8 +247,7 @@ RGPU_EXPORT CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstream
 }
 
 
-// Begin and end: forwarded, and counted. (cuStreamBeginCaptureToGraph is not forwarded yet; when it
-// is, it must count too.)
+// Begin and end: forwarded, and counted.
 RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream s) {
   CUresult rc = rgpu_fwd_cuStreamBeginCapture(s);
   capture_began(s, rc);
@@ -182,6 +277,49 @@ RGPU_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
   CUresult rc = rgpu_fwd_cuStreamEndCapture_ptsz(s, g);
   capture_ended(s, rc);
   return rc;
+}
+
+// cuStreamBeginCaptureToGraph: captures into the caller's graph after `deps`; counted like
+// cuStreamBeginCapture.
+RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                                         const CUgraphEdgeData* edges, size_t n,
+                                                         CUstreamCaptureMode mode) {
+  CUresult rc = begin_to_graph(rgpu::op::cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", s, g, deps,
+                               edges, n, mode);
+  capture_began(s, rc);
+  return rc;
+}
+RGPU_EXPORT CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                                              const CUgraphEdgeData* edges, size_t n,
+                                                              CUstreamCaptureMode mode) {
+  CUresult rc = begin_to_graph(rgpu::op::cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph_ptsz", s, g,
+                               deps, edges, n, mode);
+  capture_began(s, rc);
+  return rc;
+}
+
+// Only a capturing stream has dependencies to update: while none is open the answer is local.
+RGPU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream s, CUgraphNode* deps, size_t n,
+                                                               unsigned int flags) {
+  return update_deps(rgpu::op::cuStreamUpdateCaptureDependencies, "cuStreamUpdateCaptureDependencies", s, deps,
+                     nullptr, n, flags);
+}
+RGPU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream s, CUgraphNode* deps, size_t n,
+                                                                    unsigned int flags) {
+  return update_deps(rgpu::op::cuStreamUpdateCaptureDependencies_ptsz, "cuStreamUpdateCaptureDependencies_ptsz", s,
+                     deps, nullptr, n, flags);
+}
+RGPU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream s, CUgraphNode* deps,
+                                                                  const CUgraphEdgeData* edges, size_t n,
+                                                                  unsigned int flags) {
+  return update_deps(rgpu::op::cuStreamUpdateCaptureDependencies_v2, "cuStreamUpdateCaptureDependencies_v2", s, deps,
+                     edges, n, flags);
+}
+RGPU_EXPORT CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream s, CUgraphNode* deps,
+                                                                       const CUgraphEdgeData* edges, size_t n,
+                                                                       unsigned int flags) {
+  return update_deps(rgpu::op::cuStreamUpdateCaptureDependencies_v2_ptsz, "cuStreamUpdateCaptureDependencies_v2_ptsz",
+                     s, deps, edges, n, flags);
 }
 
 // Asked locally while no capture is open.

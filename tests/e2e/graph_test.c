@@ -11,7 +11,9 @@
  * an instance, cuGraphExecUpdate; cuLinkCreate/AddData/AddFile/Complete with log buffers; and
  * the wrong uses each must refuse. Through rgpu, a memcpy node with a host side works (staged
  * or mapped; test_host_sides), a host-to-host one is refused
- * (CUDA_ERROR_NOT_SUPPORTED); the real driver takes it. */
+ * (CUDA_ERROR_NOT_SUPPORTED); the real driver takes it. Stream capture: host copies captured
+ * on a stream and on a stream joined through events (test_capture_host_copies), capture into
+ * the caller's graph with dependencies updated by hand (test_capture_to_graph). */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -664,6 +666,182 @@ static void test_host_sides(CUstream s) {
   free(heap);
 }
 
+/* Stream capture with host copies (as cuda-samples simpleCudaGraphs and jacobiCudaGraphs do):
+ * cuMemcpyHtoDAsync / cuMemcpyDtoHAsync / cuMemcpyAsync between device memory and pinned,
+ * pageable, stack and mapped host memory, on the capturing stream and on a stream joined to the
+ * capture through events. Nothing runs before the launch; each launch reads the host sources
+ * anew and fills the host destinations. Then a clone, and cuGraphExecUpdate to a graph that
+ * writes elsewhere. */
+static void test_capture_host_copies(CUstream s) {
+  enum { M = 1024 };
+  unsigned *pinned = NULL, *mapped = NULL, *out_a = NULL, *out_b = NULL;
+  CU(cuMemAllocHost((void**)&pinned, M * 4));
+  CU(cuMemAllocHost((void**)&out_a, M * 4));
+  CU(cuMemAllocHost((void**)&out_b, M * 4));
+  CU(cuMemHostAlloc((void**)&mapped, M * 4, CU_MEMHOSTALLOC_DEVICEMAP));
+  unsigned* heap = malloc(M * 4);
+  unsigned stack_out[M];
+  CUstream s2 = NULL;
+  CUevent fork = NULL, join = NULL;
+  CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CU(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+  CU(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+  CUdeviceptr d = 0, d2 = 0;
+  CU(cuMemAlloc(&d, M * 4));
+  CU(cuMemAlloc(&d2, M * 4));
+  if (!pinned || !mapped || !out_a || !out_b || !heap || !s2 || !d || !d2) return;
+  for (int i = 0; i < M; ++i) pinned[i] = 100 + i, heap[i] = 0, stack_out[i] = 0, mapped[i] = 0;
+  CU(cuMemsetD32(d, 0, M));
+
+  CUgraph g = NULL;
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU(cuMemcpyHtoDAsync(d, pinned, M * 4, s));
+  CU(cuEventRecord(fork, s));
+  CU(cuStreamWaitEvent(s2, fork, 0));
+  CU(cuStreamIsCapturing(s2, &st));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE, "a stream that waited on a captured event joins the capture (%d)", st);
+  CU(cuMemcpyDtoHAsync(heap, d, M * 4, s2));
+  CU(cuMemsetD32Async(d2, 0x55, M, s));
+  CU(cuMemcpyAsync((CUdeviceptr)(uintptr_t)stack_out, d2, M * 4, s));
+  CU(cuMemcpyDtoHAsync(mapped, d, M * 4, s));
+  CU(cuEventRecord(join, s2));
+  CU(cuStreamWaitEvent(s, join, 0));
+  CU(cuStreamEndCapture(s, &g));
+  CU(cuStreamIsCapturing(s2, &st));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "the joined stream's capture ends with the origin's (%d)", st);
+  CU(cuStreamSynchronize(s));
+  CHECK(heap[0] == 0 && stack_out[0] == 0 && mapped[0] == 0, "captured copies ran before any launch: %u %u %u",
+        heap[0], stack_out[0], mapped[0]);
+  CUgraphExec e = NULL;
+  if (g) CU(cuGraphInstantiate(&e, g, 0));
+  for (int launch = 0; launch < 2 && e; ++launch) {
+    for (int i = 0; i < M; ++i) pinned[i] = 1000 * launch + i;
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    int bad = 0;
+    for (int i = 0; i < M; ++i)
+      bad += heap[i] != 1000u * launch + i || mapped[i] != 1000u * launch + i || stack_out[i] != 0x55;
+    CHECK(bad == 0, "captured host copies, launch %d: %d elements wrong (heap[1]=%u mapped[1]=%u stack[1]=0x%x)",
+          launch, bad, heap[1], mapped[1], stack_out[1]);
+  }
+  if (e) CU(cuGraphExecDestroy(e));
+  /* A clone brings the captured transfers along. */
+  CUgraph clone = NULL;
+  CUgraphExec ce = NULL;
+  if (g) CU(cuGraphClone(&clone, g));
+  if (clone) CU(cuGraphInstantiate(&ce, clone, 0));
+  if (ce) {
+    for (int i = 0; i < M; ++i) pinned[i] = 7 + i, heap[i] = 0;
+    CU(cuGraphLaunch(ce, s));
+    CU(cuStreamSynchronize(s));
+    CHECK(heap[0] == 7 && heap[M - 1] == 7 + M - 1, "a clone of a captured graph: heap[0]=%u", heap[0]);
+    CU(cuGraphExecDestroy(ce));
+  }
+  if (clone) CU(cuGraphDestroy(clone));
+  if (g) CU(cuGraphDestroy(g));
+
+  /* cuGraphExecUpdate: an instance of a graph writing out_a takes a graph writing out_b. */
+  CUgraph ga = NULL, gb = NULL;
+  unsigned* outs[2] = {out_a, out_b};
+  CUgraph* graphs[2] = {&ga, &gb};
+  for (int k = 0; k < 2; ++k) {
+    CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU(cuMemcpyHtoDAsync(d, pinned, M * 4, s));
+    CU(cuMemcpyDtoHAsync(outs[k], d, M * 4, s));
+    CU(cuStreamEndCapture(s, graphs[k]));
+  }
+  CUgraphExec ea = NULL;
+  if (ga) CU(cuGraphInstantiate(&ea, ga, 0));
+  if (ea && gb) {
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    CU(cuGraphExecUpdate(ea, gb, &info));
+    for (int i = 0; i < M; ++i) pinned[i] = 300 + i, out_a[i] = 1, out_b[i] = 2;
+    CU(cuGraphLaunch(ea, s));
+    CU(cuStreamSynchronize(s));
+    CHECK(out_a[0] == 1 && out_b[0] == 300 && out_b[M - 1] == 300 + M - 1,
+          "an updated instance copies to the new graph's host buffer: out_a[0]=%u out_b[0]=%u", out_a[0], out_b[0]);
+    CU(cuGraphExecDestroy(ea));
+  }
+  if (ga) CU(cuGraphDestroy(ga));
+  if (gb) CU(cuGraphDestroy(gb));
+
+  CU(cuEventDestroy(fork));
+  CU(cuEventDestroy(join));
+  CU(cuStreamDestroy(s2));
+  CU(cuMemFree(d));
+  CU(cuMemFree(d2));
+  CU(cuMemFreeHost(pinned));
+  CU(cuMemFreeHost(mapped));
+  CU(cuMemFreeHost(out_a));
+  CU(cuMemFreeHost(out_b));
+  free(heap);
+}
+
+/* cuStreamBeginCaptureToGraph after a node of the caller's graph, cuStreamGetCaptureInfo_v3 on
+ * it, a node added by hand and made the stream's dependency with
+ * cuStreamUpdateCaptureDependencies(_v2) (as cuda-samples graphConditionalNodes does). */
+static void test_capture_to_graph(CUstream s) {
+  enum { M = 1024 };
+  unsigned* heap = malloc(M * 4);
+  unsigned* heap2 = malloc(M * 4);
+  CUdeviceptr d = 0, d2 = 0;
+  CU(cuMemAlloc(&d, M * 4));
+  CU(cuMemAlloc(&d2, M * 4));
+  if (!heap || !heap2 || !d || !d2) return;
+  for (int i = 0; i < M; ++i) heap[i] = 0, heap2[i] = 0;
+  CUgraphNode none = NULL;
+  CHECK(cuStreamUpdateCaptureDependencies_v2(s, &none, NULL, 0, CU_STREAM_ADD_CAPTURE_DEPENDENCIES) ==
+            CUDA_ERROR_ILLEGAL_STATE,
+        "cuStreamUpdateCaptureDependencies on a stream that is not capturing");
+  CUgraph g = NULL;
+  CU(cuGraphCreate(&g, 0));
+  CUgraphNode first = NULL, extra = NULL;
+  CUDA_MEMSET_NODE_PARAMS m7 = memset32(d, 7, M), m9 = memset32(d2, 9, M);
+  CU(cuGraphAddMemsetNode(&first, g, NULL, 0, &m7, g_ctx));
+  CU(cuStreamBeginCaptureToGraph(s, g, &first, NULL, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph cg = NULL;
+  const CUgraphNode* deps = NULL;
+  size_t n = 0;
+  CU(cuStreamGetCaptureInfo_v3(s, &st, &id, &cg, &deps, NULL, &n));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE && cg == g && n == 1 && deps && deps[0] == first,
+        "capture into the caller's graph after its node: status %d, graph %s, %zu dependencies", st,
+        cg == g ? "the caller's" : "another", n);
+  CU(cuMemcpyDtoHAsync(heap, d, M * 4, s));
+  CU(cuStreamGetCaptureInfo_v3(s, &st, &id, &cg, &deps, NULL, &n));
+  CHECK(n == 1 && deps && deps[0] != first, "the captured copy is the stream's dependency (%zu)", n);
+  if (n == 1 && deps) CU(cuGraphAddMemsetNode(&extra, g, deps, 1, &m9, g_ctx));
+  CU(cuStreamUpdateCaptureDependencies_v2(s, &extra, NULL, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES));
+  CU(cuStreamUpdateCaptureDependencies_v2(s, &first, NULL, 1, CU_STREAM_ADD_CAPTURE_DEPENDENCIES));
+  CU(cuStreamGetCaptureInfo_v3(s, &st, &id, &cg, &deps, NULL, &n));
+  CHECK(n == 2 && deps && contains(deps, n, extra) && contains(deps, n, first),
+        "dependencies set to the added node, then the first added (%zu)", n);
+  CU(cuMemcpyDtoHAsync(heap2, d2, M * 4, s));
+  CUgraph out = NULL;
+  CU(cuStreamEndCapture(s, &out));
+  CHECK(out == g, "cuStreamEndCapture returns the caller's graph");
+  size_t count = 0;
+  CU(cuGraphGetNodes(g, NULL, &count));
+  CHECK(count == 4, "memset, copy, added memset, copy: %zu nodes", count);
+  CUgraphExec e = NULL;
+  CU(cuGraphInstantiate(&e, g, 0));
+  if (e) {
+    CU(cuGraphLaunch(e, s));
+    CU(cuStreamSynchronize(s));
+    CHECK(heap[0] == 7 && heap[M - 1] == 7 && heap2[0] == 9 && heap2[M - 1] == 9,
+          "a graph captured into after its own node: heap[0]=%u heap2[0]=%u", heap[0], heap2[0]);
+    CU(cuGraphExecDestroy(e));
+  }
+  CU(cuGraphDestroy(g));
+  CU(cuMemFree(d));
+  CU(cuMemFree(d2));
+  free(heap);
+  free(heap2);
+}
+
 /* ---------- JIT linking ---------- */
 static void run_linked(const void* cubin, const char* what, CUstream s) {
   CUmodule mod = NULL;
@@ -783,6 +961,8 @@ int main(int argc, char** argv) {
   test_conditional(s);
   test_spin_on_host_node(s);
   test_host_sides(s);
+  test_capture_host_copies(s);
+  test_capture_to_graph(s);
   test_refusals();
   test_link(ptx_path, s);
 

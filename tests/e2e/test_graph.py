@@ -84,3 +84,17 @@ def test_node_arrays_longer_than_their_payload_close_the_connection(server):
             assert wire.peer_closed(c.sock), op
         assert server.alive()
     assert wire.healthy_session(server.addr) > 0
+
+
+def test_host_copies_in_stream_capture_are_captured_not_refused(server, tmp_path):
+    """cuMemcpy{HtoD,DtoH}Async and cuMemcpyAsync with a host side on a capturing stream (and on a
+    stream joined through events) are captured through staging buffers (graph_test.c
+    test_capture_host_copies checks the bytes per launch); cuStreamBeginCaptureToGraph and
+    cuStreamUpdateCaptureDependencies_v2 go to the server (test_capture_to_graph)."""
+    trace = tmp_path / "trace.txt"
+    r = run_client([PROGRAM, IMAGE, PTX], server, env_extra={"RGPU_TRACE": str(trace)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "during stream capture" not in r.stderr, r.stderr
+    text = trace.read_text()
+    for call in ("cuStreamBeginCaptureToGraph", "cuStreamUpdateCaptureDependencies_v2", "cuMemcpyDtoDAsync_v2"):
+        assert call in text, call
