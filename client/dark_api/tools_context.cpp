@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <map>
@@ -90,6 +91,13 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   if (!object) return CUDA_ERROR_INVALID_VALUE;
   if (!ctx) return CUDA_ERROR_INVALID_HANDLE;  // driver 580: NULL is not "the current context" here
   if (stream == CU_STREAM_LEGACY) stream = nullptr;  // the same stream (driver 580: the same object)
+  // Diagnostic switch while the stream reading is verified on a GPU: RGPU_TOOLS_STREAM=0 answers
+  // every stream as NULL's (the behaviour before).
+  static const bool by_stream = [] {
+    const char* v = getenv("RGPU_TOOLS_STREAM");
+    return !(v && v[0] == '0');
+  }();
+  if (!by_stream) stream = nullptr;
   const auto key = std::make_pair(ctx, stream);
   {
     std::lock_guard<std::mutex> lock(g_mu);
