@@ -91,11 +91,14 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   if (!object) return CUDA_ERROR_INVALID_VALUE;
   if (!ctx) return CUDA_ERROR_INVALID_HANDLE;  // driver 580: NULL is not "the current context" here
   if (stream == CU_STREAM_LEGACY) stream = nullptr;  // the same stream (driver 580: the same object)
-  // Diagnostic switch while the stream reading is verified on a GPU: RGPU_TOOLS_STREAM=0 answers
-  // every stream as NULL's (the behaviour before).
+  // Which reading of the second argument is used: the NULL stream's object for every call (the
+  // default: PyTorch's ladder passed 15/15 with identical losses this way on the H200), or, with
+  // RGPU_TOOLS_STREAM=1, the object of the stream the argument names. Not settled: through the
+  // shim the toolkit's cublasSgemm passes an id the server does not know (INVALID_HANDLE) and
+  // fails with CUBLAS_STATUS_INTERNAL_ERROR either way; see README.md "TOOLS_CONTEXT 51 and 39".
   static const bool by_stream = [] {
     const char* v = getenv("RGPU_TOOLS_STREAM");
-    return !(v && v[0] == '0');
+    return v && v[0] == '1';
   }();
   if (!by_stream) stream = nullptr;
   const auto key = std::make_pair(ctx, stream);
@@ -112,6 +115,9 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   c.args().put_u64(handle_id(stream));
   CUresult rc = c.invoke();
   g_server_queries.fetch_add(1, std::memory_order_relaxed);
+  if (rc == CUDA_ERROR_INVALID_HANDLE && stream)
+    log::warn("export table TOOLS_CONTEXT slot 51: the server knows no handle %p (its second argument; context %p)",
+              static_cast<void*>(stream), static_cast<void*>(ctx));
   if (rc != CUDA_SUCCESS) return rc;  // slot 51's own error (or the connection's): not cached
   auto* entry = new ContextObject();
   entry->ctx = ctx;

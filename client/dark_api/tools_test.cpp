@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -18,6 +19,10 @@
 
 namespace rgpu::client::dark {
 namespace {
+
+// The stream reading of slot 51's second argument is opt-in (tools_context.cpp); these tests
+// check it, so it is on before the first call reads the switch.
+const bool kStreamReading = (setenv("RGPU_TOOLS_STREAM", "1", 1), true);
 
 using ContextObject = CUresult (*)(CUcontext, void*, void**);
 using ContextQuery = CUresult (*)(CUcontext, void*, void*);
