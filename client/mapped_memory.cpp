@@ -242,7 +242,11 @@ CUresult map_managed(size_t size, unsigned flags, CUdeviceptr* dptr) {
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   uint64_t x = c.reply().u64();
-  if (!c.reply().ok() || x == 0 || x % kPage || size > UINT64_MAX - x - kPage) return CUDA_ERROR_UNKNOWN;
+  if (!c.reply().ok() || x == 0 || x % kPage || size > UINT64_MAX - x - kPage) {
+    log::error("cuMemAllocManaged: the server's answer was malformed (address 0x%llx); returning CUDA_ERROR_UNKNOWN",
+               static_cast<unsigned long long>(x));
+    return CUDA_ERROR_UNKNOWN;
+  }
   void* want = reinterpret_cast<void*>(static_cast<uintptr_t>(x));
   void* p = mmap(want, page_span(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   if (p != want) {

@@ -203,6 +203,30 @@ FAKE_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, 
   if (bytesize == 0 || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mem_mu);
   if (bytesize > kTotalMem - g_used) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Small allocations are packed into shared 2 MiB chunks at 256-byte alignment, as the real
+  // driver packs them (an H200 run handed rgpu a managed address off a page boundary).
+  constexpr size_t kChunk = size_t(1) << 21;
+  static uintptr_t chunk = 0;
+  static size_t chunk_used = kChunk;
+  if (bytesize < kChunk / 4) {
+    size_t at = (chunk_used + kAlign - 1) / kAlign * kAlign;
+    if (at + bytesize > kChunk) {
+      void* want = reinterpret_cast<void*>(g_next_managed);
+      void* q = mmap(want, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (q != want) {
+        if (q != MAP_FAILED) munmap(q, kChunk);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      }
+      g_next_managed += 2 * kChunk;  // a gap after each
+      chunk = reinterpret_cast<uintptr_t>(q);
+      at = 0;
+    }
+    chunk_used = at + bytesize;
+    g_used += bytesize;
+    g_pinned[chunk + at] = Pinned{bytesize, false, true, c};  // the chunk stays mapped after a free
+    *dptr = static_cast<CUdeviceptr>(chunk + at);
+    return CUDA_SUCCESS;
+  }
   size_t len = (bytesize + 4095) / 4096 * 4096;
   void* p = MAP_FAILED;
   for (int attempt = 0; attempt < 16 && p == MAP_FAILED; ++attempt) {
@@ -237,7 +261,7 @@ CUresult free_managed(CUdeviceptr dptr) {
   auto it = g_pinned.find(dptr);
   if (it == g_pinned.end() || !it->second.managed) return CUDA_ERROR_INVALID_VALUE;  // freed meanwhile
   g_used -= it->second.size;
-  munmap(reinterpret_cast<void*>(dptr), (it->second.size + 4095) / 4096 * 4096);
+  if (it->second.owned) munmap(reinterpret_cast<void*>(dptr), (it->second.size + 4095) / 4096 * 4096);  // not a packed one
   g_pinned.erase(it);
   return CUDA_SUCCESS;
 }

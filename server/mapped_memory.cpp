@@ -130,9 +130,22 @@ void MappedMemory::managed_alloc(const DriverTable& drv, Reader& in, Writer& out
   if (!in.ok()) return;
   if (size == 0 || size > kMaxMapped) return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   if (!drv.cuMemAllocManaged || !drv.cuMemFree_v2) return out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  // The client maps its copy at the same address page by page, so no two managed allocations may
+  // share a page: the driver packs small ones together (UnifiedMemoryStreams got an unaligned
+  // address and failed on the H200), so each is asked for whole 2 MiB granules, which it places
+  // on their own pages. Only `size` bytes are mirrored.
+  constexpr uint64_t kGranule = 2u << 20;
+  const uint64_t asked = (size + kGranule - 1) / kGranule * kGranule;
   CUdeviceptr p = 0;
-  CUresult rc = drv.cuMemAllocManaged(&p, size, flags);
+  CUresult rc = drv.cuMemAllocManaged(&p, asked, flags);
   if (rc != CUDA_SUCCESS) return out.put<int32_t>(rc);
+  if (p % 4096) {
+    log::error("cuMemAllocManaged: the driver placed %llu bytes at 0x%llx, not on a page boundary; rgpu mirrors "
+               "managed memory by pages and refuses it (CUDA_ERROR_NOT_SUPPORTED)",
+               static_cast<unsigned long long>(asked), static_cast<unsigned long long>(p));
+    drv.cuMemFree_v2(p);
+    return out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  }
   // Managed memory reads as zero until written (the driver hands out fresh pages, as the kernel
   // does; fakecuda zeroes), so the shadow starts zeroed like a mapped buffer's.
   Buffer b;
