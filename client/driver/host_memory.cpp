@@ -71,6 +71,13 @@ CUresult refuse(const char* call, const char* why) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+// A host pointer the server's driver reports (for managed memory: the address itself) is usable
+// here only where this process has a copy: rgpu's mirrors of managed and mapped memory.
+bool host_pointer_usable(void* p) { return !p || rgpu::client::mapped::contains(p, 1); }
+constexpr const char* kUnmirroredWhy =
+    "the address is managed memory rgpu does not mirror (a module's __managed__ variable), so it is not valid "
+    "in this process, and dereferencing it would crash; allocate with cuMemAllocManaged, or copy the variable "
+    "with cuMemcpyDtoH/HtoD";
 constexpr const char* kMappedWhy =
     "mapped host memory lets a kernel read host memory through a pointer, and the GPU cannot reach this "
     "process's memory across the network; copy the data with cuMemcpyHtoD(Async) instead";
@@ -325,7 +332,12 @@ RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribu
   CUresult result = CUDA_SUCCESS;
   void* out[1] = {data};
   CUresult rc = server_attributes(rgpu::op::cuPointerGetAttribute, ptr, 1, &attribute, out, &result);
-  return rc != CUDA_SUCCESS ? rc : result;
+  if (rc != CUDA_SUCCESS) return rc;
+  if (result == CUDA_SUCCESS && attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER && !host_pointer_usable(*static_cast<void**>(data))) {
+    *static_cast<void**>(data) = nullptr;
+    return refuse("cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_HOST_POINTER)", kUnmirroredWhy);
+  }
+  return result;
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes,
@@ -347,7 +359,16 @@ RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, 
     return CUDA_SUCCESS;
   }
   CUresult results[rgpu::proto::kMaxPointerAttributes];
-  return server_attributes(rgpu::op::cuPointerGetAttributes, ptr, numAttributes, attributes, data, results);
+  CUresult rc = server_attributes(rgpu::op::cuPointerGetAttributes, ptr, numAttributes, attributes, data, results);
+  // A host pointer this process cannot use is reported as none (cuPointerGetAttributes never fails
+  // for one attribute), with the reason logged.
+  for (unsigned i = 0; rc == CUDA_SUCCESS && i < numAttributes; ++i) {
+    if (attributes[i] != CU_POINTER_ATTRIBUTE_HOST_POINTER || !data[i] || host_pointer_usable(*static_cast<void**>(data[i])))
+      continue;
+    *static_cast<void**>(data[i]) = nullptr;
+    refuse("cuPointerGetAttributes(CU_POINTER_ATTRIBUTE_HOST_POINTER)", kUnmirroredWhy);
+  }
+  return rc;
 }
 
 }  // extern "C"

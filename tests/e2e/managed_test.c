@@ -183,6 +183,11 @@ int main(int argc, char** argv) {
   /* rgpu asks the driver for whole 2 MiB granules (server/mapped_memory.cpp), so the range may be longer. */
   CHECK(start == m && size >= N * sizeof(unsigned) && size % (2u << 20) == 0, "range %llx+%zu",
         (unsigned long long)start, size);
+  /* The host pointer is the address itself, usable here because rgpu mirrors it (a managed address
+     it does not mirror is refused by name instead of handed out to crash the program). */
+  void* host_ptr = NULL;
+  CU(cuPointerGetAttribute(&host_ptr, CU_POINTER_ATTRIBUTE_HOST_POINTER, m + 8));
+  CHECK(host_ptr == (void*)(uintptr_t)(m + 8), "HOST_POINTER %p", host_ptr);
   CUpointer_attribute which[2] = {CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_DEVICE_POINTER};
   unsigned managed2 = 0;
   CUdeviceptr dp = 0;
