@@ -90,10 +90,11 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   // read, and RGPU_BATCH=0 wait for the load's answer.
   CUresult rc;
   // Off unless RGPU_ONEWAY_LOADS=1: on the H200, one-way loads made PyTorch's cuDNN convolution
-  // compute wrong results (waiting loads: correct). Suspected cause: the server runs each client
-  // thread's calls on its own thread, so a call from another thread that names the module can
-  // run before the one-way load has finished there; the server should wait for an id that is
-  // announced but not yet bound. Until that is done and verified, loads wait.
+  // compute wrong results (waiting loads: correct). The likely cause, reproduced on the fake
+  // (tests/e2e/test_cross_thread.py): the server runs each client thread's calls on its own
+  // worker, so a call from another thread that names the module ran before the one-way load had
+  // finished. The server now waits for such ids (server/handle_map.h expect); loads stay waiting
+  // by default until that is verified on a GPU.
   static const bool oneway_loads = [] {
     const char* v = getenv("RGPU_ONEWAY_LOADS");
     return v && v[0] == '1';

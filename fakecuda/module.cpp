@@ -1,8 +1,11 @@
 // Modules and functions: images (cubin, fatbin, PTX) are parsed with common/cuda_image for their
 // kernels and parameter layouts; nothing is compiled or run from them.
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "fakecuda/internal.h"
 
@@ -12,6 +15,13 @@ namespace {
 
 CUresult load(CUmodule* module, const void* image, size_t max_len) {
   if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  // RGPU_FAKE_LOAD_DELAY_MS: each load takes this long, as a real driver's does (milliseconds), so
+  // tests can see what runs before a load has finished.
+  static const int delay_ms = [] {
+    const char* v = std::getenv("RGPU_FAKE_LOAD_DELAY_MS");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
   // A fatbin wrapper (what nvcc registers) points at the fatbin in this same process.

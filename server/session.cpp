@@ -56,6 +56,25 @@ struct Frame {
 
 class Session;
 
+// The handle a one-way frame will create, for the ops whose first argument is the client-minted
+// id of what they create (module and library loads, by bytes or by hash; kernels and functions
+// named in them); 0 for every other frame. See HandleMap::expect.
+uint64_t created_handle(const Frame& f) {
+  if (!(f.h.flags & proto::kNoReply) || f.payload.size() < sizeof(uint64_t)) return 0;
+  switch (f.h.op) {
+    case proto::kOpModuleByHash:
+    case op::cuModuleLoadData:
+    case op::cuLibraryLoadData:
+    case op::cuLibraryGetKernel:
+    case op::cuModuleGetFunction: {
+      uint64_t id;
+      std::memcpy(&id, f.payload.data(), sizeof id);
+      return id;
+    }
+    default: return 0;
+  }
+}
+
 // Device printf: the driver prints what kernels printed to this process's stdout when a
 // synchronizing call returns. The session process points its stdout at a pipe; a thread keeps
 // the pipe drained (so the driver never blocks on a full pipe) and the bytes go to the client
@@ -231,6 +250,7 @@ class Session : public ClientCallbacks {
         break;
       }
       ++calls_;
+      if (uint64_t id = created_handle(f)) handles_.expect(id);  // before any later frame can look it up
       w->push(std::move(f));
       if (failed_.load()) {
         status = 1;
@@ -503,6 +523,7 @@ void Worker::loop() {
     }
     int32_t result;
     std::memcpy(&result, body.data(), sizeof result);
+    if (uint64_t id = created_handle(f)) session_->handles().give_up(id);  // no-op once bound
     if (!mapped_op && !mapped.empty() && op_touches_memory(f.h.op))
       mapped.note_gpu_work(f.h.op, f.payload.data(), f.payload.size());
     if (wants_reply) {

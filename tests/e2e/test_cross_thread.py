@@ -1,0 +1,61 @@
+"""Order across client threads for one-way calls that create handles (server/handle_map.h
+expect): the server runs each client thread's calls on its own worker, so a module loaded one-way
+on one thread (RGPU_ONEWAY_LOADS=1) and used at once from another must still be loaded first.
+The fake takes 300 ms per load here (RGPU_FAKE_LOAD_DELAY_MS), as a real driver takes
+milliseconds; without the order, the other thread's lookup finds no module."""
+import sys
+import textwrap
+
+from conftest import BUILD, IMAGE, Server, run_client
+
+SCRIPT = textwrap.dedent(r"""
+    import ctypes, os, sys, threading
+    cu = ctypes.CDLL(os.environ["SHIM"])
+    def ok(rc, what):
+        if rc != 0:
+            print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
+    ok(cu.cuInit(0), "cuInit")
+    ctx = ctypes.c_void_p()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
+    img = open(sys.argv[1], "rb").read()
+    for api in ("module", "library"):
+        loaded = threading.Event()
+        handle = ctypes.c_void_p()
+        def loader():
+            ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+            if api == "module":
+                ok(cu.cuModuleLoadData(ctypes.byref(handle), img), "load")
+            else:
+                ok(cu.cuLibraryLoadData(ctypes.byref(handle), img, None, None, 0, None, None, 0), "library")
+            loaded.set()
+        t = threading.Thread(target=loader)
+        t.start()
+        loaded.wait()
+        # This thread names the module at once: the server must not look it up before it is loaded.
+        ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+        fn, kern = ctypes.c_void_p(), ctypes.c_void_p()
+        if api == "module":
+            ok(cu.cuModuleGetFunction(ctypes.byref(fn), handle, b"rgpu_vec_add"), "GetFunction")
+        else:
+            ok(cu.cuLibraryGetKernel(ctypes.byref(kern), handle, b"rgpu_vec_add"), "GetKernel")
+            ok(cu.cuKernelGetFunction(ctypes.byref(fn), kern), "KernelGetFunction")
+        a = ctypes.c_int()
+        ok(cu.cuFuncGetAttribute(ctypes.byref(a), 4, fn), "FuncGetAttribute")  # waits: earlier errors come back
+        ok(cu.cuCtxSynchronize(), "sync")
+        t.join()
+    print("cross-thread ok")
+""")
+
+
+def test_a_module_loaded_one_way_is_there_for_another_thread(tmp_path, monkeypatch):
+    monkeypatch.setenv("RGPU_FAKE_LOAD_DELAY_MS", "300")
+    server = Server()
+    try:
+        script = tmp_path / "cross.py"
+        script.write_text(SCRIPT)
+        r = run_client([sys.executable, str(script), IMAGE], server,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_ONEWAY_LOADS": "1"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "cross-thread ok" in r.stdout
+    finally:
+        server.stop()
