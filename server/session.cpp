@@ -57,8 +57,11 @@ struct Frame {
 class Session;
 
 // The handle a one-way frame will create, for the ops whose first argument is the client-minted
-// id of what they create (module and library loads, by bytes or by hash; kernels and functions
-// named in them); 0 for every other frame. See HandleMap::expect.
+// id of what they create: module and library loads (by bytes or by hash) and the kernels and
+// functions named in them (hand-written wires, client/driver/module.cpp, library.cpp), and the
+// generated one-way `mint=` calls, whose stubs put the minted id first (gen/client_stubs.gen.cpp:
+// streams, events, a kernel's function, a library's module); 0 for every other frame. See
+// HandleMap::expect.
 uint64_t created_handle(const Frame& f) {
   if (!(f.h.flags & proto::kNoReply) || f.payload.size() < sizeof(uint64_t)) return 0;
   switch (f.h.op) {
@@ -66,7 +69,12 @@ uint64_t created_handle(const Frame& f) {
     case op::cuModuleLoadData:
     case op::cuLibraryLoadData:
     case op::cuLibraryGetKernel:
-    case op::cuModuleGetFunction: {
+    case op::cuModuleGetFunction:
+    case op::cuStreamCreate:
+    case op::cuStreamCreateWithPriority:
+    case op::cuEventCreate:
+    case op::cuKernelGetFunction:
+    case op::cuLibraryGetModule: {
       uint64_t id;
       std::memcpy(&id, f.payload.data(), sizeof id);
       return id;
