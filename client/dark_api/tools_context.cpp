@@ -29,10 +29,12 @@
 #include <map>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "client/call.h"
 #include "client/contexts.h"
 #include "client/dark_api/dark_api.h"
+#include "client/modules.h"
 #include "common/log.h"
 #include "protocol/messages.h"
 
@@ -115,9 +117,16 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   c.args().put_u64(handle_id(stream));
   CUresult rc = c.invoke();
   g_server_queries.fetch_add(1, std::memory_order_relaxed);
-  if (rc == CUDA_ERROR_INVALID_HANDLE && stream)
-    log::warn("export table TOOLS_CONTEXT slot 51: the server knows no handle %p (its second argument; context %p)",
-              static_cast<void*>(stream), static_cast<void*>(ctx));
+  if (rc == CUDA_ERROR_INVALID_HANDLE && stream) {
+    // What the client knows of the argument, to learn what the slot takes (README.md).
+    const uint64_t id = handle_id(stream);
+    std::vector<image::Kernel> kernels;
+    auto fn = ModuleRegistry::get().function(id);
+    const char* kind = fn ? "a kernel or function" : ModuleRegistry::get().kernels(id, &kernels) ? "a module or library" : "no module, library, kernel or function";
+    log::warn("export table TOOLS_CONTEXT slot 51: the server knows no handle %p (its second argument, read as a "
+              "stream; the client knows it as %s%s%s; context %p)",
+              static_cast<void*>(stream), kind, fn ? ": " : "", fn ? fn->name.c_str() : "", static_cast<void*>(ctx));
+  }
   if (rc != CUDA_SUCCESS) return rc;  // slot 51's own error (or the connection's): not cached
   auto* entry = new ContextObject();
   entry->ctx = ctx;
