@@ -174,6 +174,13 @@ enum Op : uint16_t {
   // cuMemFree_v2 (see kOpMappedUpdate), or with kOpMappedFree when the client cannot map the
   // address.
   kOpManagedAlloc = 41,
+  // A kernel's or function's whole parameter layout in one round trip, for those whose layout the
+  // client could not read from the image (cuKernelGetParamInfo asked index by index cost a round
+  // trip per parameter: 142 at PyTorch start-up on the H200). Request: u64 id (client handle),
+  // u8 1 for a CUkernel, 0 for a CUfunction. Reply: CUresult; on success u32 n, n × (u64 offset,
+  // u64 size) for parameters 0..n-1, then i32 the driver's answer for parameter n (normally
+  // CUDA_ERROR_INVALID_VALUE: past the last one). At most kMaxParams parameters are walked.
+  kOpParamLayout = 42,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

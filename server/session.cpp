@@ -491,6 +491,7 @@ void Worker::loop() {
     if (f.h.op == proto::kOpModuleFunctions) h = handlers::module_functions;
     if (f.h.op == proto::kOpExportTableInfo) h = handlers::export_table_info;
     if (f.h.op == proto::kOpSessions) h = handlers::sessions;
+    if (f.h.op == proto::kOpParamLayout) h = handlers::param_layout;
     if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
     MappedMemory& mapped = session_->mapped();
     const uint64_t mapped_generation = mapped.generation();  // what a cuCtxSynchronize will have seen finish

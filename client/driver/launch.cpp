@@ -12,6 +12,7 @@
 //   CU_LAUNCH_PARAM_BUFFER_POINTER.
 #include <cuda.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/messages.h"
 
 namespace {
 
@@ -63,9 +65,44 @@ struct ParamAnswer {
 std::mutex g_param_answers_mu;
 auto& g_param_answers = *new std::map<std::pair<uint64_t, size_t>, ParamAnswer>();
 
-// One parameter's offset and size: from the image's layout, else from the cache, else ask().
+std::atomic<bool> g_layout_op_unsupported{false};
+
+// Asks the server for the whole layout of a kernel or function and caches every index and the
+// answer past the last one (*walked parameters, then *end). False when the server cannot say (an
+// older server, or an error).
+bool fetch_layout(uint64_t id, bool as_kernel, uint32_t* walked, CUresult* end_out) {
+  if (g_layout_op_unsupported.load(std::memory_order_relaxed)) return false;
+  Call c(rgpu::proto::kOpParamLayout, rgpu::client::kWaits);
+  c.args().put_u64(id);
+  c.args().put_u8(as_kernel ? 1 : 0);
+  CUresult rc = c.invoke();
+  if (rc == CUDA_ERROR_NOT_SUPPORTED) g_layout_op_unsupported.store(true, std::memory_order_relaxed);
+  if (rc != CUDA_SUCCESS) return false;
+  const uint32_t n = c.reply().u32();
+  if (!c.reply().ok() || n > 4096) return false;
+  std::vector<ParamAnswer> got(n);
+  for (auto& p : got) {
+    p.rc = CUDA_SUCCESS;
+    p.offset = c.reply().u64();
+    p.size = c.reply().u64();
+  }
+  const auto end = static_cast<CUresult>(c.reply().i32());
+  if (!c.reply().ok()) return false;
+  std::lock_guard lk(g_param_answers_mu);
+  for (uint32_t i = 0; i < n; ++i) g_param_answers[{id, i}] = got[i];
+  // The walk ended on the driver's answer for parameter n; CUDA_SUCCESS there means the server
+  // stopped at its limit, and parameter n is still unknown.
+  if (end != CUDA_SUCCESS) g_param_answers[{id, n}] = ParamAnswer{end, 0, 0};
+  *walked = n;
+  *end_out = end;
+  return true;
+}
+
+// One parameter's offset and size: from the image's layout, else from the cache, else the whole
+// layout from the server, else ask() for this index alone.
 template <class Ask>
-CUresult param_info(const char* name, uint64_t id, size_t index, size_t* offset, size_t* size, Ask ask) {
+CUresult param_info(const char* name, uint64_t id, size_t index, size_t* offset, size_t* size, bool as_kernel,
+                    Ask ask) {
   auto answer = [&](const ParamAnswer& a) {
     if (a.rc == CUDA_SUCCESS) {
       if (offset) *offset = a.offset;
@@ -85,6 +122,15 @@ CUresult param_info(const char* name, uint64_t id, size_t index, size_t* offset,
       rgpu::client::trace_call(name);
       return answer(it->second);
     }
+  }
+  // The whole layout in one round trip (kOpParamLayout), cached for every index; servers without
+  // the op are asked index by index.
+  uint32_t walked = 0;
+  CUresult end = CUDA_SUCCESS;
+  if (fetch_layout(id, as_kernel, &walked, &end)) {
+    std::lock_guard lk(g_param_answers_mu);
+    if (auto it = g_param_answers.find({id, index}); it != g_param_answers.end()) return answer(it->second);
+    if (end != CUDA_SUCCESS && index > walked) return answer(ParamAnswer{end, 0, 0});  // past the last one
   }
   ParamAnswer a{};
   a.rc = ask(&a.offset, &a.size);
@@ -218,7 +264,7 @@ RGPU_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config,
 RGPU_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
                                                 size_t* paramSize) {
   if (!func) return CUDA_ERROR_INVALID_HANDLE;
-  return param_info("cuFuncGetParamInfo", handle_id(func), paramIndex, paramOffset, paramSize, [&](size_t* off, size_t* size) {
+  return param_info("cuFuncGetParamInfo", handle_id(func), paramIndex, paramOffset, paramSize, false, [&](size_t* off, size_t* size) {
     Call c(rgpu::op::cuFuncGetParamInfo, rgpu::client::kWaits);
     c.args().put_u64(handle_id(func));
     c.args().put_u64(paramIndex);
@@ -233,7 +279,7 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramInd
 RGPU_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,
                                                   size_t* paramSize) {
   if (!kernel) return CUDA_ERROR_INVALID_HANDLE;
-  return param_info("cuKernelGetParamInfo", handle_id(kernel), paramIndex, paramOffset, paramSize, [&](size_t* off, size_t* size) {
+  return param_info("cuKernelGetParamInfo", handle_id(kernel), paramIndex, paramOffset, paramSize, true, [&](size_t* off, size_t* size) {
     return rgpu_fwd_cuKernelGetParamInfo(kernel, paramIndex, off, size);
   });
 }

@@ -80,4 +80,31 @@ void module_by_hash(Dispatch& d) {
   d.reply.put<int32_t>(rc);
 }
 
+void param_layout(Dispatch& d) {
+  uint64_t id = d.args.u64();
+  uint8_t as_kernel = d.args.u8();
+  if (!d.args.ok()) return;
+  void* handle = nullptr;
+  if (!d.handles.get_raw(id, &handle) || !handle) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (as_kernel ? !d.drv.cuKernelGetParamInfo : !d.drv.cuFuncGetParamInfo)
+    return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  constexpr uint32_t kMaxParams = 4096;  // past the driver's own limit (32764 bytes of parameters)
+  std::vector<std::pair<uint64_t, uint64_t>> params;
+  CUresult end = CUDA_ERROR_INVALID_VALUE;
+  for (uint32_t i = 0; i < kMaxParams; ++i) {
+    size_t offset = 0, size = 0;
+    end = as_kernel ? d.drv.cuKernelGetParamInfo(static_cast<CUkernel>(handle), i, &offset, &size)
+                    : d.drv.cuFuncGetParamInfo(static_cast<CUfunction>(handle), i, &offset, &size);
+    if (end != CUDA_SUCCESS) break;
+    params.emplace_back(offset, size);
+  }
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  d.reply.put_u32(static_cast<uint32_t>(params.size()));
+  for (const auto& [offset, size] : params) {
+    d.reply.put_u64(offset);
+    d.reply.put_u64(size);
+  }
+  d.reply.put<int32_t>(end);
+}
+
 }  // namespace rgpu::server::handlers

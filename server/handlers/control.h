@@ -11,6 +11,8 @@ void snapshot(Dispatch& d);
 // kOpModuleByHash: loads an image from the server's module cache (server/module_cache.h) by its
 // SHA-256 and binds it to the client's id; CUDA_ERROR_NOT_FOUND when the cache lacks it.
 void module_by_hash(Dispatch& d);
+// kOpParamLayout: a kernel's or function's parameters, all at once.
+void param_layout(Dispatch& d);
 // kOpToolsContextObject, kOpModuleFunctions: export-table slots run on the driver's own tables
 // (server/handlers/dark_api.cpp).
 void tools_context_object(Dispatch& d);

@@ -15,6 +15,7 @@ from conftest import BUILD, IMAGE, Server, run_client
 
 PROGRAM = str(BUILD / "bin/driver_api_test")
 OP_MODULE_BY_HASH = 20
+OP_PARAM_LAYOUT = 42
 CUDA_ERROR_NOT_FOUND = 500
 
 
@@ -150,3 +151,28 @@ def test_the_client_asks_by_hash_only_for_images_the_server_holds(cache_server, 
     second = _run(cache_server, tmp_path / "second.json")
     assert _by_hash_requests(second) > 0, second
     assert second["round_trips"] <= first["round_trips"], (first["round_trips"], second["round_trips"])
+
+
+def test_a_whole_parameter_layout_comes_in_one_answer(cache_server):
+    # kOpParamLayout: what the client asks when it could not read a kernel's layout from the
+    # image, instead of one round trip per parameter.
+    image = Path(IMAGE).read_bytes()
+    with wire.Conn(cache_server.addr) as c:
+        c.snapshot()
+        c.make_context_current()
+        r = c.call(wire.OPS["cuModuleLoadData"], struct.pack("<QQ", 0x3000, len(image)) + image)
+        assert r.result == wire.CUDA_SUCCESS, r
+        r = c.call(wire.OPS["cuModuleGetFunction"], struct.pack("<QQ", 0x3001, 0x3000) + wire.put_str("rgpu_vec_add"))
+        assert r.result == wire.CUDA_SUCCESS, r
+        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3001, 0))
+        assert r.result == wire.CUDA_SUCCESS, r
+        (n,) = struct.unpack_from("<I", r.body)
+        params = [struct.unpack_from("<QQ", r.body, 4 + 16 * i) for i in range(n)]
+        (end,) = struct.unpack_from("<i", r.body, 4 + 16 * n)
+        # rgpu_vec_add(const float* a, const float* b, float* c, int n)
+        assert params == [(0, 8), (8, 8), (16, 8), (24, 4)], params
+        assert end == wire.CUDA_ERROR_INVALID_VALUE
+        # An id the session never bound: refused, the connection stays.
+        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3999, 1))
+        assert r.result == wire.CUDA_ERROR_INVALID_HANDLE, r
+        assert c.mem_get_info()[0] == wire.CUDA_SUCCESS

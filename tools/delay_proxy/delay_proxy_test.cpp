@@ -112,15 +112,19 @@ TEST(DelayProxy, AddsTheDelayToEachRoundTrip) {
   RunningProxy proxy(echo.port(), 20ms);
   int fd = proxy.connect();
   char ping[64] = {1, 2, 3}, pong[64];
+  auto fastest = Clock::duration::max();
   for (int i = 0; i < 4; ++i) {
     auto t0 = Clock::now();
     ASSERT_TRUE(net::write_full(fd, ping, sizeof ping));
     ASSERT_EQ(net::read_full(fd, pong, sizeof pong), 64);
     auto rtt = Clock::now() - t0;
     EXPECT_GE(rtt, 20ms) << "round trip " << i;
-    EXPECT_LT(rtt, 40ms) << "round trip " << i;
+    fastest = std::min(fastest, rtt);
     EXPECT_EQ(0, std::memcmp(ping, pong, sizeof ping));
   }
+  // Added once per round trip, not per direction. The fastest of the four is compared: on a busy
+  // machine (CI building in parallel) a single round trip took 59 ms.
+  EXPECT_LT(fastest, 40ms);
   ::close(fd);
 }
 
