@@ -16,6 +16,16 @@
 //      round trip. One-way calls (kNoReply) are queued and written in batches; their errors are
 //      kept by the server (the first one since the last reply) and handed to the next reply as
 //      its deferred error, naming the op that failed.
+//   4. Storage allocations and frees do not travel as messages of their own: the client queues
+//      them and sends them ahead of its next frame's payload, in that frame (kWithStorage), or,
+//      when nothing else follows for a while, in a kTorchStorage frame. Ids are never reused, so
+//      the server applies the allocations, then the frees, then the frame's op.
+//
+// kWithStorage (a frame flag of this path, clear of the protocol's FrameFlags): the payload
+// starts with the storage changes queued since the client's previous frame, then the op's own
+// payload follows as described below:
+//   u32 nalloc, nalloc x (u64 storage id, u64 nbytes); u32 nfree, nfree x u64 storage id
+// An allocation or free fails (deferred, named "alloc") as kTorchAlloc would; the op still runs.
 //
 // Every reply payload starts with the deferred error, then this request's own status:
 //   u8 has_deferred; [str op, str message]  u8 failed; [str message]  ...request's reply fields
@@ -47,9 +57,9 @@ enum Op : uint16_t {
   // a message naming both versions, then the server closes.
   kTorchHello = kFirstTorchOp,
   // One-way: u64 storage id, u64 nbytes. The server allocates lazily (at first use), so an
-  // op's output never costs a second allocation.
+  // op's output never costs a second allocation. Clients send allocations in kWithStorage.
   kTorchAlloc = kFirstTorchOp + 1,
-  // One-way: u64 storage id.
+  // One-way: u64 storage id. Clients send frees in kWithStorage.
   kTorchFree = kFirstTorchOp + 2,
   // One-way: u64 storage id, u64 nbytes; grows (never shrinks) the storage, keeping its bytes.
   kTorchResize = kFirstTorchOp + 3,
@@ -72,7 +82,12 @@ enum Op : uint16_t {
   kTorchSeed = kFirstTorchOp + 7,
   // Request: nothing. Reply: prefix, after every earlier call finished on the device.
   kTorchSync = kFirstTorchOp + 8,
+  // One-way: nothing of its own; carries queued storage changes (kWithStorage) when no other
+  // frame follows them soon.
+  kTorchStorage = kFirstTorchOp + 9,
 };
+
+inline constexpr uint16_t kWithStorage = 1 << 8;
 
 enum Tag : uint8_t {
   kNone = 0,

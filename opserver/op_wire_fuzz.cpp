@@ -1,6 +1,7 @@
 // Fuzz target for rgpu-opserver's decoder (opserver/session.h, spec in opserver/op_wire.h): the
 // input is a series of frames a client might send after the handshake, each as
-//   u16 op (added to kFirstTorchOp when below 64), u8 flags (bit 0: one-way), u16 length, bytes
+//   u16 op (added to kFirstTorchOp when below 64), u8 flags (bit 0: one-way, bit 1: the payload
+//   starts with storage changes, kWithStorage), u16 length, bytes
 // fed to one Session on the cpu, after a valid torch hello. Every frame must either run, fail
 // with an error for the client, or close the connection with a reason: never crash, hang or
 // read outside what it was given. Storages are capped at 16 MiB and views at 1M elements, so
@@ -19,10 +20,11 @@ using namespace rgpu::torchwire;
 
 namespace {
 
-void record(std::vector<uint8_t>* out, uint16_t op, bool one_way, const rgpu::Writer& w) {
+// fuzz_flags as in the file comment (true: one-way).
+void record(std::vector<uint8_t>* out, uint16_t op, uint8_t fuzz_flags, const rgpu::Writer& w) {
   rgpu::Writer r;
   r.put_u16(static_cast<uint16_t>(op - kFirstTorchOp));
-  r.put_u8(one_way ? 1 : 0);
+  r.put_u8(fuzz_flags);
   r.put_u16(static_cast<uint16_t>(const_cast<rgpu::Writer&>(w).size()));
   r.append(const_cast<rgpu::Writer&>(w).buf().data(), const_cast<rgpu::Writer&>(w).size());
   out->insert(out->end(), r.buf().begin(), r.buf().end());
@@ -60,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (op < 64) op = static_cast<uint16_t>(op + kFirstTorchOp);
     replies.clear();
     why.clear();
-    bool keep = s.handle(op, (flags & 1) ? rgpu::proto::kNoReply : 0, p, n, &replies, &why);
+    uint16_t frame_flags = static_cast<uint16_t>(((flags & 1) ? rgpu::proto::kNoReply : 0) | ((flags & 2) ? kWithStorage : 0));
+    bool keep = s.handle(op, frame_flags, p, n, &replies, &why);
     if (!keep) {
       if (why.empty()) std::abort();  // every closed connection says why
       break;
@@ -144,5 +147,13 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   rgpu::Writer fr;
   fr.put_u64(0x1001);
   record(&seed, kTorchFree, true, fr);
+  // A storage frame allocating 0x4000 and freeing 0x1000 (bit 1 of the fuzz flags: kWithStorage).
+  rgpu::Writer changes;
+  changes.put_u32(1);
+  changes.put_u64(0x4000);
+  changes.put_u64(16);
+  changes.put_u32(1);
+  changes.put_u64(0x1000);
+  record(&seed, kTorchStorage, 3, changes);
   out->push_back(seed);
 }

@@ -230,6 +230,30 @@ void Session::free_storage(uint64_t id) {
   storages_.erase(it);
 }
 
+void Session::apply_storage_changes(Reader& r) {
+  // Decoded whole before anything is applied, so a truncated frame changes nothing.
+  uint32_t nalloc = r.u32();
+  if (!r.ok() || nalloc > r.left() / 16) throw Malformed("truncated storage changes");
+  std::vector<std::pair<uint64_t, uint64_t>> allocs(nalloc);
+  for (auto& [id, nbytes] : allocs) {
+    id = r.u64();
+    nbytes = r.u64();
+  }
+  uint32_t nfree = r.u32();
+  if (!r.ok() || nfree > r.left() / 8) throw Malformed("truncated storage changes");
+  std::vector<uint64_t> frees(nfree);
+  for (uint64_t& id : frees) id = r.u64();
+  if (!r.ok()) throw Malformed("truncated storage changes");
+  for (const auto& [id, nbytes] : allocs) {
+    try {
+      alloc(id, nbytes);
+    } catch (const CallError& e) {
+      defer("alloc", e.what());
+    }
+  }
+  for (uint64_t id : frees) free_storage(id);
+}
+
 c10::Storage& Session::storage(uint64_t id) {
   auto it = storages_.find(id);
   if (it == storages_.end())
@@ -579,6 +603,14 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
   const char* what = "";
   try {
     if (op != kTorchHello && !hello_done_) throw Malformed("a call before the torch hello");
+    if (flags & kWithStorage) {
+      if (op == kTorchHello) throw Malformed("storage changes on the hello");
+      apply_storage_changes(r);
+      size_t used = len - r.left();
+      data += used;
+      len -= used;
+      r = Reader(data, len);
+    }
     switch (op) {
       case kTorchHello:
         what = "hello";
@@ -665,6 +697,10 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
         at::manual_seed(seed);
         break;
       }
+      case kTorchStorage:
+        what = "storage";
+        if (r.left()) throw Malformed("a storage frame with a payload");
+        break;
       case kTorchSync:
         what = "synchronize";
         if (!opt_.device.is_cpu()) c10::impl::getDeviceGuardImpl(opt_.device.type())->synchronizeDevice(opt_.device.index());

@@ -55,6 +55,9 @@ class Session {
   bool hello(Reader& r, torchwire::ReplyStatus* st, Writer* w, std::string* why);
   void alloc(uint64_t id, uint64_t nbytes);
   void free_storage(uint64_t id);
+  // The kWithStorage prefix (op_wire.h): decodes it (Malformed when truncated), then allocates
+  // and frees; allocation failures are deferred.
+  void apply_storage_changes(Reader& r);
   void resize(uint64_t id, uint64_t nbytes);
   c10::Storage& storage(uint64_t id);
   at::Tensor tensor(const torchwire::TensorDesc& d);

@@ -1,5 +1,6 @@
 // The rgpu allocator (runtime/device.h): storages are ids the client mints; the server allocates
-// lazily when it first sees the id used, so allocation never waits for the network.
+// lazily when it first sees the id used, so allocation never waits for the network. Allocations
+// and frees travel in the connection's next frame (runtime/connection.h), not on their own.
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 
@@ -19,15 +20,7 @@ struct RemoteStorage {
 
 void free_remote(void* ctx) {
   auto* rs = static_cast<RemoteStorage*>(ctx);
-  if (Connection* c = Connection::existing()) {
-    try {
-      Writer w;
-      w.put_u64(rs->id);
-      c->post(kTorchFree, w);
-    } catch (...) {
-      // The connection is gone, and the storage with it; a deleter must not throw.
-    }
-  }
+  if (Connection* c = Connection::existing()) c->release(rs->id);
   delete rs;
 }
 
@@ -40,13 +33,7 @@ c10::DataPtr data_ptr_for(uint64_t id) {
 class RgpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
-    Connection& c = Connection::get();
-    uint64_t id = c.mint();
-    Writer w;
-    w.put_u64(id);
-    w.put_u64(nbytes);
-    c.post(kTorchAlloc, w);
-    return data_ptr_for(id);
+    return data_ptr_for(Connection::get().allocate(nbytes));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void*, const void*, std::size_t) const override {

@@ -33,6 +33,8 @@ uint64_t g_seed = 0;
 
 // The queue is written when it holds this much, without waiting for the flusher.
 constexpr size_t kFlushBytes = 4u << 20;
+// Storage changes that wait for a frame go in one of their own past this many.
+constexpr size_t kMaxPendingStorage = 4096;
 
 std::string identity() {
   char host[256] = "?";
@@ -147,13 +149,63 @@ uint64_t Connection::mint(uint64_t n) {
   return id;
 }
 
+uint64_t Connection::allocate(uint64_t nbytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  uint64_t id = next_id_++;
+  pending_allocs_.emplace_back(id, nbytes);
+  if (pending_allocs_.size() + pending_frees_.size() >= kMaxPendingStorage) post_storage_locked();
+  schedule_flush_locked();
+  return id;
+}
+
+void Connection::release(uint64_t id) noexcept {
+  try {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (broken_) return;  // the storage went with the connection
+    pending_frees_.push_back(id);
+    if (pending_allocs_.size() + pending_frees_.size() >= kMaxPendingStorage) post_storage_locked();
+    schedule_flush_locked();
+  } catch (...) {
+    // Out of memory queueing a free: the server keeps the storage until the session ends.
+  }
+}
+
 void Connection::append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload) {
-  TORCH_CHECK(payload.size() <= proto::kMaxPayload, "rgpu: a single op's arguments exceed ", proto::kMaxPayload >> 20,
-              " MiB; pass large host tensors through .to(\"rgpu\") first");
-  proto::FrameHeader h = proto::make_header(op, flags, request_id, 0, payload.size());
+  const size_t changes = pending_allocs_.size() + pending_frees_.size();
+  const size_t prefix = changes ? 8 + 16 * pending_allocs_.size() + 8 * pending_frees_.size() : 0;
+  TORCH_CHECK(payload.size() + prefix <= proto::kMaxPayload, "rgpu: a single op's arguments exceed ",
+              proto::kMaxPayload >> 20, " MiB; pass large host tensors through .to(\"rgpu\") first");
+  if (changes) flags |= kWithStorage;
+  proto::FrameHeader h = proto::make_header(op, flags, request_id, 0, payload.size() + prefix);
   const auto* hp = reinterpret_cast<const uint8_t*>(&h);
   queue_.insert(queue_.end(), hp, hp + sizeof h);
+  if (changes) {
+    Writer w;
+    w.put_u32(static_cast<uint32_t>(pending_allocs_.size()));
+    for (const auto& [id, nbytes] : pending_allocs_) {
+      w.put_u64(id);
+      w.put_u64(nbytes);
+    }
+    w.put_u32(static_cast<uint32_t>(pending_frees_.size()));
+    for (uint64_t id : pending_frees_) w.put_u64(id);
+    queue_.insert(queue_.end(), w.buf().begin(), w.buf().end());
+    pending_allocs_.clear();
+    pending_frees_.clear();
+  }
   queue_.insert(queue_.end(), payload.begin(), payload.end());
+  ++frames_;
+}
+
+void Connection::post_storage_locked() {
+  append_frame(kTorchStorage, proto::kNoReply, 0, {});
+  ++posts_;
+}
+
+void Connection::schedule_flush_locked() {
+  if (!flush_pending_) {
+    flush_pending_ = true;
+    cv_.notify_one();
+  }
 }
 
 void Connection::lost(const std::string& what) {
@@ -175,6 +227,7 @@ void Connection::flusher() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     cv_.wait(lk, [this] { return flush_pending_; });
+    const uint64_t frames_before = frames_;
     // Let a burst of one-way calls gather into one write.
     lk.unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -182,6 +235,15 @@ void Connection::flusher() {
     flush_pending_ = false;
     if (broken_) continue;
     try {
+      // Waiting storage changes ride in the next frame while the client keeps posting; once it
+      // has gone quiet for a whole delay they go alone, so frees reach the server soon.
+      if (!pending_allocs_.empty() || !pending_frees_.empty()) {
+        if (frames_ == frames_before) {
+          post_storage_locked();
+        } else {
+          flush_pending_ = true;
+        }
+      }
       flush_locked();
     } catch (...) {
       // Reported to the next caller by broken_.
@@ -196,9 +258,8 @@ void Connection::post(uint16_t op, const Writer& payload) {
   ++posts_;
   if (queue_.size() >= kFlushBytes) {
     flush_locked();
-  } else if (!flush_pending_) {
-    flush_pending_ = true;
-    cv_.notify_one();
+  } else {
+    schedule_flush_locked();
   }
 }
 

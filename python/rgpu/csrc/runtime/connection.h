@@ -9,6 +9,10 @@
 // - call() writes everything queued, then the request, and waits for its reply. A failure of an
 //   earlier one-way call (kept by the server) is raised here, naming the op that failed.
 // - Storage ids are minted here (mint), never by the server, so allocation is free of round trips.
+// - Storage allocations and frees (allocate, release) are not messages of their own: they wait
+//   here and travel in the next frame written (kWithStorage), or in a kTorchStorage frame of
+//   their own when no frame follows within the flusher's delay. Ids are never reused, so a free
+//   that waits cannot be overtaken by a reuse of its id.
 // Thread-safe. The object is never destroyed: tensors freed by exit handlers may still post.
 #pragma once
 
@@ -38,12 +42,17 @@ class Connection {
   Bytes call(uint16_t op, const Writer& payload, const std::string& why, void* bulk = nullptr, size_t bulk_len = 0);
   // Reserves n consecutive storage ids; returns the first.
   uint64_t mint(uint64_t n = 1);
+  // Mints a storage id and queues its allocation of nbytes on the server; returns the id.
+  uint64_t allocate(uint64_t nbytes);
+  // Queues the free of a storage id (from a deleter: never throws).
+  void release(uint64_t id) noexcept;
 
   const std::string& address() const { return address_; }
   const std::string& server_torch() const { return server_torch_; }
   const std::string& server_device() const { return server_device_; }
 
-  // Calls that waited for a reply, and one-way calls posted, since connect.
+  // Calls that waited for a reply, and one-way calls posted, since connect (kTorchStorage
+  // frames count as one-way calls; allocations and frees that ride in other frames do not).
   uint64_t waits() const { return waits_; }
   // The waits since connect by why (call()), to tell which calls still wait.
   std::map<std::string, uint64_t> waits_by_reason();
@@ -57,7 +66,12 @@ class Connection {
  private:
   Connection() = default;
   void connect();
+  // Appends a frame to queue_, with the waiting storage changes ahead of its payload.
   void append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload);
+  // Sends the waiting storage changes in a kTorchStorage frame (queued; written with the rest).
+  void post_storage_locked();
+  // Asks the flusher to write the queue (and the waiting storage changes) shortly.
+  void schedule_flush_locked();
   void flush_locked();
   void flusher();
   [[noreturn]] void lost(const std::string& what);
@@ -74,6 +88,10 @@ class Connection {
   std::string broken_why_;
   uint32_t next_request_ = 1;
   uint64_t next_id_ = 0;
+  // Storage changes not yet in a frame (op_wire.h, kWithStorage), under mu_.
+  std::vector<std::pair<uint64_t, uint64_t>> pending_allocs_;  // id, nbytes
+  std::vector<uint64_t> pending_frees_;
+  uint64_t frames_ = 0;  // frames appended since connect, under mu_ (the flusher's idleness test)
   std::map<std::string, uint64_t> waits_by_reason_;  // under mu_
   std::atomic<uint64_t> waits_{0}, posts_{0}, bytes_sent_{0};
 };

@@ -17,7 +17,8 @@ namespace rgpu::torchdev {
 inline constexpr c10::DeviceType kDeviceType = c10::DeviceType::PrivateUse1;
 inline c10::Device device() { return c10::Device(kDeviceType, 0); }
 
-// The allocator registered for PrivateUse1. allocate() mints an id and posts kTorchAlloc.
+// The allocator registered for PrivateUse1. allocate() mints an id and queues its allocation
+// (it travels with the connection's next frame).
 c10::Allocator* allocator();
 
 // A storage for an id the server will bind by itself (an op's output): nothing is posted.
