@@ -2,13 +2,13 @@
 #include "client/modules.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <set>
 
 #include "client/call.h"
 #include "client/runtime.h"
 #include "common/crypto.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "protocol/messages.h"
 
@@ -95,11 +95,7 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   // worker, so a call from another thread that names the module ran before the one-way load had
   // finished. The server now waits for such ids (server/handle_map.h expect); loads stay waiting
   // by default until that is verified on a GPU.
-  static const bool oneway_loads = [] {
-    const char* v = getenv("RGPU_ONEWAY_LOADS");
-    return v && v[0] == '1';
-  }();
-  const bool one_way = oneway_loads && parsed && img.native && batching();
+  const bool one_way = env::get().oneway_loads && parsed && img.native && batching();
   if (one_way && !g_by_hash_unsupported.load(std::memory_order_relaxed) && server_has(hash)) {
     Call c(proto::kOpModuleByHash, kOneWay);
     c.args().put_u64(minted);

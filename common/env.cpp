@@ -30,6 +30,8 @@ void read_all() {
   if (s.connect_timeout_s <= 0) s.connect_timeout_s = 10;
   long long chunk = std::atoll(str("RGPU_BULK_CHUNK", "0").c_str());
   if (chunk > 0) s.bulk_chunk = static_cast<size_t>(std::clamp(chunk, 64ll << 10, 32ll << 20));
+  s.oneway_loads = str("RGPU_ONEWAY_LOADS", "0") == "1";
+  s.tools_stream = str("RGPU_TOOLS_STREAM", "0") == "1";
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
     s.has_visible_devices = true;
     s.visible_devices = v;

@@ -23,7 +23,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <map>
@@ -35,6 +34,7 @@
 #include "client/contexts.h"
 #include "client/dark_api/dark_api.h"
 #include "client/modules.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "protocol/messages.h"
 
@@ -98,11 +98,7 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   // RGPU_TOOLS_STREAM=1, the object of the stream the argument names. Not settled: through the
   // shim the toolkit's cublasSgemm passes an id the server does not know (INVALID_HANDLE) and
   // fails with CUBLAS_STATUS_INTERNAL_ERROR either way; see README.md "TOOLS_CONTEXT 51 and 39".
-  static const bool by_stream = [] {
-    const char* v = getenv("RGPU_TOOLS_STREAM");
-    return v && v[0] == '1';
-  }();
-  if (!by_stream) stream = nullptr;
+  if (!env::get().tools_stream) stream = nullptr;
   const auto key = std::make_pair(ctx, stream);
   {
     std::lock_guard<std::mutex> lock(g_mu);
