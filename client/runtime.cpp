@@ -181,7 +181,15 @@ uint32_t image_arch() {
                                attrs[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR].value);
 }
 
-uint64_t mint_handle() { return g_next_handle.fetch_add(1, std::memory_order_relaxed); }
+uint64_t mint_handle() {
+  const uint64_t id = g_next_handle.fetch_add(1, std::memory_order_relaxed);
+  // Under RGPU_TRACE the id follows the call that minted it, so a trace names every handle's kind.
+  if (g_trace) {
+    fprintf(g_trace, "rgpu-trace   minted %#llx\n", static_cast<unsigned long long>(id));
+    fflush(g_trace);
+  }
+  return id;
+}
 
 void trace_call(const char* name) {
   std::call_once(g_trace_once, open_trace);
