@@ -80,7 +80,8 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   crypto::Digest hash = crypto::sha256(image, n);
   image::Image img;
   std::string err;
-  bool parsed = image::parse(image, n, image_arch(), &img, &err);
+  bool parsed = env::get().image_layouts ? image::parse(image, n, image_arch(), &img, &err)
+                                          : (err = "RGPU_IMAGE_LAYOUTS=0", false);
   if (!parsed) log::debug("%s: cannot read kernel layouts from the image (%s); asking the server", name, err.c_str());
   // No round trip to load code (DESIGN.md §3): when the client has read the kernels from machine
   // code built for the server's GPU, nothing after the load needs the server's answer, so the

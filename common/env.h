@@ -36,6 +36,9 @@ struct Settings {
   size_t bulk_chunk = 1u << 20;
   bool oneway_loads = false;
   bool tools_stream = false;
+  // RGPU_IMAGE_LAYOUTS=0: kernel parameter layouts are asked from the server instead of read from
+  // the images (debugging a launch; tests of the asking path).
+  bool image_layouts = true;
   bool has_visible_devices = false;
   std::string visible_devices;
 };

@@ -83,6 +83,9 @@ struct CUfunc_st {
   // Set by cuFuncSetAttribute / cuKernelSetAttribute (a kernel and its function share it, as on
   // the real driver), so tests can see whether a changed attribute reaches the reader.
   int max_dynamic_shared = 49152;
+  // How the handle was handed out. Driver 580 keeps CUkernel and CUfunction apart for
+  // cuFuncGetParamInfo: a CUkernel there is an invalid handle (the fake uses one object for both).
+  bool as_kernel = false, as_function = false;
 };
 
 struct CUmod_st {
@@ -112,6 +115,10 @@ bool ctx_alive_locked(CUctx_st* c);
 CUctx_st* new_ctx_locked(unsigned flags, bool primary);
 // Drains the context's streams and frees everything it owns; the object itself stays.
 void teardown_ctx(std::unique_lock<std::mutex>& lk, CUctx_st* c);
+
+// ---------- functions (module.cpp) ----------
+// cuFuncGetParamInfo without the handle-kind check (cuKernelGetParamInfo shares it).
+CUresult param_info_locked(CUfunction func, size_t index, size_t* offset, size_t* size);
 
 // ---------- streams (stream.cpp) ----------
 std::shared_ptr<CUstream_st> new_stream_locked(CUctx_st* c, unsigned flags, int priority, bool is_null);

@@ -91,6 +91,7 @@ FAKE_API CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary librar
   if (!m) return CUDA_ERROR_INVALID_HANDLE;
   for (auto& f : m->funcs) {
     if (f->kernel->name == name) {
+      f->as_kernel = true;
       *pKernel = reinterpret_cast<CUkernel>(f.get());
       return CUDA_SUCCESS;
     }
@@ -142,6 +143,7 @@ FAKE_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel
   if (CUresult r = current_ctx(&c)) return r;
   std::lock_guard lk(g_mu);
   if (!g_funcs.count(as_func(kernel))) return CUDA_ERROR_INVALID_HANDLE;
+  as_func(kernel)->as_function = true;
   *pFunc = as_func(kernel);
   return CUDA_SUCCESS;
 }
@@ -179,7 +181,9 @@ FAKE_API CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache c
 }
 
 FAKE_API CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
-  return cuFuncGetParamInfo(as_func(kernel), paramIndex, paramOffset, paramSize);
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  return param_info_locked(as_func(kernel), paramIndex, paramOffset, paramSize);
 }
 
 // ---------- occupancy ----------

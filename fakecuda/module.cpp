@@ -104,6 +104,7 @@ FAKE_API CUresult CUDAAPI cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, 
   if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
   for (auto& f : it->second->funcs) {
     if (f->kernel->name == name) {
+      f->as_function = true;
       *hfunc = f.get();
       return CUDA_SUCCESS;
     }
@@ -163,15 +164,20 @@ FAKE_API CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache co
   return live_func_locked(hfunc) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-FAKE_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
-  if (CUresult r = check_init()) return r;
-  std::lock_guard lk(g_mu);
+CUresult fake::param_info_locked(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
   if (!live_func_locked(func)) return CUDA_ERROR_INVALID_HANDLE;
   const auto& params = func->kernel->params;
   if (paramIndex >= params.size()) return CUDA_ERROR_INVALID_VALUE;
   if (paramOffset) *paramOffset = params[paramIndex].offset;
   if (paramSize) *paramSize = params[paramIndex].size;
   return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  if (live_func_locked(func) && func->as_kernel && !func->as_function) return CUDA_ERROR_INVALID_HANDLE;
+  return param_info_locked(func, paramIndex, paramOffset, paramSize);
 }
 
 FAKE_API CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {

@@ -177,9 +177,11 @@ enum Op : uint16_t {
   // A kernel's or function's whole parameter layout in one round trip, for those whose layout the
   // client could not read from the image (cuKernelGetParamInfo asked index by index cost a round
   // trip per parameter: 142 at PyTorch start-up on the H200). Request: u64 id (client handle),
-  // u8 1 for a CUkernel, 0 for a CUfunction. Reply: CUresult; on success u32 n, n × (u64 offset,
-  // u64 size) for parameters 0..n-1, then i32 the driver's answer for parameter n (normally
-  // CUDA_ERROR_INVALID_VALUE: past the last one). At most kMaxParams parameters are walked.
+  // u8 kind: 0 a CUfunction, 1 a CUkernel, 2 either (the function reading, and the kernel one
+  // when the driver refuses the handle as a function). Reply: CUresult; on success u32 n,
+  // n × (u64 offset, u64 size) for parameters 0..n-1, i32 the driver's answer for parameter n
+  // (CUDA_ERROR_INVALID_VALUE: past the last one; anything else: the walk stopped short), u8 the
+  // kind that answered (0 or 1). At most kMaxParamLayout parameters are walked.
   kOpParamLayout = 42,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
@@ -192,6 +194,8 @@ enum Op : uint16_t {
   kFirstNvmlOp = 8192,
 };
 inline constexpr uint32_t kNvmlMaxArray = 4096;
+// kOpParamLayout walks at most this many parameters (past the driver's own limit: 32764 bytes).
+inline constexpr uint32_t kMaxParamLayout = 4096;
 inline constexpr uint32_t kNvmlMaxString = 4096;
 
 // Every reply payload begins with this. deferred_result is 0 (CUDA_SUCCESS) when no one-way call

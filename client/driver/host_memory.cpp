@@ -75,9 +75,9 @@ CUresult refuse(const char* call, const char* why) {
 // here only where this process has a copy: rgpu's mirrors of managed and mapped memory.
 bool host_pointer_usable(void* p) { return !p || rgpu::client::mapped::contains(p, 1); }
 constexpr const char* kUnmirroredWhy =
-    "the address is managed memory rgpu does not mirror (a module's __managed__ variable), so it is not valid "
-    "in this process, and dereferencing it would crash; allocate with cuMemAllocManaged, or copy the variable "
-    "with cuMemcpyDtoH/HtoD";
+    "the server's driver gave a host address that exists only in the server's process (for example a module's "
+    "__managed__ variable; rgpu mirrors only cuMemAllocManaged and mapped allocations), and dereferencing it here "
+    "would crash; reported as NULL. Copy such memory with cuMemcpyDtoH/HtoD";
 constexpr const char* kMappedWhy =
     "mapped host memory lets a kernel read host memory through a pointer, and the GPU cannot reach this "
     "process's memory across the network; copy the data with cuMemcpyHtoD(Async) instead";

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "client/call.h"
@@ -33,53 +34,41 @@ using rgpu::client::Call;
 using rgpu::client::handle_id;
 using rgpu::client::ModuleRegistry;
 
-// The layout of f: from the image, or asked from the server once.
-std::shared_ptr<const rgpu::image::Kernel> layout(CUfunction f) {
-  auto k = ModuleRegistry::get().function(handle_id(f));
-  // An image layout with parameter records the client could not read is no layout: packing by it
-  // would send a buffer of zeros (issue 3: an 8 KiB struct parameter became an illegal address).
-  if (k && k->layout_known) return k;
-  // f may be a CUfunction or a CUkernel (cudart launches kernels by their CUkernel): ask as the
-  // one, and if that knows no parameter, as the other.
-  rgpu::image::Kernel asked;
-  for (int as_kernel = 0; as_kernel < 2 && asked.params.empty(); ++as_kernel) {
-    for (uint32_t i = 0;; ++i) {
-      size_t off = 0, size = 0;
-      CUresult rc = as_kernel ? cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, &off, &size)
-                              : cuFuncGetParamInfo(f, i, &off, &size);
-      if (rc != CUDA_SUCCESS || off > (1u << 20) || size > (1u << 20)) break;  // past the last one
-      asked.params.push_back({i, static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
-      asked.param_bytes = std::max<uint32_t>(asked.param_bytes, static_cast<uint32_t>(off + size));
-    }
-  }
-  ModuleRegistry::get().set_function(handle_id(f), asked);
-  return ModuleRegistry::get().function(handle_id(f));
-}
+// Which driver call answers for an id: cuFuncGetParamInfo or cuKernelGetParamInfo. The driver
+// keeps the two apart (a CUkernel given to cuFuncGetParamInfo fails; inferred from the H200 run
+// below, where mixing the two answers broke PyTorch), so answers are cached per kind; kEither asks
+// the server to try the function reading first, then the kernel one.
+enum class ParamKind : uint8_t { kFunction = 0, kKernel = 1, kEither = 2 };
 
-// (function or kernel id, parameter index) → what the server answered (client/driver: the
-// ParamInfo calls below). Ids are never reused, so entries never go stale.
+// Answers the server gave, by (id, kind, index), including "past the last parameter"
+// (CUDA_ERROR_INVALID_VALUE) so that repeated walks of a layout cost nothing. Other errors (an
+// id of the other kind, a lost connection) are not answers about the kernel and are not kept: a
+// kept INVALID_HANDLE for the function reading of a kernel id once hid its kernel reading, and
+// PyTorch launched with no parameters (H200, stop 9). Ids are never reused: entries never go stale.
 struct ParamAnswer {
   CUresult rc;
   size_t offset, size;
 };
+using ParamKey = std::tuple<uint64_t, ParamKind, size_t>;
 std::mutex g_param_answers_mu;
-auto& g_param_answers = *new std::map<std::pair<uint64_t, size_t>, ParamAnswer>();
+auto& g_param_answers = *new std::map<ParamKey, ParamAnswer>();
 
 std::atomic<bool> g_layout_op_unsupported{false};
 
-// Asks the server for the whole layout of a kernel or function and caches every index and the
-// answer past the last one (*walked parameters, then *end). False when the server cannot say (an
-// older server, or an error).
-bool fetch_layout(uint64_t id, bool as_kernel, uint32_t* walked, CUresult* end_out) {
+// Asks the server for the whole layout of a kernel or function (kOpParamLayout) and caches every
+// index and, when it is "past the last one", the answer after them. Returns the kind that
+// answered (kEither asks the function reading, then the kernel one) in *answered and the count in
+// *walked. False when the server cannot say (an older server, or an error).
+bool fetch_layout(uint64_t id, ParamKind kind, ParamKind* answered, uint32_t* walked) {
   if (g_layout_op_unsupported.load(std::memory_order_relaxed)) return false;
   Call c(rgpu::proto::kOpParamLayout, rgpu::client::kWaits);
   c.args().put_u64(id);
-  c.args().put_u8(as_kernel ? 1 : 0);
+  c.args().put_u8(static_cast<uint8_t>(kind));
   CUresult rc = c.invoke();
   if (rc == CUDA_ERROR_NOT_SUPPORTED) g_layout_op_unsupported.store(true, std::memory_order_relaxed);
   if (rc != CUDA_SUCCESS) return false;
   const uint32_t n = c.reply().u32();
-  if (!c.reply().ok() || n > 4096) return false;
+  if (!c.reply().ok() || n > rgpu::proto::kMaxParamLayout) return false;
   std::vector<ParamAnswer> got(n);
   for (auto& p : got) {
     p.rc = CUDA_SUCCESS;
@@ -87,21 +76,57 @@ bool fetch_layout(uint64_t id, bool as_kernel, uint32_t* walked, CUresult* end_o
     p.size = c.reply().u64();
   }
   const auto end = static_cast<CUresult>(c.reply().i32());
-  if (!c.reply().ok()) return false;
-  std::lock_guard lk(g_param_answers_mu);
-  for (uint32_t i = 0; i < n; ++i) g_param_answers[{id, i}] = got[i];
-  // The walk ended on the driver's answer for parameter n; CUDA_SUCCESS there means the server
-  // stopped at its limit, and parameter n is still unknown.
-  if (end != CUDA_SUCCESS) g_param_answers[{id, n}] = ParamAnswer{end, 0, 0};
+  const uint8_t used = c.reply().u8();
+  if (!c.reply().ok() || used > static_cast<uint8_t>(ParamKind::kKernel)) return false;
+  *answered = static_cast<ParamKind>(used);
   *walked = n;
-  *end_out = end;
-  return true;
+  std::lock_guard lk(g_param_answers_mu);
+  for (uint32_t i = 0; i < n; ++i) g_param_answers[{id, *answered, i}] = got[i];
+  if (end == CUDA_ERROR_INVALID_VALUE) g_param_answers[{id, *answered, n}] = ParamAnswer{end, 0, 0};
+  return end == CUDA_ERROR_INVALID_VALUE;  // anything else: the walk did not reach the end
+}
+
+// The layout of f: from the image, or asked from the server once.
+std::shared_ptr<const rgpu::image::Kernel> layout(CUfunction f) {
+  auto k = ModuleRegistry::get().function(handle_id(f));
+  // An image layout with parameter records the client could not read is no layout: packing by it
+  // would send a buffer of zeros (issue 3: an 8 KiB struct parameter became an illegal address).
+  if (k && k->layout_known) return k;
+  rgpu::image::Kernel asked;
+  auto add = [&](uint32_t i, size_t off, size_t size) {
+    asked.params.push_back({i, static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
+    asked.param_bytes = std::max<uint32_t>(asked.param_bytes, static_cast<uint32_t>(off + size));
+  };
+  // f may be a CUfunction or a CUkernel (cudart launches kernels by their CUkernel): one round
+  // trip asks the server for either.
+  ParamKind kind;
+  uint32_t n = 0;
+  if (fetch_layout(handle_id(f), ParamKind::kEither, &kind, &n)) {
+    std::lock_guard lk(g_param_answers_mu);
+    for (uint32_t i = 0; i < n; ++i) {
+      const auto& a = g_param_answers[{handle_id(f), kind, i}];
+      add(i, a.offset, a.size);
+    }
+  } else {
+    // A server without kOpParamLayout: index by index, as a function and then as a kernel.
+    for (int as_kernel = 0; as_kernel < 2 && asked.params.empty(); ++as_kernel) {
+      for (uint32_t i = 0;; ++i) {
+        size_t off = 0, size = 0;
+        CUresult rc = as_kernel ? cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, &off, &size)
+                                : cuFuncGetParamInfo(f, i, &off, &size);
+        if (rc != CUDA_SUCCESS || off > (1u << 20) || size > (1u << 20)) break;  // past the last one
+        add(i, off, size);
+      }
+    }
+  }
+  ModuleRegistry::get().set_function(handle_id(f), asked);
+  return ModuleRegistry::get().function(handle_id(f));
 }
 
 // One parameter's offset and size: from the image's layout, else from the cache, else the whole
 // layout from the server, else ask() for this index alone.
 template <class Ask>
-CUresult param_info(const char* name, uint64_t id, size_t index, size_t* offset, size_t* size, bool as_kernel,
+CUresult param_info(const char* name, uint64_t id, size_t index, size_t* offset, size_t* size, ParamKind kind,
                     Ask ask) {
   auto answer = [&](const ParamAnswer& a) {
     if (a.rc == CUDA_SUCCESS) {
@@ -116,29 +141,28 @@ CUresult param_info(const char* name, uint64_t id, size_t index, size_t* offset,
     if (index >= k->params.size()) return CUDA_ERROR_INVALID_VALUE;
     return answer({CUDA_SUCCESS, k->params[index].offset, k->params[index].size});
   }
-  {
+  auto cached = [&]() -> const ParamAnswer* {
     std::lock_guard lk(g_param_answers_mu);
-    if (auto it = g_param_answers.find({id, index}); it != g_param_answers.end()) {
-      rgpu::client::trace_call(name);
-      return answer(it->second);
-    }
+    auto it = g_param_answers.find({id, kind, index});
+    return it == g_param_answers.end() ? nullptr : &it->second;  // map nodes stay put
+  };
+  if (const ParamAnswer* a = cached()) {
+    rgpu::client::trace_call(name);
+    return answer(*a);
   }
   // The whole layout in one round trip (kOpParamLayout), cached for every index; servers without
   // the op are asked index by index.
+  ParamKind answered;
   uint32_t walked = 0;
-  CUresult end = CUDA_SUCCESS;
-  if (fetch_layout(id, as_kernel, &walked, &end)) {
-    std::lock_guard lk(g_param_answers_mu);
-    if (auto it = g_param_answers.find({id, index}); it != g_param_answers.end()) return answer(it->second);
-    if (end != CUDA_SUCCESS && index > walked) return answer(ParamAnswer{end, 0, 0});  // past the last one
+  if (fetch_layout(id, kind, &answered, &walked)) {
+    if (const ParamAnswer* a = cached()) return answer(*a);
+    if (index > walked) return CUDA_ERROR_INVALID_VALUE;  // past the last one
   }
   ParamAnswer a{};
   a.rc = ask(&a.offset, &a.size);
-  // A failure of the connection is not an answer about the kernel; CUDA_ERROR_INVALID_VALUE
-  // (past the last parameter) is, and layout() above asks for it every time it looks.
   if (a.rc == CUDA_SUCCESS || a.rc == CUDA_ERROR_INVALID_VALUE) {
     std::lock_guard lk(g_param_answers_mu);
-    g_param_answers[{id, index}] = a;
+    g_param_answers[{id, kind, index}] = a;
   }
   return answer(a);
 }
@@ -264,7 +288,7 @@ RGPU_EXPORT CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config,
 RGPU_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
                                                 size_t* paramSize) {
   if (!func) return CUDA_ERROR_INVALID_HANDLE;
-  return param_info("cuFuncGetParamInfo", handle_id(func), paramIndex, paramOffset, paramSize, false, [&](size_t* off, size_t* size) {
+  return param_info("cuFuncGetParamInfo", handle_id(func), paramIndex, paramOffset, paramSize, ParamKind::kFunction, [&](size_t* off, size_t* size) {
     Call c(rgpu::op::cuFuncGetParamInfo, rgpu::client::kWaits);
     c.args().put_u64(handle_id(func));
     c.args().put_u64(paramIndex);
@@ -279,7 +303,7 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramInd
 RGPU_EXPORT CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,
                                                   size_t* paramSize) {
   if (!kernel) return CUDA_ERROR_INVALID_HANDLE;
-  return param_info("cuKernelGetParamInfo", handle_id(kernel), paramIndex, paramOffset, paramSize, true, [&](size_t* off, size_t* size) {
+  return param_info("cuKernelGetParamInfo", handle_id(kernel), paramIndex, paramOffset, paramSize, ParamKind::kKernel, [&](size_t* off, size_t* size) {
     return rgpu_fwd_cuKernelGetParamInfo(kernel, paramIndex, off, size);
   });
 }

@@ -82,22 +82,29 @@ void module_by_hash(Dispatch& d) {
 
 void param_layout(Dispatch& d) {
   uint64_t id = d.args.u64();
-  uint8_t as_kernel = d.args.u8();
+  uint8_t kind = d.args.u8();  // proto::kOpParamLayout: 0 function, 1 kernel, 2 either
   if (!d.args.ok()) return;
+  if (kind > 2) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   void* handle = nullptr;
   if (!d.handles.get_raw(id, &handle) || !handle) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
-  if (as_kernel ? !d.drv.cuKernelGetParamInfo : !d.drv.cuFuncGetParamInfo)
-    return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  constexpr uint32_t kMaxParams = 4096;  // past the driver's own limit (32764 bytes of parameters)
+  if (!d.drv.cuKernelGetParamInfo || !d.drv.cuFuncGetParamInfo) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   std::vector<std::pair<uint64_t, uint64_t>> params;
   CUresult end = CUDA_ERROR_INVALID_VALUE;
-  for (uint32_t i = 0; i < kMaxParams; ++i) {
-    size_t offset = 0, size = 0;
-    end = as_kernel ? d.drv.cuKernelGetParamInfo(static_cast<CUkernel>(handle), i, &offset, &size)
-                    : d.drv.cuFuncGetParamInfo(static_cast<CUfunction>(handle), i, &offset, &size);
-    if (end != CUDA_SUCCESS) break;
-    params.emplace_back(offset, size);
-  }
+  auto walk = [&](bool as_kernel) {
+    params.clear();
+    for (uint32_t i = 0; i < proto::kMaxParamLayout; ++i) {
+      size_t offset = 0, size = 0;
+      end = as_kernel ? d.drv.cuKernelGetParamInfo(static_cast<CUkernel>(handle), i, &offset, &size)
+                      : d.drv.cuFuncGetParamInfo(static_cast<CUfunction>(handle), i, &offset, &size);
+      if (end != CUDA_SUCCESS) return;
+      params.emplace_back(offset, size);
+    }
+  };
+  bool as_kernel = kind == 1;
+  walk(as_kernel);
+  // Either: a handle the function reading refuses outright (not "past the last parameter") is
+  // read as a kernel.
+  if (kind == 2 && params.empty() && end != CUDA_ERROR_INVALID_VALUE) walk(as_kernel = true);
   d.reply.put<int32_t>(CUDA_SUCCESS);
   d.reply.put_u32(static_cast<uint32_t>(params.size()));
   for (const auto& [offset, size] : params) {
@@ -105,6 +112,7 @@ void param_layout(Dispatch& d) {
     d.reply.put_u64(size);
   }
   d.reply.put<int32_t>(end);
+  d.reply.put_u8(as_kernel ? 1 : 0);
 }
 
 }  // namespace rgpu::server::handlers

@@ -168,10 +168,24 @@ def test_a_whole_parameter_layout_comes_in_one_answer(cache_server):
         assert r.result == wire.CUDA_SUCCESS, r
         (n,) = struct.unpack_from("<I", r.body)
         params = [struct.unpack_from("<QQ", r.body, 4 + 16 * i) for i in range(n)]
-        (end,) = struct.unpack_from("<i", r.body, 4 + 16 * n)
+        end, kind = struct.unpack_from("<iB", r.body, 4 + 16 * n)
         # rgpu_vec_add(const float* a, const float* b, float* c, int n)
         assert params == [(0, 8), (8, 8), (16, 8), (24, 4)], params
-        assert end == wire.CUDA_ERROR_INVALID_VALUE
+        assert (end, kind) == (wire.CUDA_ERROR_INVALID_VALUE, 0)
+        # A library's CUkernel: the function reading refuses it, "either" answers as a kernel.
+        r = c.call(wire.OPS["cuLibraryLoadData"], struct.pack("<QQ", 0x3100, len(image)) + image)
+        assert r.result == wire.CUDA_SUCCESS, r
+        r = c.call(wire.OPS["cuLibraryGetKernel"], struct.pack("<QQ", 0x3101, 0x3100) + wire.put_str("rgpu_vec_add"))
+        assert r.result == wire.CUDA_SUCCESS, r
+        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3101, 0))
+        assert r.result == wire.CUDA_SUCCESS and r.body[:4] == b"\0\0\0\0", r
+        assert struct.unpack_from("<iB", r.body, 4) == (wire.CUDA_ERROR_INVALID_HANDLE, 0)
+        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3101, 2))
+        assert r.result == wire.CUDA_SUCCESS, r
+        (n,) = struct.unpack_from("<I", r.body)
+        assert n == 4 and struct.unpack_from("<iB", r.body, 4 + 16 * n) == (wire.CUDA_ERROR_INVALID_VALUE, 1), r
+        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3101, 3))  # no such kind
+        assert r.result == wire.CUDA_ERROR_INVALID_VALUE, r
         # An id the session never bound: refused, the connection stays.
         r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3999, 1))
         assert r.result == wire.CUDA_ERROR_INVALID_HANDLE, r
