@@ -35,7 +35,7 @@ struct Settings {
   int connect_timeout_s = 10;
   size_t bulk_chunk = 1u << 20;
   bool oneway_loads = false;
-  bool tools_stream = false;
+  bool tools_stream = true;
   // RGPU_IMAGE_LAYOUTS=0: kernel parameter layouts are asked from the server instead of read from
   // the images (debugging a launch; tests of the asking path).
   bool image_layouts = true;

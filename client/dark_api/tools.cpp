@@ -1,12 +1,13 @@
 // The two tables cudart's tools support asks for at start-up (CUPTI and friends hook in through
 // them): TOOLS_RUNTIME_CALLBACK_HOOKS hands out two buffers the runtime fills with its callback
-// state, TOOLS_TLS is called around runtime API events. With no tool attached the driver
-// does nothing with either, and neither does the shim.
+// state, TOOLS_TLS is called around runtime API events (slot 1) and by cuBLAS for the current
+// context (slot 2). With no tool attached the driver does nothing else with either.
 #include <cuda.h>
 
 #include <cstddef>
 #include <cstdint>
 
+#include "client/contexts.h"
 #include "client/dark_api/dark_api.h"
 
 namespace rgpu::client::dark {
@@ -34,7 +35,17 @@ void* CUDAAPI hooks_buffer2(void** buffer, size_t* size) {
 // Called with an event record and an event id (30 times in a torch run); the real driver answered
 // 0 every time, and 0 is what public work returns for slot 1 too.
 CUresult CUDAAPI tls_slot1() { return CUDA_SUCCESS; }
-CUresult CUDAAPI tls_slot2() { return CUDA_SUCCESS; }
+
+// Slot 2 writes the calling thread's current context into the first word its first argument
+// points at, and nothing else (driver 580, traced around cublasSgemm on the H200 with the memory
+// dumped before and after: the word went from 0 or stale stack bytes to the CUcontext that
+// cuBLAS then hands to TOOLS_CONTEXT slots 4 and 51; the other arguments varied from call to call
+// and changed nothing). Answering 0 without writing left cuBLAS a stack address as its context,
+// and cublasSgemm NN/TN/TT failed with CUBLAS_STATUS_INTERNAL_ERROR through rgpu.
+CUresult CUDAAPI tls_current_context(CUcontext* out) {
+  if (out) *out = contexts::current();
+  return CUDA_SUCCESS;
+}
 
 }  // namespace
 
@@ -52,7 +63,7 @@ const void* tools_tls_table() {
   static const auto table = [] {
     auto t = stub_table<TableId::kToolsTls, 3>(true);
     t[1] = slot_fn(&tls_slot1);
-    t[2] = slot_fn(&tls_slot2);
+    t[2] = slot_fn(&tls_current_context);
     return t;
   }();
   return table.data();

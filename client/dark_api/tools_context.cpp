@@ -14,7 +14,8 @@
 // times the context's id for the NULL stream). The second argument is the stream the library
 // is about to launch on (cuSOLVER passes NULL; cuBLAS its handle's stream: through the shim a
 // client stream id such as 0x1017, which the shim once mistook for a selector and answered as
-// NULL's, and cuBLAS then computed wrong sgemm results). The server's driver answers both
+// NULL's, and cuBLAS then computed wrong sgemm results; its context comes from TOOLS_TLS slot 2,
+// tools.cpp). The server's driver answers both
 // (protocol/messages.h kOpToolsContextObject) with the stream translated; the driver's object
 // stays on the server, and the caller gets a zeroed block of the shim's own that stands for it.
 // Answers are cached per (context, stream), so each costs one round trip however often it is
@@ -28,12 +29,11 @@
 #include <map>
 #include <unordered_map>
 #include <utility>
-#include <vector>
+
 
 #include "client/call.h"
 #include "client/contexts.h"
 #include "client/dark_api/dark_api.h"
-#include "client/modules.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "protocol/messages.h"
@@ -93,11 +93,8 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   if (!object) return CUDA_ERROR_INVALID_VALUE;
   if (!ctx) return CUDA_ERROR_INVALID_HANDLE;  // driver 580: NULL is not "the current context" here
   if (stream == CU_STREAM_LEGACY) stream = nullptr;  // the same stream (driver 580: the same object)
-  // Which reading of the second argument is used: the NULL stream's object for every call (the
-  // default: PyTorch's ladder passed 15/15 with identical losses this way on the H200), or, with
-  // RGPU_TOOLS_STREAM=1, the object of the stream the argument names. Not settled: through the
-  // shim the toolkit's cublasSgemm passes an id the server does not know (INVALID_HANDLE) and
-  // fails with CUBLAS_STATUS_INTERNAL_ERROR either way; see README.md "TOOLS_CONTEXT 51 and 39".
+  // The second argument is the stream the caller launches on next (README.md "TOOLS_CONTEXT 51
+  // and 39"); RGPU_TOOLS_STREAM=0 answers every stream as the NULL stream, for comparison.
   if (!env::get().tools_stream) stream = nullptr;
   const auto key = std::make_pair(ctx, stream);
   {
@@ -113,16 +110,10 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   c.args().put_u64(handle_id(stream));
   CUresult rc = c.invoke();
   g_server_queries.fetch_add(1, std::memory_order_relaxed);
-  if (rc == CUDA_ERROR_INVALID_HANDLE && stream) {
-    // What the client knows of the argument, to learn what the slot takes (README.md).
-    const uint64_t id = handle_id(stream);
-    std::vector<image::Kernel> kernels;
-    auto fn = ModuleRegistry::get().function(id);
-    const char* kind = fn ? "a kernel or function" : ModuleRegistry::get().kernels(id, &kernels) ? "a module or library" : "no module, library, kernel or function";
-    log::warn("export table TOOLS_CONTEXT slot 51: the server knows no handle %p (its second argument, read as a "
-              "stream; the client knows it as %s%s%s; context %p)",
-              static_cast<void*>(stream), kind, fn ? ": " : "", fn ? fn->name.c_str() : "", static_cast<void*>(ctx));
-  }
+  if (rc == CUDA_ERROR_INVALID_HANDLE)
+    log::warn("export table TOOLS_CONTEXT slot 51: the server knows no context %p or stream %p; returning "
+              "CUDA_ERROR_INVALID_HANDLE",
+              static_cast<void*>(ctx), static_cast<void*>(stream));
   if (rc != CUDA_SUCCESS) return rc;  // slot 51's own error (or the connection's): not cached
   auto* entry = new ContextObject();
   entry->ctx = ctx;

@@ -20,10 +20,6 @@
 namespace rgpu::client::dark {
 namespace {
 
-// The stream reading of slot 51's second argument is opt-in (tools_context.cpp); these tests
-// check it, so it is on before the first call reads the switch.
-const bool kStreamReading = (setenv("RGPU_TOOLS_STREAM", "1", 1), true);
-
 using ContextObject = CUresult (*)(CUcontext, void*, void**);
 using ContextQuery = CUresult (*)(CUcontext, void*, void*);
 using Visitor = int (*)(void*, CUfunction, const char*);
@@ -32,6 +28,8 @@ using ModuleWalk = uint64_t (*)(CUcontext, CUmodule, Visitor, void*);
 ContextObject object_slot() { return testing::slot<ContextObject>(TableId::kToolsContext, 51); }
 ContextQuery query_slot() { return testing::slot<ContextQuery>(TableId::kToolsContext, 39); }
 ModuleWalk walk_slot() { return testing::slot<ModuleWalk>(TableId::kToolsModule, 7); }
+using CurrentContext = CUresult (*)(void*, void*, void*, void*, void*);
+CurrentContext tls_current_context_slot() { return testing::slot<CurrentContext>(TableId::kToolsTls, 2); }
 
 class ToolsTables : public ::testing::Test {
  protected:
@@ -153,6 +151,24 @@ using Visited = std::vector<std::pair<CUfunction, std::string>>;
 int record(void* user, CUfunction f, const char* name) {
   static_cast<Visited*>(user)->emplace_back(f, name);
   return 1;  // ignored, as by the driver
+}
+
+// TOOLS_TLS slot 2 writes the current context into the first word of its first argument and
+// nothing else; cuBLAS passes that word to TOOLS_CONTEXT 51 (while the shim wrote nothing, it
+// passed stale stack bytes and cublasSgemm failed on the H200).
+TEST_F(ToolsTables, TlsSlotTwoWritesTheCurrentContext) {
+  uint64_t record[4] = {0xaaaaaaaaaaaaaaaaull, 0xbbbbbbbbbbbbbbbbull, 0x14, 0};
+  ASSERT_EQ(tls_current_context_slot()(record, nullptr, nullptr, reinterpret_cast<void*>(0x42), nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(record[0], reinterpret_cast<uint64_t>(ctx_));
+  EXPECT_EQ(record[1], 0xbbbbbbbbbbbbbbbbull);
+  EXPECT_EQ(record[2], 0x14u);
+  // What cuBLAS does next with it: slot 51 for its stream, in that context.
+  CUstream s = nullptr;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  void* object = nullptr;
+  EXPECT_EQ(object_slot()(reinterpret_cast<CUcontext>(record[0]), s, &object), CUDA_SUCCESS);
+  EXPECT_NE(object, nullptr);
+  ASSERT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
 TEST_F(ToolsTables, ModuleWalkVisitsEveryFunctionWithHandlesThatLaunch) {
