@@ -183,6 +183,12 @@ enum Op : uint16_t {
   // (CUDA_ERROR_INVALID_VALUE: past the last one; anything else: the walk stopped short), u8 the
   // kind that answered (0 or 1). At most kMaxParamLayout parameters are walked.
   kOpParamLayout = 42,
+  // Every attribute of a kernel or function in one round trip (PyTorch start-up asked
+  // cuKernelGetAttribute 60 times at 30 ms on the H200, a few attributes per kernel). Request:
+  // u64 id, u8 kind (0 a CUfunction, 1 a CUkernel), i32 device (kernels only). Reply: CUresult;
+  // on success u32 n, n × (i32 attribute, i32 the driver's result, i32 value) for attributes
+  // 0..n-1 (n ≤ kMaxFuncAttributes).
+  kOpFuncAttributes = 43,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
@@ -196,6 +202,8 @@ enum Op : uint16_t {
 inline constexpr uint32_t kNvmlMaxArray = 4096;
 // kOpParamLayout walks at most this many parameters (past the driver's own limit: 32764 bytes).
 inline constexpr uint32_t kMaxParamLayout = 4096;
+// kOpFuncAttributes answers at most this many attributes.
+inline constexpr uint32_t kMaxFuncAttributes = 64;
 inline constexpr uint32_t kNvmlMaxString = 4096;
 
 // Every reply payload begins with this. deferred_result is 0 (CUDA_SUCCESS) when no one-way call

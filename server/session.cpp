@@ -485,13 +485,9 @@ void Worker::loop() {
     Reader in(f.payload.data(), f.payload.size());
     bool wants_reply = !(f.h.flags & proto::kNoReply);
     Handler h = find_handler(f.h.op);
+    if (Handler control = handlers::control_handler(f.h.op)) h = control;
     if (f.h.op == proto::kOpSnapshot) h = handlers::snapshot;
-    if (f.h.op == proto::kOpModuleByHash) h = handlers::module_by_hash;
-    if (f.h.op == proto::kOpToolsContextObject) h = handlers::tools_context_object;
-    if (f.h.op == proto::kOpModuleFunctions) h = handlers::module_functions;
-    if (f.h.op == proto::kOpExportTableInfo) h = handlers::export_table_info;
     if (f.h.op == proto::kOpSessions) h = handlers::sessions;
-    if (f.h.op == proto::kOpParamLayout) h = handlers::param_layout;
     if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
     MappedMemory& mapped = session_->mapped();
     const uint64_t mapped_generation = mapped.generation();  // what a cuCtxSynchronize will have seen finish

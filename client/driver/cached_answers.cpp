@@ -10,7 +10,7 @@
 //   function cuKernelGetFunction gave for it (they share their attributes: forgetting only the
 //   kernel's own left its functions' stale, and cuBLAS, which raises a kernel's dynamic shared
 //   memory and reads it back through the function, failed with CUBLAS_STATUS_INTERNAL_ERROR on
-//   the H200); all occupancy answers. PyTorch sets the same attribute to the same value before
+//   the H200); their occupancy answers. PyTorch sets the same attribute to the same value before
 //   many launches (502 times in the GPU ladder): a repeat of the last value set is not sent and
 //   forgets nothing.
 // - cuFuncSetAttribute, cuFuncSetCacheConfig: every attribute and occupancy answer (a function
@@ -22,6 +22,7 @@
 // error, if any, comes with the next call that waits, as for launches.
 #include <cuda.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -35,6 +36,7 @@
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/messages.h"
 
 namespace {
 
@@ -56,13 +58,68 @@ auto& g_clusters = *new std::map<std::pair<uint64_t, std::string>, int>();
 // cuKernelSetAttribute: (kernel id, attribute, device) → the last value set
 auto& g_kernel_sets = *new std::map<std::tuple<uint64_t, int, int>, int>();
 
-// Drops the cached attributes of these kernel/function ids and every occupancy answer (mu() held).
+// Drops the cached attributes and occupancy answers of these kernel/function ids (mu() held).
+// Only theirs: PyTorch sets an attribute on 26 kernels at start-up, and forgetting every answer
+// each time made it ask cuOccupancyMaxActiveClusters 82 times at 30 ms on the H200.
 void forget_attrs_of_locked(const std::vector<uint64_t>& ids) {
-  for (uint64_t id : ids)
+  for (uint64_t id : ids) {
     for (auto it = g_attrs.lower_bound({id, INT32_MIN, INT32_MIN}); it != g_attrs.end() && std::get<0>(it->first) == id;)
       it = g_attrs.erase(it);
-  g_occupancy.clear();
-  g_clusters.clear();
+    for (auto it = g_occupancy.lower_bound({id, INT32_MIN, 0, 0}); it != g_occupancy.end() && std::get<0>(it->first) == id;)
+      it = g_occupancy.erase(it);
+    for (auto it = g_clusters.lower_bound({id, std::string()}); it != g_clusters.end() && it->first.first == id;)
+      it = g_clusters.erase(it);
+  }
+}
+
+// Every attribute of a kernel (dev >= 0) or function (dev -1) from the server in one round trip
+// (kOpFuncAttributes), into g_attrs. Attributes the driver refused are left out: asking for one
+// of them alone gets its error.
+void fetch_all_attributes(uint64_t id, int dev) {
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return;
+  Call c(rgpu::proto::kOpFuncAttributes, rgpu::client::kWaits);
+  c.args().put_u64(id);
+  c.args().put_u8(dev >= 0 ? 1 : 0);
+  c.args().put<int32_t>(dev >= 0 ? rgpu::client::server_device(dev) : 0);
+  CUresult rc = c.invoke();
+  if (rc == CUDA_ERROR_NOT_SUPPORTED) unsupported.store(true, std::memory_order_relaxed);
+  if (rc != CUDA_SUCCESS) return;
+  const uint32_t n = c.reply().u32();
+  if (!c.reply().ok() || n > rgpu::proto::kMaxFuncAttributes) return;
+  std::vector<std::tuple<int32_t, int32_t, int32_t>> got(n);
+  for (auto& [attr, result, value] : got) {
+    attr = c.reply().get<int32_t>();
+    result = c.reply().get<int32_t>();
+    value = c.reply().get<int32_t>();
+  }
+  if (!c.reply().ok()) return;
+  std::lock_guard lk(mu());
+  for (const auto& [attr, result, value] : got)
+    if (result == CUDA_SUCCESS) g_attrs.try_emplace({id, attr, dev}, value);
+}
+
+// An attribute from the cache; on a miss, all of them from the server, then this one alone.
+template <class Ask>
+CUresult attribute(uint64_t id, int attr, int dev, int* out, Ask ask) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  const auto key = std::make_tuple(id, attr, dev);
+  auto lookup = [&] {
+    std::lock_guard lk(mu());
+    auto it = g_attrs.find(key);
+    if (it == g_attrs.end()) return false;
+    *out = it->second;
+    return true;
+  };
+  if (lookup()) return CUDA_SUCCESS;
+  fetch_all_attributes(id, dev);
+  if (lookup()) return CUDA_SUCCESS;
+  CUresult rc = ask(out);
+  if (rc == CUDA_SUCCESS) {
+    std::lock_guard lk(mu());
+    g_attrs[key] = *out;
+  }
+  return rc;
 }
 
 // A kernel and the functions it has handed out.
@@ -121,15 +178,16 @@ extern "C" {
 RGPU_EXPORT CUresult CUDAAPI cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
   rgpu::client::trace_call("cuKernelGetAttribute");
   if (!kernel) return rgpu_fwd_cuKernelGetAttribute(pi, attrib, kernel, dev);
-  return cached(g_attrs, std::make_tuple(handle_id(kernel), static_cast<int>(attrib), static_cast<int>(dev)), pi,
-                [&](int* v) { return rgpu_fwd_cuKernelGetAttribute(v, attrib, kernel, dev); });
+  if (dev < 0) return rgpu_fwd_cuKernelGetAttribute(pi, attrib, kernel, dev);  // the driver's error
+  return attribute(handle_id(kernel), static_cast<int>(attrib), static_cast<int>(dev), pi,
+                   [&](int* v) { return rgpu_fwd_cuKernelGetAttribute(v, attrib, kernel, dev); });
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
   rgpu::client::trace_call("cuFuncGetAttribute");
   if (!hfunc) return rgpu_fwd_cuFuncGetAttribute(pi, attrib, hfunc);
-  return cached(g_attrs, std::make_tuple(handle_id(hfunc), static_cast<int>(attrib), -1), pi,
-                [&](int* v) { return rgpu_fwd_cuFuncGetAttribute(v, attrib, hfunc); });
+  return attribute(handle_id(hfunc), static_cast<int>(attrib), -1, pi,
+                   [&](int* v) { return rgpu_fwd_cuFuncGetAttribute(v, attrib, hfunc); });
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
@@ -211,12 +269,24 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfu
   if (!numClusters || !config) return CUDA_ERROR_INVALID_VALUE;
   if (!func) return CUDA_ERROR_INVALID_HANDLE;
   if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
-  // The key: every field of the configuration that travels (attributes by value).
-  std::string config_bytes(reinterpret_cast<const char*>(config), offsetof(CUlaunchConfig, attrs));
-  for (unsigned i = 0; i < config->numAttrs; ++i)
-    config_bytes.append(reinterpret_cast<const char*>(&config->attrs[i]), sizeof(CUlaunchAttribute));
+  // The key: every field of the configuration that travels (attributes by value) but the grid,
+  // which the answer does not depend on (clusters that fit on the GPU at once); PyTorch asks for
+  // many grid sizes. A grid the cluster shape does not divide is the driver's to refuse: asked.
+  CUlaunchConfig shape = *config;
+  shape.gridDimX = shape.gridDimY = shape.gridDimZ = 0;
+  std::string config_bytes(reinterpret_cast<const char*>(&shape), offsetof(CUlaunchConfig, attrs));
+  bool divisible = true;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute& a = config->attrs[i];
+    config_bytes.append(reinterpret_cast<const char*>(&a), sizeof(CUlaunchAttribute));
+    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      const auto& d = a.value.clusterDim;
+      divisible = d.x && d.y && d.z && config->gridDimX % d.x == 0 && config->gridDimY % d.y == 0 &&
+                  config->gridDimZ % d.z == 0;
+    }
+  }
   const auto key = std::make_pair(handle_id(func), std::move(config_bytes));
-  {
+  if (divisible) {
     std::lock_guard lk(mu());
     if (auto it = g_clusters.find(key); it != g_clusters.end()) {
       *numClusters = it->second;
@@ -237,7 +307,7 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfu
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   *numClusters = clusters;
   std::lock_guard lk(mu());
-  g_clusters[key] = clusters;
+  if (divisible) g_clusters[key] = clusters;
   return CUDA_SUCCESS;
 }
 

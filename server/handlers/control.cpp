@@ -115,4 +115,41 @@ void param_layout(Dispatch& d) {
   d.reply.put_u8(as_kernel ? 1 : 0);
 }
 
+
+void func_attributes(Dispatch& d) {
+  uint64_t id = d.args.u64();
+  uint8_t kind = d.args.u8();  // proto::kOpFuncAttributes: 0 function, 1 kernel
+  int32_t dev = d.args.get<int32_t>();  // the server's ordinal (the client translated it)
+  if (!d.args.ok()) return;
+  if (kind > 1) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  void* handle = nullptr;
+  if (!d.handles.get_raw(id, &handle) || !handle) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (kind ? !d.drv.cuKernelGetAttribute : !d.drv.cuFuncGetAttribute) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  const uint32_t n = std::min<uint32_t>(CU_FUNC_ATTRIBUTE_MAX, proto::kMaxFuncAttributes);
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  d.reply.put_u32(n);
+  for (uint32_t a = 0; a < n; ++a) {
+    int value = 0;
+    const auto attr = static_cast<CUfunction_attribute>(a);
+    CUresult rc = kind ? d.drv.cuKernelGetAttribute(&value, attr, static_cast<CUkernel>(handle), dev)
+                       : d.drv.cuFuncGetAttribute(&value, attr, static_cast<CUfunction>(handle));
+    d.reply.put<int32_t>(static_cast<int32_t>(a));
+    d.reply.put<int32_t>(rc);
+    d.reply.put<int32_t>(rc == CUDA_SUCCESS ? value : 0);
+  }
+}
+
+
+Handler control_handler(uint16_t op) {
+  switch (op) {
+    case proto::kOpModuleByHash: return module_by_hash;
+    case proto::kOpToolsContextObject: return tools_context_object;
+    case proto::kOpModuleFunctions: return module_functions;
+    case proto::kOpExportTableInfo: return export_table_info;
+    case proto::kOpParamLayout: return param_layout;
+    case proto::kOpFuncAttributes: return func_attributes;
+    default: return nullptr;
+  }
+}
+
 }  // namespace rgpu::server::handlers

@@ -13,6 +13,8 @@ void snapshot(Dispatch& d);
 void module_by_hash(Dispatch& d);
 // kOpParamLayout: a kernel's or function's parameters, all at once.
 void param_layout(Dispatch& d);
+// kOpFuncAttributes: every attribute of a kernel or function, all at once.
+void func_attributes(Dispatch& d);
 // kOpToolsContextObject, kOpModuleFunctions: export-table slots run on the driver's own tables
 // (server/handlers/dark_api.cpp).
 void tools_context_object(Dispatch& d);
@@ -22,5 +24,10 @@ void export_table_info(Dispatch& d);
 // kOpSessions: the server's live sessions (implemented in server/session.cpp, which knows where
 // they are listed).
 void sessions(Dispatch& d);
+
+// The handler of a control op that runs like a CUDA call (all of the above but kOpSnapshot and
+// kOpSessions, which the session runs itself), or nullptr: what session.cpp dispatches, and what
+// the dispatch fuzzer feeds.
+Handler control_handler(uint16_t op);
 
 }  // namespace rgpu::server::handlers

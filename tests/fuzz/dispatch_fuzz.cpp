@@ -108,7 +108,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   }
   rgpu::server::load_driver_table(lib, &g_drv);
   for (uint32_t op = 0; op <= 0xffff; ++op) {
-    if (rgpu::server::find_handler(static_cast<uint16_t>(op))) g_ops.push_back(static_cast<uint16_t>(op));
+    if (rgpu::server::find_handler(static_cast<uint16_t>(op)) ||
+        rgpu::server::handlers::control_handler(static_cast<uint16_t>(op)))
+      g_ops.push_back(static_cast<uint16_t>(op));
   }
   if (g_ops.empty()) std::abort();
 #ifdef RGPU_TEST_IMAGE
@@ -138,6 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(&v, data, 2);
   uint16_t op = std::binary_search(g_ops.begin(), g_ops.end(), v) ? v : g_ops[v % g_ops.size()];
   Handler h = rgpu::server::find_handler(op);
+  if (!h) h = rgpu::server::handlers::control_handler(op);
 
   // Exact-size heap copy of the payload so ASan sees any over-read; placeholders → the buffer.
   std::vector<uint8_t> payload(data + 2, data + size);
