@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -52,6 +53,7 @@ constexpr size_t kAsyncReplyBytes = 1u << 20;
 struct Frame {
   proto::FrameHeader h;
   Bytes payload;
+  uint64_t seq = 0;  // the order the session read it in (Session::CallOrder)
 };
 
 class Session;
@@ -259,6 +261,7 @@ class Session : public ClientCallbacks {
       }
       ++calls_;
       if (uint64_t id = created_handle(f)) handles_.expect(id);  // before any later frame can look it up
+      note_read(f);
       w->push(std::move(f));
       if (failed_.load()) {
         status = 1;
@@ -308,6 +311,34 @@ class Session : public ClientCallbacks {
 
   const DriverTable& driver() const { return *opt_.driver; }
   HandleMap& handles() { return handles_; }
+
+  // Cross-thread order (DESIGN.md §3, "Ordering"). Each client thread's calls run on a worker of
+  // their own, so a thread's call could reach the driver before an earlier one-way call of
+  // another thread, still queued behind a slow call on its worker. On a real driver that one-way
+  // call had returned, so it was enqueued first: PyTorch's backward runs on an autograd thread
+  // and launches on the stream the main thread's forward was launched on, and on the H200 the
+  // backward's kernels sometimes ran before the forward's (AdamW results off by 1e-2 or NaN,
+  // GPT losses drifting; never with RGPU_BATCH=0). So a call runs only after every one-way call
+  // read before it has run; calls that wait for an answer impose no order (their client thread
+  // is blocked: no later call of another thread depends on them), so one thread's blocking
+  // synchronize does not stall another.
+  void note_read(Frame& f) {
+    std::lock_guard<std::mutex> lock(order_mu_);
+    f.seq = ++read_seq_;
+    if (f.h.flags & proto::kNoReply) unfinished_one_way_.insert(f.seq);
+  }
+  void wait_turn(const Frame& f) {
+    std::unique_lock<std::mutex> lock(order_mu_);
+    order_cv_.wait(lock, [&] { return unfinished_one_way_.empty() || *unfinished_one_way_.begin() >= f.seq; });
+  }
+  void finished(const Frame& f) {
+    if (!(f.h.flags & proto::kNoReply)) return;
+    {
+      std::lock_guard<std::mutex> lock(order_mu_);
+      unfinished_one_way_.erase(f.seq);
+    }
+    order_cv_.notify_all();
+  }
   MappedMemory& mapped() { return mapped_; }
 
   // Sends what kernels printed since the last reply (kOpDeviceOutput), if anything.
@@ -440,6 +471,11 @@ class Session : public ClientCallbacks {
   std::mutex write_mu_;
   std::atomic<bool> failed_{false};
   uint64_t calls_ = 0;
+  // CallOrder (note_read, wait_turn, finished): one-way frames read and not yet run.
+  std::mutex order_mu_;
+  std::condition_variable order_cv_;
+  uint64_t read_seq_ = 0;
+  std::set<uint64_t> unfinished_one_way_;
   std::unordered_map<uint32_t, std::unique_ptr<Worker>> workers_;
   // Host callbacks waiting for the client's answer: id -> answered.
   std::mutex cb_mu_;
@@ -479,6 +515,12 @@ void Worker::loop() {
       queued_bytes_ -= f.payload.size();
     }
     space_cv_.notify_one();
+    session_->wait_turn(f);
+    struct Finish {  // on every way out of this iteration
+      Session* s;
+      const Frame& f;
+      ~Finish() { s->finished(f); }
+    } finish{session_, f};
     body.clear();
     bulk.clear();
     Writer out(&body);

@@ -59,3 +59,57 @@ def test_a_module_loaded_one_way_is_there_for_another_thread(tmp_path, monkeypat
         assert "cross-thread ok" in r.stdout
     finally:
         server.stop()
+
+
+ORDER_SCRIPT = textwrap.dedent(r"""
+    import ctypes, os, sys, threading
+    cu = ctypes.CDLL(os.environ["SHIM"])
+    def ok(rc, what):
+        if rc != 0:
+            print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
+    ok(cu.cuInit(0), "cuInit")
+    ctx = ctypes.c_void_p()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
+    ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+    d, s = ctypes.c_uint64(), ctypes.c_void_p()
+    ok(cu.cuMemAlloc_v2(ctypes.byref(d), 4096), "alloc")
+    ok(cu.cuStreamCreate(ctypes.byref(s), 0), "stream")
+    img = open(sys.argv[1], "rb").read()
+    filled, both = threading.Event(), threading.Event()
+    def producer():
+        # A slow one-way call (the server's load takes 300 ms), then a one-way fill of 1s.
+        ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+        mod = ctypes.c_void_p()
+        ok(cu.cuModuleLoadData(ctypes.byref(mod), img), "load")
+        ok(cu.cuMemsetD32Async(d, 1, 1024, s), "fill 1")
+        filled.set()
+        both.wait()
+        ok(cu.cuStreamSynchronize(s), "producer sync")  # answered once its fill has been enqueued
+    t = threading.Thread(target=producer)
+    t.start()
+    filled.wait()
+    # The producer's fill returned before this one was made: on a real driver it runs first.
+    ok(cu.cuMemsetD32Async(d, 2, 1024, s), "fill 2")
+    both.set()
+    t.join()
+    ok(cu.cuStreamSynchronize(s), "sync")
+    out = (ctypes.c_uint32 * 1024)()
+    ok(cu.cuMemcpyDtoH_v2(out, d, 4096), "read")
+    print("values", sorted(set(out)))
+""")
+
+
+def test_one_way_calls_of_two_threads_reach_the_stream_in_the_order_they_were_made(tmp_path, monkeypatch):
+    # PyTorch's backward launches from the autograd thread on the stream the main thread's
+    # forward used; on the H200 the backward sometimes ran first (AdamW off by 1e-2 or NaN).
+    monkeypatch.setenv("RGPU_FAKE_LOAD_DELAY_MS", "300")
+    server = Server()
+    try:
+        script = tmp_path / "order.py"
+        script.write_text(ORDER_SCRIPT)
+        r = run_client([sys.executable, str(script), IMAGE], server,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_ONEWAY_LOADS": "1"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "values [2]" in r.stdout, r.stdout + r.stderr
+    finally:
+        server.stop()
