@@ -90,12 +90,12 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   // next call that waits, as a failed launch does. PTX (JIT can fail), images the client cannot
   // read, and RGPU_BATCH=0 wait for the load's answer.
   CUresult rc;
-  // Off unless RGPU_ONEWAY_LOADS=1: on the H200, one-way loads made PyTorch's cuDNN convolution
-  // compute wrong results (waiting loads: correct). The likely cause, reproduced on the fake
-  // (tests/e2e/test_cross_thread.py): the server runs each client thread's calls on its own
-  // worker, so a call from another thread that names the module ran before the one-way load had
-  // finished. The server now waits for such ids (server/handle_map.h expect); loads stay waiting
-  // by default until that is verified on a GPU.
+  // RGPU_ONEWAY_LOADS=0 makes every load wait. One-way loads once made PyTorch's cuDNN
+  // convolution wrong on the H200: the server ran each client thread's calls on its own worker
+  // with no order between threads, so another thread's calls could run before a load (or any
+  // one-way call) that had already returned. The server now keeps that order (server/session.cpp
+  // note_read/wait_turn; tests/e2e/test_cross_thread.py); the ladder then passed 15/15 on the
+  // H200 with one-way loads, GPT losses identical to local.
   const bool one_way = env::get().oneway_loads && parsed && img.native && batching();
   if (one_way && !g_by_hash_unsupported.load(std::memory_order_relaxed) && server_has(hash)) {
     Call c(proto::kOpModuleByHash, kOneWay);

@@ -13,7 +13,7 @@
 // | RGPU_CONNECT_TIMEOUT | client | seconds to wait for the handshake (default 10)            |
 // | RGPU_BULK_CHUNK | client | bytes per bulk-copy frame (default 1 MiB, 64 KiB..32 MiB); a     |
 // |                 |        | tuning knob for benchmarks                                       |
-// | RGPU_ONEWAY_LOADS | client | 1: cubin loads do not wait (experimental; client/modules.cpp) |
+// | RGPU_ONEWAY_LOADS | client | 0: every module load waits for its answer (client/modules.cpp) |
 // | RGPU_TOOLS_STREAM | client | 1: TOOLS_CONTEXT slot 51's argument read as a stream          |
 // |                 |        | (diagnostic; client/dark_api/tools_context.cpp)                  |
 // | CUDA_VISIBLE_DEVICES | client | which of the server's GPUs the program sees, as with CUDA:  |
@@ -34,7 +34,7 @@ struct Settings {
   std::string log = "info";
   int connect_timeout_s = 10;
   size_t bulk_chunk = 1u << 20;
-  bool oneway_loads = false;
+  bool oneway_loads = true;
   bool tools_stream = true;
   // RGPU_IMAGE_LAYOUTS=0: kernel parameter layouts are asked from the server instead of read from
   // the images (debugging a launch; tests of the asking path).

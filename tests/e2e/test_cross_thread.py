@@ -1,6 +1,6 @@
 """Order across client threads for one-way calls that create handles (server/handle_map.h
 expect): the server runs each client thread's calls on its own worker, so a module loaded one-way
-on one thread (RGPU_ONEWAY_LOADS=1) and used at once from another must still be loaded first.
+on one thread (the default; RGPU_ONEWAY_LOADS=0 makes loads wait) and used at once from another must still be loaded first.
 The fake takes 300 ms per load here (RGPU_FAKE_LOAD_DELAY_MS), as a real driver takes
 milliseconds; without the order, the other thread's lookup finds no module."""
 import sys

@@ -31,10 +31,10 @@ def cache_server(cache_dir):
     s.stop()
 
 
-def _run(server, path, oneway_loads=False):
+def _run(server, path, oneway_loads=True):
     env = {"RGPU_STATS": str(path)}
-    if oneway_loads:
-        env["RGPU_ONEWAY_LOADS"] = "1"
+    if not oneway_loads:
+        env["RGPU_ONEWAY_LOADS"] = "0"
     r = run_client([PROGRAM, IMAGE], server, env_extra=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(path.read_text())
@@ -64,12 +64,14 @@ def test_second_run_does_not_resend_the_image(cache_server, cache_dir, tmp_path)
     requests = _by_hash_requests(second)
     assert requests > 0
     assert saved >= image_bytes - 58 * requests, (first["bytes_sent"], second["bytes_sent"], image_bytes)
-    # No round trip to load code (opt-in, RGPU_ONEWAY_LOADS=1): loads of cubins for the GPU
-    # never wait, by hash or with bytes.
+    # No round trip to load code: loads of cubins for the GPU never wait, by hash or with bytes;
+    # with RGPU_ONEWAY_LOADS=0 they do.
     loads = ("control:20", "cuModuleLoadData", "cuLibraryLoadData", "cuModuleLoadFatBinary")
-    for run in (_run(cache_server, tmp_path / "third.json", oneway_loads=True),):
+    for run in (first, second):
         waited = {o["op"]: o["waited"] for o in run["ops"] if o["op"] in loads and o["waited"]}
         assert not waited, waited
+    waiting = _run(cache_server, tmp_path / "third.json", oneway_loads=False)
+    assert any(o["op"] in loads and o["waited"] for o in waiting["ops"]), waiting["ops"]
 
 
 def test_an_edited_cache_file_is_checked_before_it_is_listed(cache_server, cache_dir, tmp_path):
