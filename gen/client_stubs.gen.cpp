@@ -963,7 +963,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncLoad(CUfunction function) {
 
 extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
   rgpu::client::trace_call("cuFuncSetAttribute");
-  rgpu::client::Call c(rgpu::op::cuFuncSetAttribute, rgpu::client::kWaits);
+  rgpu::client::Call c(rgpu::op::cuFuncSetAttribute, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<CUfunction_attribute>(attrib);
   c.args().put<int>(value);

@@ -14,7 +14,8 @@
 //   many launches (502 times in the GPU ladder): a repeat of the last value set is not sent and
 //   forgets nothing.
 // - cuFuncSetAttribute, cuFuncSetCacheConfig: every attribute and occupancy answer (a function
-//   may be a kernel's, or a module's that shares a library's kernels).
+//   may be a kernel's, or a module's that shares a library's kernels). cuFuncSetAttribute is
+//   one-way too, and a repeat of the last value set (with no other set between) is not sent.
 // - cuCtxSetLimit: the limits of the current context. A context destroyed or a primary context
 //   reset: everything.
 // CU_LIMIT_STACK_SIZE is never cached: the driver raises it by itself when a kernel needs more.
@@ -57,11 +58,14 @@ auto& g_occupancy = *new std::map<std::tuple<uint64_t, int, size_t, unsigned>, i
 auto& g_clusters = *new std::map<std::pair<uint64_t, std::string>, int>();
 // cuKernelSetAttribute: (kernel id, attribute, device) → the last value set
 auto& g_kernel_sets = *new std::map<std::tuple<uint64_t, int, int>, int>();
+// cuFuncSetAttribute: (function id, attribute) → the last value set, while nothing else was set
+auto& g_func_sets = *new std::map<std::pair<uint64_t, int>, int>();
 
 // Drops the cached attributes and occupancy answers of these kernel/function ids (mu() held).
 // Only theirs: PyTorch sets an attribute on 26 kernels at start-up, and forgetting every answer
 // each time made it ask cuOccupancyMaxActiveClusters 82 times at 30 ms on the H200.
 void forget_attrs_of_locked(const std::vector<uint64_t>& ids) {
+  g_func_sets.clear();  // a kernel's set may have changed what a function's repeat would set
   for (uint64_t id : ids) {
     for (auto it = g_attrs.lower_bound({id, INT32_MIN, INT32_MIN}); it != g_attrs.end() && std::get<0>(it->first) == id;)
       it = g_attrs.erase(it);
@@ -135,6 +139,7 @@ void forget_attrs_and_occupancy() {
   g_occupancy.clear();
   g_clusters.clear();
   g_kernel_sets.clear();  // a function's set may have changed what a kernel's repeat would set
+  g_func_sets.clear();
 }
 
 template <class Key, class Value, class Ask>
@@ -167,6 +172,7 @@ void forget_cached_answers() {
     g_occupancy.clear();
     g_clusters.clear();
     g_kernel_sets.clear();
+    g_func_sets.clear();
   }
   forget_kernel_functions();
 }
@@ -217,7 +223,20 @@ RGPU_EXPORT CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cach
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
-  forget_attrs_and_occupancy();
+  if (hfunc) {
+    const auto key = std::make_pair(handle_id(hfunc), static_cast<int>(attrib));
+    {
+      std::lock_guard lk(mu());
+      auto it = g_func_sets.find(key);
+      if (it != g_func_sets.end() && it->second == value) {  // already set (one-way, as a kernel's)
+        rgpu::client::trace_call("cuFuncSetAttribute");
+        return CUDA_SUCCESS;
+      }
+    }
+    forget_attrs_and_occupancy();
+    std::lock_guard lk(mu());
+    g_func_sets[key] = value;
+  }
   return rgpu_fwd_cuFuncSetAttribute(hfunc, attrib, value);
 }
 

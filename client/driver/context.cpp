@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
+#include "gen/ops.gen.h"
 
 namespace ctxs = rgpu::client::contexts;
 
@@ -161,6 +162,22 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) 
 RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) { return cuCtxGetDevice_v2(device, nullptr); }
 
 RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  // A primary context this process holds already: its handle does not change, so a further
+  // retain (PyTorch's start-up made 10) only counts on the server, one-way.
+  if (pctx && rgpu::client::server_device(dev) >= 0) {
+    std::lock_guard<std::mutex> lock(g_primary_mu);
+    auto it = g_primary.find(dev);
+    if (it != g_primary.end() && g_primary_state[dev].retained > 0) {
+      rgpu::client::trace_call("cuDevicePrimaryCtxRetain");
+      rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRetain, rgpu::client::kOneWay);
+      c.args().put_u8(1);
+      c.args().put<CUdevice>(rgpu::client::server_device(dev));
+      if (CUresult rc = c.invoke()) return rc;
+      ++g_primary_state[dev].retained;
+      *pctx = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
   CUresult rc = rgpu_fwd_cuDevicePrimaryCtxRetain(pctx, dev);
   if (rc == CUDA_SUCCESS) {
     ctxs::learn(*pctx, dev);

@@ -72,8 +72,19 @@ CUresult refuse(const char* call, const char* why) {
 }
 
 // A host pointer the server's driver reports (for managed memory: the address itself) is usable
-// here only where this process has a copy: rgpu's mirrors of managed and mapped memory.
-bool host_pointer_usable(void* p) { return !p || rgpu::client::mapped::contains(p, 1); }
+// here where this process has a copy (rgpu's mirrors of managed and mapped memory), and where it
+// is the queried address itself and this process has memory there: the driver answers the
+// address itself for host memory it does not know, and a client's pageable buffer is such memory
+// (PyTorch asks about its CPU tensors; refusing those printed an error in every CUDA-graph run).
+bool mapped_here(const void* p) {
+  const uintptr_t page = rgpu::client::page_size();
+  void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) / page * page);
+  return msync(start, 1, MS_ASYNC) == 0;  // ENOMEM: nothing mapped at that page
+}
+bool host_pointer_usable(void* p, CUdeviceptr asked) {
+  if (!p || rgpu::client::mapped::contains(p, 1)) return true;
+  return reinterpret_cast<CUdeviceptr>(p) == asked && mapped_here(p);
+}
 constexpr const char* kUnmirroredWhy =
     "the server's driver gave a host address that exists only in the server's process (for example a module's "
     "__managed__ variable; rgpu mirrors only cuMemAllocManaged and mapped allocations), and dereferencing it here "
@@ -333,7 +344,8 @@ RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribu
   void* out[1] = {data};
   CUresult rc = server_attributes(rgpu::op::cuPointerGetAttribute, ptr, 1, &attribute, out, &result);
   if (rc != CUDA_SUCCESS) return rc;
-  if (result == CUDA_SUCCESS && attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER && !host_pointer_usable(*static_cast<void**>(data))) {
+  if (result == CUDA_SUCCESS && attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER &&
+      !host_pointer_usable(*static_cast<void**>(data), ptr)) {
     *static_cast<void**>(data) = nullptr;
     return refuse("cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_HOST_POINTER)", kUnmirroredWhy);
   }
@@ -363,7 +375,7 @@ RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, 
   // A host pointer this process cannot use is reported as none (cuPointerGetAttributes never fails
   // for one attribute), with the reason logged.
   for (unsigned i = 0; rc == CUDA_SUCCESS && i < numAttributes; ++i) {
-    if (attributes[i] != CU_POINTER_ATTRIBUTE_HOST_POINTER || !data[i] || host_pointer_usable(*static_cast<void**>(data[i])))
+    if (attributes[i] != CU_POINTER_ATTRIBUTE_HOST_POINTER || !data[i] || host_pointer_usable(*static_cast<void**>(data[i]), ptr))
       continue;
     *static_cast<void**>(data[i]) = nullptr;
     refuse("cuPointerGetAttributes(CU_POINTER_ATTRIBUTE_HOST_POINTER)", kUnmirroredWhy);

@@ -129,6 +129,9 @@ RGPU_EXPORT CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary lib
   int found = ModuleRegistry::get().find_kernel(handle_id(library), name, &k);
   // Not in what the client could parse: the server's driver has the last word (an image may
   // hold entries the client cannot read), at the price of one round trip.
+  if (found != 1)
+    rgpu::log::debug("cuLibraryGetKernel(%s): %s; asking the server (one round trip)", name,
+                     found < 0 ? "the client could not read the library's image" : "not among the kernels the client read");
   uint64_t id = rgpu::client::mint_handle();
   Call c(rgpu::op::cuLibraryGetKernel, found == 1 ? rgpu::client::kOneWay : rgpu::client::kWaits);
   c.args().put_u64(id);

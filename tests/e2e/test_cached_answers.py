@@ -27,6 +27,13 @@ SCRIPT = textwrap.dedent(r"""
     ok(cu.cuDevicePrimaryCtxSetFlags_v2(dev, 4), "SetFlags")  # CU_CTX_SCHED_BLOCKING_SYNC
     ctx = ctypes.c_void_p()
     ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "Retain")
+    # Further retains of a held primary context: the same handle, counted on the server one-way.
+    for _ in range(5):
+        again = ctypes.c_void_p()
+        ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(again), dev), "Retain again")
+        assert again.value == ctx.value, (again.value, ctx.value)
+    for _ in range(5):
+        ok(cu.cuDevicePrimaryCtxRelease_v2(dev), "Release")
     ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
     ok(cu.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)), "GetState")
     assert (flags.value, active.value) == (4, 1), (flags.value, active.value)
@@ -77,7 +84,8 @@ SCRIPT = textwrap.dedent(r"""
     # kernels' attributes at start-up; forgetting all made it ask 82 cluster questions at 30 ms).
     for _ in range(10):
         ok(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), fn, 256, ctypes.c_size_t(0)), "occ again")
-    ok(cu.cuFuncSetAttribute(f, 8, 70000), "FuncSetAttribute")
+    for _ in range(10):  # one-way, and sent once
+        ok(cu.cuFuncSetAttribute(f, 8, 70000), "FuncSetAttribute")
     ok(cu.cuKernelGetAttribute(ctypes.byref(a), 8, kern, dev), "KernelGetAttribute after function set")
     assert a.value == 70000, a.value
     # The same value set again and again (PyTorch, before launches) is sent once.
@@ -118,12 +126,16 @@ def test_repeated_questions_cost_one_round_trip_and_stay_right(server, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     calls = json.loads(r.stdout.strip().splitlines()[-1])
     assert "cuDevicePrimaryCtxGetState" not in calls, calls
+    assert calls.get("cuDevicePrimaryCtxRetain") == 6, calls
+    waited = {o["op"]: o["waited"] for o in json.loads(stats.read_text())["ops"]}
+    assert waited.get("cuDevicePrimaryCtxRetain") == 1, waited  # the first only
     assert calls.get("cuCtxGetLimit") == 2, calls  # once before the set, once after
     # Attributes come all at once (control op 43, kOpFuncAttributes): fn once; f first, after the
     # kernel's set and after the repeated sets; the kernel after its set and after f's set.
     assert "cuFuncGetAttribute" not in calls and "cuKernelGetAttribute" not in calls, calls
     assert calls.get("control:43") == 6, calls
-    assert calls.get("cuKernelSetAttribute") == 2, calls  # 100000 once, 60000 once (after a function's set)
+    assert calls.get("cuKernelSetAttribute") == 2, calls
+    assert calls.get("cuFuncSetAttribute") == 1, calls  # 100000 once, 60000 once (after a function's set)
     assert "cuKernelGetParamInfo" not in calls and "cuFuncGetParamInfo" not in calls, calls
     assert calls.get("cuModuleGetLoadingMode") == 1, calls
     assert calls.get("cuOccupancyMaxActiveClusters") == 2, calls
