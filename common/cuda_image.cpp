@@ -204,10 +204,12 @@ bool parse_cubin(Bytes b, Image* out, std::string* err) {
     for (uint64_t off = 0; off + 24 <= s.size; off += 24) {
       uint64_t sym = s.offset + off;
       uint8_t info = b.at<uint8_t>(sym + 4), other = b.at<uint8_t>(sym + 5);
-      // Kernels are global symbols, or weak ones (template instantiations, inline functions).
+      // Kernels are functions marked as entries: global symbols, weak ones (template
+      // instantiations, inline functions) and local ones (kernels of internal linkage, in
+      // anonymous namespaces: PyTorch has thousands, and missing them cost it a round trip to
+      // look each up and another for its layout).
       const uint8_t bind = info >> 4;
-      if ((info & 0xf) != 2 /*STT_FUNC*/ || (bind != 1 /*STB_GLOBAL*/ && bind != 2 /*STB_WEAK*/) ||
-          !(other & kStoCudaEntry))
+      if ((info & 0xf) != 2 /*STT_FUNC*/ || bind > 2 /*LOCAL, GLOBAL, WEAK*/ || !(other & kStoCudaEntry))
         continue;
       std::string_view name = b.cstr(strtab.offset + b.at<uint32_t>(sym), strtab.offset + strtab.size);
       if (name.empty()) return fail(err, "ELF entry symbol without a name");

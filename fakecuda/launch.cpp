@@ -8,6 +8,7 @@
 // later call in that context) reports it, as on the real driver. Pinned by
 // fakecuda_test's Launch.BadPointerPoisonsTheContextAtTheNextSynchronize.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "fakecuda/internal.h"
@@ -64,6 +65,13 @@ CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], u
   }
 
   HostKernel impl = find_host_kernel(name);
+  // RGPU_FAKE_NOOP_KERNELS=1: such kernels run and do nothing, so a real program's calls (PyTorch
+  // training, its start-up round trips) can be followed on the fake; its numbers are garbage.
+  static const bool noop = [] {
+    const char* v = std::getenv("RGPU_FAKE_NOOP_KERNELS");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  if (!impl && noop) impl = [](const LaunchDims&, const uint8_t*) { return CUDA_SUCCESS; };
   if (!impl) {
     std::fprintf(stderr, "fakecuda: kernel %s has no host implementation\n", name.c_str());
     return CUDA_ERROR_NOT_SUPPORTED;
