@@ -302,6 +302,9 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+// The unversioned symbol (cudart's exit path calls it): the same as _v2, as on the real driver.
+FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
 FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (CUresult r = check_init()) return r;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
