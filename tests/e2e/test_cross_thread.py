@@ -47,18 +47,24 @@ SCRIPT = textwrap.dedent(r"""
 """)
 
 
-def test_a_module_loaded_one_way_is_there_for_another_thread(tmp_path, monkeypatch):
+def _run_with_slow_loads(tmp_path, monkeypatch, text):
+    """Runs a script through the shim against a fake server whose module loads take 300 ms."""
     monkeypatch.setenv("RGPU_FAKE_LOAD_DELAY_MS", "300")
     server = Server()
     try:
-        script = tmp_path / "cross.py"
-        script.write_text(SCRIPT)
+        script = tmp_path / "script.py"
+        script.write_text(text)
         r = run_client([sys.executable, str(script), IMAGE], server,
                        env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_ONEWAY_LOADS": "1"})
         assert r.returncode == 0, r.stdout + r.stderr
-        assert "cross-thread ok" in r.stdout
+        return r
     finally:
         server.stop()
+
+
+def test_a_module_loaded_one_way_is_there_for_another_thread(tmp_path, monkeypatch):
+    r = _run_with_slow_loads(tmp_path, monkeypatch, SCRIPT)
+    assert "cross-thread ok" in r.stdout
 
 
 ORDER_SCRIPT = textwrap.dedent(r"""
@@ -102,14 +108,5 @@ ORDER_SCRIPT = textwrap.dedent(r"""
 def test_one_way_calls_of_two_threads_reach_the_stream_in_the_order_they_were_made(tmp_path, monkeypatch):
     # PyTorch's backward launches from the autograd thread on the stream the main thread's
     # forward used; on the H200 the backward sometimes ran first (AdamW off by 1e-2 or NaN).
-    monkeypatch.setenv("RGPU_FAKE_LOAD_DELAY_MS", "300")
-    server = Server()
-    try:
-        script = tmp_path / "order.py"
-        script.write_text(ORDER_SCRIPT)
-        r = run_client([sys.executable, str(script), IMAGE], server,
-                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_ONEWAY_LOADS": "1"})
-        assert r.returncode == 0, r.stdout + r.stderr
-        assert "values [2]" in r.stdout, r.stdout + r.stderr
-    finally:
-        server.stop()
+    r = _run_with_slow_loads(tmp_path, monkeypatch, ORDER_SCRIPT)
+    assert "values [2]" in r.stdout, r.stdout + r.stderr
