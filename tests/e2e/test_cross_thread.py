@@ -8,7 +8,8 @@ import textwrap
 
 from conftest import BUILD, IMAGE, Server, run_client
 
-SCRIPT = textwrap.dedent(r"""
+# Both scripts start alike: the shim, a checker, the primary context.
+PREAMBLE = textwrap.dedent(r"""
     import ctypes, os, sys, threading
     cu = ctypes.CDLL(os.environ["SHIM"])
     def ok(rc, what):
@@ -17,6 +18,9 @@ SCRIPT = textwrap.dedent(r"""
     ok(cu.cuInit(0), "cuInit")
     ctx = ctypes.c_void_p()
     ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
+""")
+
+SCRIPT = PREAMBLE + textwrap.dedent(r"""
     img = open(sys.argv[1], "rb").read()
     for api in ("module", "library"):
         loaded = threading.Event()
@@ -67,15 +71,7 @@ def test_a_module_loaded_one_way_is_there_for_another_thread(tmp_path, monkeypat
     assert "cross-thread ok" in r.stdout
 
 
-ORDER_SCRIPT = textwrap.dedent(r"""
-    import ctypes, os, sys, threading
-    cu = ctypes.CDLL(os.environ["SHIM"])
-    def ok(rc, what):
-        if rc != 0:
-            print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
-    ok(cu.cuInit(0), "cuInit")
-    ctx = ctypes.c_void_p()
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
+ORDER_SCRIPT = PREAMBLE + textwrap.dedent(r"""
     ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
     d, s = ctypes.c_uint64(), ctypes.c_void_p()
     ok(cu.cuMemAlloc_v2(ctypes.byref(d), 4096), "alloc")
