@@ -196,6 +196,7 @@ bool parse_cubin(Bytes b, Image* out, std::string* err) {
     uint16_t shndx;
   };
   std::vector<Entry> entries;
+  std::vector<Global> globals;
   for (const Section& s : elf.sections) {
     if (s.type != kShtSymtab) continue;
     if (s.entsize != 24 || s.link >= elf.sections.size()) return fail(err, "malformed ELF symbol table");
@@ -209,6 +210,16 @@ bool parse_cubin(Bytes b, Image* out, std::string* err) {
       // anonymous namespaces: PyTorch has thousands, and missing them cost it a round trip to
       // look each up and another for its layout).
       const uint8_t bind = info >> 4;
+      if ((info & 0xf) == 1 /*STT_OBJECT*/ && bind <= 2) {
+        const uint16_t shndx = b.at<uint16_t>(sym + 6);
+        std::string_view name = b.cstr(strtab.offset + b.at<uint32_t>(sym), strtab.offset + strtab.size);
+        if (shndx < elf.sections.size() && !name.empty()) {
+          std::string_view section = elf.section_name(elf.sections[shndx]);
+          if (section.starts_with(".nv.global") || (section.starts_with(".nv.constant") && !section.starts_with(".nv.constant0")))
+            globals.push_back({std::string(name), b.at<uint64_t>(sym + 16)});
+        }
+        continue;
+      }
       if ((info & 0xf) != 2 /*STT_FUNC*/ || bind > 2 /*LOCAL, GLOBAL, WEAK*/ || !(other & kStoCudaEntry))
         continue;
       std::string_view name = b.cstr(strtab.offset + b.at<uint32_t>(sym), strtab.offset + strtab.size);
@@ -228,6 +239,7 @@ bool parse_cubin(Bytes b, Image* out, std::string* err) {
     }
     img.kernels.push_back(std::move(k));
   }
+  img.globals = std::move(globals);
   *out = std::move(img);
   return true;
 }
@@ -391,6 +403,7 @@ bool inflate(Bytes src, uint64_t flags, uint64_t want, std::vector<uint8_t>* out
 void merge_kernels(Image& to, Image&& from) {
   for (Kernel& k : from.kernels)
     if (!to.find(k.name)) to.kernels.push_back(std::move(k));
+  for (Global& g : from.globals) to.globals.push_back(std::move(g));
 }
 
 // With sm != 0, the kernels of every ELF entry built for that architecture (a library's fatbin

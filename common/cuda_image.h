@@ -36,8 +36,16 @@ struct Kernel {
   bool layout_known = true;
 };
 
+// A module-scope variable of a cubin (`__device__`, `__constant__`): an ELF object symbol in a
+// .nv.global or .nv.constant section. Read for the fake driver, which places them in memory.
+struct Global {
+  std::string name;
+  uint64_t size = 0;
+};
+
 struct Image {
   std::vector<Kernel> kernels;  // in image order
+  std::vector<Global> globals;  // cubins only (not read from PTX)
   // The kernels came from machine code the GPU runs as is: a bare cubin, or a fatbin's cubins
   // for the architecture parse() was asked for. False for PTX (the driver must JIT it, which can
   // fail) and for a fatbin with no cubin for that architecture.

@@ -35,6 +35,7 @@ const std::map<std::string, Expected>& expected() {
       {"rgpu_printf", {{{0, 0, 4}}, 4}},
       // Over 4 KiB of parameters: the cubin describes them in the wide record (attribute 0x45).
       {"rgpu_big_params", {{{0, 0, 8192}, {1, 8192, 8}, {2, 8200, 4}}, 8204}},
+      {"rgpu_count", {{{0, 0, 4}}, 4}},
   };
   return m;
 }
@@ -98,6 +99,18 @@ TEST_P(RealImage, GivesTheSignatureLayoutOfEveryKernel) {
   std::string err;
   ASSERT_TRUE(parse(bytes_.data(), bytes_.size(), &img, &err)) << err;
   expect_test_kernels(img);
+}
+
+// Module-scope variables of a cubin, with their sizes (the fake driver places them in memory).
+TEST_P(RealImage, ListsTheGlobalsOfMachineCode) {
+  Image img;
+  std::string err;
+  ASSERT_TRUE(parse(bytes_.data(), bytes_.size(), 90, &img, &err)) << err;
+  if (!img.native) return;  // PTX: globals are not read
+  std::map<std::string, uint64_t> globals;
+  for (const auto& g : img.globals) globals[g.name] = g.size;
+  EXPECT_EQ(globals["rgpu_global_counter"], 4u) << GetParam().label;
+  EXPECT_EQ(globals["rgpu_constant_table"], 64u) << GetParam().label;
 }
 
 // native says whether the kernels came from machine code for the asked GPU: the client loads

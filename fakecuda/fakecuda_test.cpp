@@ -445,7 +445,20 @@ TEST_F(FakeImages, LoadsEveryImageKindWithAllTestKernels) {
     CUmodule m = load_module(img.path, img.ptx);
     unsigned count = 0;
     ASSERT_EQ(cuModuleGetFunctionCount(&count, m), CUDA_SUCCESS);
-    EXPECT_EQ(count, 8u) << img.path;  // seven extern "C" kernels and rgpu_local_scale
+    EXPECT_EQ(count, 9u) << img.path;  // eight extern "C" kernels and rgpu_local_scale
+    // Module-scope variables of machine code get zeroed device memory of their size.
+    if (!img.ptx && std::string(img.path) != RGPU_TEST_KERNEL_FATBIN_PTX) {
+      CUdeviceptr g = 0, again = 0;
+      size_t bytes = 0;
+      ASSERT_EQ(cuModuleGetGlobal_v2(&g, &bytes, m, "rgpu_constant_table"), CUDA_SUCCESS) << img.path;
+      EXPECT_EQ(bytes, 64u);
+      float table[16] = {1};
+      ASSERT_EQ(cuMemcpyDtoH_v2(table, g, sizeof table), CUDA_SUCCESS);
+      EXPECT_EQ(table[0], 0.0f);
+      ASSERT_EQ(cuModuleGetGlobal_v2(&again, nullptr, m, "rgpu_constant_table"), CUDA_SUCCESS);
+      EXPECT_EQ(again, g);  // placed once
+      EXPECT_EQ(cuModuleGetGlobal_v2(&g, &bytes, m, "no_such_global"), CUDA_ERROR_NOT_FOUND);
+    }
     CUfunction f;
     for (const char* k :
          {"rgpu_vec_add", "rgpu_fill_u32", "rgpu_affine", "rgpu_spin", "rgpu_empty", "rgpu_printf", "rgpu_big_params"})

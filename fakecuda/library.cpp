@@ -129,12 +129,17 @@ FAKE_API CUresult CUDAAPI cuLibraryGetModule(CUmodule* pMod, CUlibrary library) 
   return CUDA_SUCCESS;
 }
 
-// The fake's images carry no globals it can place in device memory.
+// A library's globals are its module's (module_global, module.cpp).
 FAKE_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
   if (!name) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_init()) return r;
-  std::lock_guard lk(g_mu);
-  return lib_module_locked(library) ? CUDA_ERROR_NOT_FOUND : CUDA_ERROR_INVALID_HANDLE;
+  CUmod_st* m = nullptr;
+  {
+    std::lock_guard lk(g_mu);
+    m = lib_module_locked(library);
+    if (!m) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  return module_global(m, name, dptr, bytes);
 }
 
 FAKE_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {

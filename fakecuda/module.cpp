@@ -197,3 +197,41 @@ FAKE_API CUresult CUDAAPI cuFuncGetModule(CUmodule* hmod, CUfunction hfunc) {
   *hmod = hfunc->mod;
   return CUDA_SUCCESS;
 }
+
+CUresult fake::module_global(CUmod_st* m, const char* name, CUdeviceptr* dptr, size_t* bytes) {
+  uint64_t size = 0;
+  {
+    std::lock_guard lk(g_mu);
+    auto it = std::find_if(m->image.globals.begin(), m->image.globals.end(),
+                           [&](const rgpu::image::Global& g) { return g.name == name; });
+    if (it == m->image.globals.end()) return CUDA_ERROR_NOT_FOUND;
+    size = it->size;
+    if (auto placed = m->globals.find(name); placed != m->globals.end()) {
+      if (dptr) *dptr = placed->second;
+      if (bytes) *bytes = size;
+      return CUDA_SUCCESS;
+    }
+  }
+  CUdeviceptr p = 0;
+  if (CUresult r = cuMemAlloc_v2(&p, size ? size : 1)) return r;
+  if (CUresult r = cuMemsetD8_v2(p, 0, size ? size : 1)) return r;
+  std::lock_guard lk(g_mu);
+  auto [placed, fresh] = m->globals.try_emplace(name, p);
+  if (!fresh) cuMemFree_v2(p);  // another thread placed it meanwhile
+  if (dptr) *dptr = placed->second;
+  if (bytes) *bytes = size;
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  CUmod_st* m = nullptr;
+  {
+    std::lock_guard lk(g_mu);
+    auto it = g_modules.find(hmod);
+    if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+    m = it->second.get();
+  }
+  return module_global(m, name, dptr, bytes);
+}

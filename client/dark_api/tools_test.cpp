@@ -179,7 +179,7 @@ TEST_F(ToolsTables, ModuleWalkVisitsEveryFunctionWithHandlesThatLaunch) {
   ASSERT_EQ(cuModuleLoadData(&module, image.data()), CUDA_SUCCESS);
   const uint64_t asked_before = tools_module_server_queries();
   Visited visited;
-  ASSERT_EQ(walk_slot()(ctx_, module, &record, &visited), 8u);
+  ASSERT_EQ(walk_slot()(ctx_, module, &record, &visited), 9u);
   // In the driver's order (the fake's: its symbol table's); every kernel once.
   std::vector<std::string> names;
   CUfunction fill = nullptr;
@@ -188,8 +188,8 @@ TEST_F(ToolsTables, ModuleWalkVisitsEveryFunctionWithHandlesThatLaunch) {
     if (name == "rgpu_fill_u32") fill = f;
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"rgpu_affine", "rgpu_big_params", "rgpu_empty", "rgpu_fill_u32",
-                                              "rgpu_printf", "rgpu_spin", "rgpu_vec_add"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"rgpu_affine", "rgpu_big_params", "rgpu_count", "rgpu_empty",
+                                              "rgpu_fill_u32", "rgpu_printf", "rgpu_spin", "rgpu_vec_add"}));
   // The handles are the shim's: rgpu_fill_u32 launches through one and fills device memory.
   ASSERT_NE(fill, nullptr);
   CUdeviceptr buf = 0;
@@ -204,7 +204,7 @@ TEST_F(ToolsTables, ModuleWalkVisitsEveryFunctionWithHandlesThatLaunch) {
   EXPECT_EQ(cuMemFree_v2(buf), CUDA_SUCCESS);
   // Asked once: a second walk visits the same handles from the client's cache.
   Visited again;
-  ASSERT_EQ(walk_slot()(nullptr, module, &record, &again), 8u);
+  ASSERT_EQ(walk_slot()(nullptr, module, &record, &again), 9u);
   EXPECT_EQ(again, visited);
   EXPECT_EQ(tools_module_server_queries(), asked_before + 1);
   EXPECT_EQ(cuModuleUnload(module), CUDA_SUCCESS);

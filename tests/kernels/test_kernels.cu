@@ -71,3 +71,8 @@ __global__ void rgpu_local_scale(float* x, float factor, int n) {
 
 // Keeps the local kernel referenced from host code, so nvcc emits it.
 void* rgpu_local_scale_address() { return reinterpret_cast<void*>(&rgpu_local_scale); }
+
+// Module-scope variables: the fake driver places them (cuModuleGetGlobal, cuLibraryGetGlobal).
+__device__ unsigned rgpu_global_counter;
+__constant__ float rgpu_constant_table[16];
+extern "C" __global__ void rgpu_count(unsigned add) { atomicAdd(&rgpu_global_counter, add + unsigned(rgpu_constant_table[0])); }
