@@ -8,39 +8,18 @@ bool HandleMap::get_raw(uint64_t id, void** out) {
     *out = reinterpret_cast<void*>(id);
     return true;
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!expected_.empty() && expected_.count(id))
-    bound_cv_.wait_for(lock, kExpectWait, [&] { return !expected_.count(id); });
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return false;
   *out = it->second;
   return true;
 }
 
-void HandleMap::expect(uint64_t id) {
-  if (id < proto::kFirstClientHandle || (id & proto::kServerMintedBit)) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!by_id_.count(id)) expected_.insert(id);
-}
-
-void HandleMap::give_up(uint64_t id) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!expected_.erase(id)) return;
-  }
-  bound_cv_.notify_all();
-}
-
 bool HandleMap::bind(uint64_t id, void* real) {
   if (id < proto::kFirstClientHandle || (id & proto::kServerMintedBit)) return false;
-  bool was_expected;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!by_id_.emplace(id, real).second) return false;
-    by_real_[real] = id;
-    was_expected = expected_.erase(id) != 0;
-  }
-  if (was_expected) bound_cv_.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!by_id_.emplace(id, real).second) return false;
+  by_real_[real] = id;
   return true;
 }
 

@@ -3,12 +3,9 @@
 // functions, contexts and the rest. Thread-safe: a session's threads share it.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "protocol/messages.h"
 
@@ -17,8 +14,9 @@ namespace rgpu::server {
 class HandleMap {
  public:
   // Looks up a client id. 0, 1 and 2 map to themselves (NULL, CU_STREAM_LEGACY,
-  // CU_STREAM_PER_THREAD). Returns false for an id this session never bound. An id announced
-  // with expect() and not yet bound or given up is waited for (at most kExpectWait).
+  // CU_STREAM_PER_THREAD). Returns false for an id this session never bound. (A one-way call
+  // that creates a handle has always run before any later call that names it: the session keeps
+  // that order across client threads, server/session.cpp note_read.)
   template <class H>
   bool get(uint64_t id, H* out) {
     void* p = nullptr;
@@ -35,19 +33,9 @@ class HandleMap {
   uint64_t id_for(void* real);
   // Forgets an id (after a destroy/unload call succeeded).
   void unbind(uint64_t id);
-  // Cross-thread order for one-way calls that create a handle. The session runs each client
-  // thread's calls on its own worker, so a call from another thread that names the handle can
-  // reach the driver before the one-way call creating it has finished on its worker (a module
-  // load takes milliseconds). The reader announces the id when it routes the creating frame
-  // (expect); lookups of it wait until bind() or give_up() (the creating call failed).
-  void expect(uint64_t id);
-  void give_up(uint64_t id);
-  static constexpr auto kExpectWait = std::chrono::seconds(10);
 
  private:
   std::mutex mu_;
-  std::condition_variable bound_cv_;
-  std::unordered_set<uint64_t> expected_;
   std::unordered_map<uint64_t, void*> by_id_;
   std::unordered_map<void*, uint64_t> by_real_;
   uint64_t next_server_id_ = proto::kServerMintedBit | 1;

@@ -58,33 +58,6 @@ struct Frame {
 
 class Session;
 
-// The handle a one-way frame will create, for the ops whose first argument is the client-minted
-// id of what they create: module and library loads (by bytes or by hash) and the kernels and
-// functions named in them (hand-written wires, client/driver/module.cpp, library.cpp), and the
-// generated one-way `mint=` calls, whose stubs put the minted id first (gen/client_stubs.gen.cpp:
-// streams, events, a kernel's function, a library's module); 0 for every other frame. See
-// HandleMap::expect.
-uint64_t created_handle(const Frame& f) {
-  if (!(f.h.flags & proto::kNoReply) || f.payload.size() < sizeof(uint64_t)) return 0;
-  switch (f.h.op) {
-    case proto::kOpModuleByHash:
-    case op::cuModuleLoadData:
-    case op::cuLibraryLoadData:
-    case op::cuLibraryGetKernel:
-    case op::cuModuleGetFunction:
-    case op::cuStreamCreate:
-    case op::cuStreamCreateWithPriority:
-    case op::cuEventCreate:
-    case op::cuKernelGetFunction:
-    case op::cuLibraryGetModule: {
-      uint64_t id;
-      std::memcpy(&id, f.payload.data(), sizeof id);
-      return id;
-    }
-    default: return 0;
-  }
-}
-
 // Device printf: the driver prints what kernels printed to this process's stdout when a
 // synchronizing call returns. The session process points its stdout at a pipe; a thread keeps
 // the pipe drained (so the driver never blocks on a full pipe) and the bytes go to the client
@@ -260,7 +233,6 @@ class Session : public ClientCallbacks {
         break;
       }
       ++calls_;
-      if (uint64_t id = created_handle(f)) handles_.expect(id);  // before any later frame can look it up
       note_read(f);
       w->push(std::move(f));
       if (failed_.load()) {
@@ -321,7 +293,8 @@ class Session : public ClientCallbacks {
   // GPT losses drifting; never with RGPU_BATCH=0). So a call runs only after every one-way call
   // read before it has run; calls that wait for an answer impose no order (their client thread
   // is blocked: no later call of another thread depends on them), so one thread's blocking
-  // synchronize does not stall another.
+  // synchronize does not stall another. This also covers a handle created one-way on one thread
+  // and named at once on another (a module loaded one-way): its creating call runs first.
   void note_read(Frame& f) {
     std::lock_guard<std::mutex> lock(order_mu_);
     f.seq = ++read_seq_;
@@ -570,7 +543,6 @@ void Worker::loop() {
     }
     int32_t result;
     std::memcpy(&result, body.data(), sizeof result);
-    if (uint64_t id = created_handle(f)) session_->handles().give_up(id);  // no-op once bound
     if (!mapped_op && !mapped.empty() && op_touches_memory(f.h.op))
       mapped.note_gpu_work(f.h.op, f.payload.data(), f.payload.size());
     if (wants_reply) {
