@@ -105,16 +105,10 @@ void MappedMemory::alloc(const DriverTable& drv, Reader& in, Writer& out) {
     munmap(p, len);
     return out.put<int32_t>(rc);
   }
-  Buffer b;
-  b.client_base = base;
-  b.data = static_cast<uint8_t*>(p);
-  b.dptr = dptr;
-  b.size = size;
-  b.shadow.assign(size, 0);  // both copies start zeroed
-  {
-    std::lock_guard lk(mu_);
-    by_client_[base] = std::move(b);
-    count_.fetch_add(1, std::memory_order_relaxed);
+  if (!add(base, static_cast<uint8_t*>(p), dptr, size, false)) {
+    drv.cuMemHostUnregister(p);
+    munmap(p, len);
+    return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);  // the client named an address it already has
   }
   if (reinterpret_cast<uint64_t>(p) != base)
     log::debug("mapped host memory: %llu bytes at %p here for the client's 0x%llx (address taken here)",
@@ -147,23 +141,10 @@ void MappedMemory::managed_alloc(const DriverTable& drv, Reader& in, Writer& out
     return out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   }
   // Managed memory reads as zero until written (the driver hands out fresh pages, as the kernel
-  // does; fakecuda zeroes), so the shadow starts zeroed like a mapped buffer's.
-  Buffer b;
-  b.client_base = p;
-  b.data = reinterpret_cast<uint8_t*>(p);
-  b.dptr = p;
-  b.size = size;
-  b.shadow.assign(size, 0);
-  b.managed = true;
-  {
-    std::lock_guard lk(mu_);
-    if (find_locked(p, 1) || by_client_.count(p)) {
-      // The driver reused an address still recorded: a free went by some other path.
-      drv.cuMemFree_v2(p);
-      return out.put<int32_t>(CUDA_ERROR_UNKNOWN);
-    }
-    by_client_[p] = std::move(b);
-    count_.fetch_add(1, std::memory_order_relaxed);
+  // does; fakecuda zeroes), like a fresh mapping.
+  if (!add(p, reinterpret_cast<uint8_t*>(p), p, size, true)) {
+    drv.cuMemFree_v2(p);  // the driver reused an address still recorded: a free went by some other path
+    return out.put<int32_t>(CUDA_ERROR_UNKNOWN);
   }
   out.put<int32_t>(CUDA_SUCCESS);
   out.put_u64(p);
@@ -215,6 +196,21 @@ void MappedMemory::write(Reader& in, Writer& out) {
   std::memcpy(it->second.data + offset, bytes, n);
   std::memcpy(it->second.shadow.data() + offset, bytes, n);
   out.put<int32_t>(CUDA_SUCCESS);
+}
+
+bool MappedMemory::add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed) {
+  Buffer b;
+  b.client_base = client_base;
+  b.data = data;
+  b.dptr = dptr;
+  b.size = size;
+  b.shadow.assign(size, 0);
+  b.managed = managed;
+  std::lock_guard lk(mu_);
+  if (find_locked(client_base, 1) || by_client_.count(client_base)) return false;
+  by_client_[client_base] = std::move(b);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 MappedMemory::Buffer* MappedMemory::find_locked(uint64_t client_address, uint64_t n) {

@@ -94,6 +94,9 @@ class MappedMemory {
   };
   void mark_locked(Buffer& b, size_t offset, size_t len);
   Buffer* find_locked(uint64_t client_address, uint64_t n);
+  // Records a mirrored buffer whose two copies start zeroed (a fresh mapping and fresh managed
+  // pages both read as zero). False, recording nothing, when its address is already recorded.
+  bool add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed);
 
   std::mutex mu_;
   std::map<uint64_t, Buffer> by_client_;  // by client base address
