@@ -246,6 +246,9 @@ FAKE_API CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfunct
       cluster = a.value.clusterDim.x * a.value.clusterDim.y * a.value.clusterDim.z;
   }
   if (cluster == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Hopper's limit (16 blocks with non-portable sizes allowed): a probe for the largest width
+  // stops here, as on the real driver (without it, cuBLASLt's probe overflowed its stack).
+  if (cluster > 16) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   int per_sm = blocks_per_sm(int(config->blockDimX * config->blockDimY * config->blockDimZ), config->sharedMemBytes);
   *numClusters = int(per_sm * device_attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) / cluster);
   return CUDA_SUCCESS;

@@ -189,6 +189,14 @@ enum Op : uint16_t {
   // on success u32 n, n × (i32 attribute, i32 the driver's result, i32 value) for attributes
   // 0..n-1 (n ≤ kMaxFuncAttributes).
   kOpFuncAttributes = 43,
+  // Cluster occupancy for a run of cluster widths in one round trip (a PyTorch kernel's start-up
+  // probes widths one by one: 82 cuOccupancyMaxActiveClusters at 30 ms on the H200). Request:
+  // cuOccupancyMaxActiveClusters's (u64 function, u32 grid x y z, u32 block x y z, u32 shared
+  // bytes, u64 stream, u32 n attrs, n × CUlaunchAttribute, one of them the cluster dimension),
+  // then u32 first width, u32 count (≤ kMaxClusterTable), u8 1 when grid x follows the width.
+  // Reply: CUresult; on success u32 count, count × (i32 the driver's result, i32 clusters) for
+  // cluster widths first, first+1, ...
+  kOpClusterOccupancyTable = 44,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
@@ -204,6 +212,8 @@ inline constexpr uint32_t kNvmlMaxArray = 4096;
 inline constexpr uint32_t kMaxParamLayout = 4096;
 // kOpFuncAttributes answers at most this many attributes.
 inline constexpr uint32_t kMaxFuncAttributes = 64;
+// kOpClusterOccupancyTable answers at most this many cluster widths.
+inline constexpr uint32_t kMaxClusterTable = 64;
 inline constexpr uint32_t kNvmlMaxString = 4096;
 
 // Every reply payload begins with this. deferred_result is 0 (CUDA_SUCCESS) when no one-way call

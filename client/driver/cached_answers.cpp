@@ -54,8 +54,10 @@ auto& g_attrs = *new std::map<std::tuple<uint64_t, int, int>, int>();
 auto& g_limits = *new std::map<std::pair<CUcontext, int>, size_t>();
 // (function id, block size, dynamic shared memory, flags) → blocks per SM
 auto& g_occupancy = *new std::map<std::tuple<uint64_t, int, size_t, unsigned>, int>();
-// cuOccupancyMaxActiveClusters: (function id, the launch configuration's bytes) → clusters
-auto& g_clusters = *new std::map<std::pair<uint64_t, std::string>, int>();
+// cuOccupancyMaxActiveClusters: (function id, the launch configuration's bytes but the grid) →
+// the driver's answer (errors too: a width the kernel refuses stays refused until an attribute
+// set forgets it)
+auto& g_clusters = *new std::map<std::pair<uint64_t, std::string>, std::pair<CUresult, int>>();
 // cuKernelSetAttribute: (kernel id, attribute, device) → the last value set
 auto& g_kernel_sets = *new std::map<std::tuple<uint64_t, int, int>, int>();
 // cuFuncSetAttribute: (function id, attribute) → the last value set, while nothing else was set
@@ -158,6 +160,64 @@ CUresult cached(std::map<Key, Value>& cache, const Key& key, Value* out, Ask ask
     cache[key] = *out;
   }
   return rc;
+}
+
+// The cache key of a cluster query: every field of the configuration that travels (attributes by
+// value) but the grid, which the answer does not depend on (clusters that fit on the GPU at once).
+std::string cluster_key(const CUlaunchConfig& config) {
+  CUlaunchConfig shape = config;
+  shape.gridDimX = shape.gridDimY = shape.gridDimZ = 0;
+  std::string bytes(reinterpret_cast<const char*>(&shape), offsetof(CUlaunchConfig, attrs));
+  for (unsigned i = 0; i < config.numAttrs; ++i)
+    bytes.append(reinterpret_cast<const char*>(&config.attrs[i]), sizeof(CUlaunchAttribute));
+  return bytes;
+}
+
+void put_cluster_query(rgpu::Writer& w, CUfunction func, const CUlaunchConfig& config) {
+  w.put_u64(handle_id(func));
+  for (unsigned v : {config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
+                     config.blockDimZ, config.sharedMemBytes})
+    w.put_u32(v);
+  w.put_u64(handle_id(config.hStream));
+  w.put_u32(config.numAttrs);
+  for (unsigned i = 0; i < config.numAttrs; ++i) w.put(config.attrs[i]);
+}
+
+// A cluster shape of width x (y = z = 1) is asked with the next widths too, in one round trip
+// (kOpClusterOccupancyTable): a PyTorch kernel probes widths one by one at start-up (82 round
+// trips at 30 ms on the H200). When the grid is one cluster wide, so is each asked grid. False
+// when the server cannot say; the caller asks for this configuration alone.
+bool fetch_cluster_table(CUfunction func, const CUlaunchConfig& config, unsigned cluster_attr) {
+  static std::atomic<bool> unsupported{false};
+  if (unsupported.load(std::memory_order_relaxed)) return false;
+  const auto& dim = config.attrs[cluster_attr].value.clusterDim;
+  constexpr uint32_t kWidths = 32;
+  Call c(rgpu::proto::kOpClusterOccupancyTable, rgpu::client::kWaits);
+  put_cluster_query(c.args(), func, config);
+  const bool grid_follows = config.gridDimX == dim.x && config.gridDimY == 1 && config.gridDimZ == 1;
+  c.args().put_u32(dim.x);
+  c.args().put_u32(kWidths);
+  c.args().put_u8(grid_follows ? 1 : 0);
+  CUresult rc = c.invoke();
+  if (rc == CUDA_ERROR_NOT_SUPPORTED) unsupported.store(true, std::memory_order_relaxed);
+  if (rc != CUDA_SUCCESS) return false;
+  const uint32_t n = c.reply().u32();
+  if (!c.reply().ok() || n != kWidths) return false;
+  std::vector<std::pair<CUresult, int>> got(n);
+  for (auto& [result, clusters] : got) {
+    result = static_cast<CUresult>(c.reply().get<int32_t>());
+    clusters = c.reply().get<int32_t>();
+  }
+  if (!c.reply().ok()) return false;
+  std::vector<CUlaunchAttribute> attrs(config.attrs, config.attrs + config.numAttrs);
+  CUlaunchConfig asked = config;
+  asked.attrs = attrs.data();
+  std::lock_guard lk(mu());
+  for (uint32_t i = 0; i < n; ++i) {
+    attrs[cluster_attr].value.clusterDim.x = dim.x + i;
+    g_clusters[{handle_id(func), cluster_key(asked)}] = got[i];
+  }
+  return true;
 }
 
 }  // namespace
@@ -280,56 +340,50 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* nu
   return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
 }
 
-// Wire: u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes, u64 stream, u32 n attrs,
-// n × CUlaunchAttribute. Reply: CUresult, i32 clusters.
+// Wire: put_cluster_query. Reply: CUresult, i32 clusters.
 RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
                                                           const CUlaunchConfig* config) {
   rgpu::client::trace_call("cuOccupancyMaxActiveClusters");
   if (!numClusters || !config) return CUDA_ERROR_INVALID_VALUE;
   if (!func) return CUDA_ERROR_INVALID_HANDLE;
   if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
-  // The key: every field of the configuration that travels (attributes by value) but the grid,
-  // which the answer does not depend on (clusters that fit on the GPU at once); PyTorch asks for
-  // many grid sizes. A grid the cluster shape does not divide is the driver's to refuse: asked.
-  CUlaunchConfig shape = *config;
-  shape.gridDimX = shape.gridDimY = shape.gridDimZ = 0;
-  std::string config_bytes(reinterpret_cast<const char*>(&shape), offsetof(CUlaunchConfig, attrs));
+  // A grid the cluster shape does not divide is the driver's to refuse: asked, never cached.
   bool divisible = true;
+  int cluster_attr = -1;
   for (unsigned i = 0; i < config->numAttrs; ++i) {
     const CUlaunchAttribute& a = config->attrs[i];
-    config_bytes.append(reinterpret_cast<const char*>(&a), sizeof(CUlaunchAttribute));
-    if (a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-      const auto& d = a.value.clusterDim;
-      divisible = d.x && d.y && d.z && config->gridDimX % d.x == 0 && config->gridDimY % d.y == 0 &&
-                  config->gridDimZ % d.z == 0;
-    }
+    if (a.id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+    const auto& d = a.value.clusterDim;
+    divisible = d.x && d.y && d.z && config->gridDimX % d.x == 0 && config->gridDimY % d.y == 0 &&
+                config->gridDimZ % d.z == 0;
+    cluster_attr = static_cast<int>(i);
   }
-  const auto key = std::make_pair(handle_id(func), std::move(config_bytes));
-  if (divisible) {
+  const auto key = std::make_pair(handle_id(func), cluster_key(*config));
+  auto cached = [&](CUresult* rc) {
     std::lock_guard lk(mu());
-    if (auto it = g_clusters.find(key); it != g_clusters.end()) {
-      *numClusters = it->second;
-      return CUDA_SUCCESS;
-    }
-  }
+    auto it = g_clusters.find(key);
+    if (it == g_clusters.end()) return false;
+    *rc = it->second.first;
+    if (*rc == CUDA_SUCCESS) *numClusters = it->second.second;
+    return true;
+  };
+  CUresult rc;
+  if (divisible && cached(&rc)) return rc;
+  if (divisible && cluster_attr >= 0 && config->attrs[cluster_attr].value.clusterDim.y == 1 &&
+      config->attrs[cluster_attr].value.clusterDim.z == 1 &&
+      fetch_cluster_table(func, *config, static_cast<unsigned>(cluster_attr)) && cached(&rc))
+    return rc;
   Call c(rgpu::op::cuOccupancyMaxActiveClusters, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(func));
-  for (unsigned v : {config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-                     config->blockDimZ, config->sharedMemBytes})
-    c.args().put_u32(v);
-  c.args().put_u64(handle_id(config->hStream));
-  c.args().put_u32(config->numAttrs);
-  for (unsigned i = 0; i < config->numAttrs; ++i) c.args().put(config->attrs[i]);
-  CUresult rc = c.invoke();
+  put_cluster_query(c.args(), func, *config);
+  rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   const int clusters = c.reply().get<int32_t>();
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   *numClusters = clusters;
   std::lock_guard lk(mu());
-  if (divisible) g_clusters[key] = clusters;
+  if (divisible) g_clusters[key] = {CUDA_SUCCESS, clusters};
   return CUDA_SUCCESS;
 }
-
 
 // Whether modules load lazily is the server's setting, fixed for its life.
 RGPU_EXPORT CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {

@@ -148,6 +148,7 @@ Handler control_handler(uint16_t op) {
     case proto::kOpExportTableInfo: return export_table_info;
     case proto::kOpParamLayout: return param_layout;
     case proto::kOpFuncAttributes: return func_attributes;
+    case proto::kOpClusterOccupancyTable: return cluster_occupancy_table;
     default: return nullptr;
   }
 }

@@ -15,6 +15,8 @@ void module_by_hash(Dispatch& d);
 void param_layout(Dispatch& d);
 // kOpFuncAttributes: every attribute of a kernel or function, all at once.
 void func_attributes(Dispatch& d);
+// kOpClusterOccupancyTable: cluster occupancy for a run of cluster widths (library.cpp).
+void cluster_occupancy_table(Dispatch& d);
 // kOpToolsContextObject, kOpModuleFunctions: export-table slots run on the driver's own tables
 // (server/handlers/dark_api.cpp).
 void tools_context_object(Dispatch& d);

@@ -4,11 +4,14 @@
 // accepts a CUkernel cast to CUfunction: the id maps to the real CUkernel.
 #include <cuda.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "gen/server_handlers.gen.h"
 #include "server/dispatch.h"
+#include "protocol/messages.h"
+#include "server/handlers/control.h"
 #include "server/handlers/image.h"
 #include "server/module_cache.h"
 
@@ -74,7 +77,12 @@ void cuLibraryGetKernel(Dispatch& d) {
 void cuKernelGetName(Dispatch& d) { name_of(d, d.drv.cuKernelGetName); }
 void cuFuncGetName(Dispatch& d) { name_of(d, d.drv.cuFuncGetName); }
 
-void cuOccupancyMaxActiveClusters(Dispatch& d) {
+namespace {
+
+// The wire of cuOccupancyMaxActiveClusters and kOpClusterOccupancyTable up to the attributes:
+// u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes, u64 stream, u32 n attrs,
+// n × CUlaunchAttribute. False after replying (or failing the arguments) when it cannot be asked.
+bool read_cluster_query(Dispatch& d, CUfunction* f, CUlaunchConfig* config, std::vector<CUlaunchAttribute>* attrs) {
   uint64_t fid = d.args.u64();
   unsigned v[7];
   for (unsigned& x : v) x = d.args.u32();
@@ -82,36 +90,78 @@ void cuOccupancyMaxActiveClusters(Dispatch& d) {
   uint32_t n = d.args.u32();
   if (n > kMaxAttrs) {
     d.args.fail();
-    return;
+    return false;
   }
-  std::vector<CUlaunchAttribute> attrs(n);
-  for (auto& a : attrs) a = d.args.get<CUlaunchAttribute>();
-  if (!d.args.ok()) return;
-  CUfunction f;
+  attrs->resize(n);
+  for (auto& a : *attrs) a = d.args.get<CUlaunchAttribute>();
+  if (!d.args.ok()) return false;
   CUstream s;
-  if (!d.handles.get(fid, &f) || !f || !d.handles.get(sid, &s)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
-  for (auto& a : attrs) {
+  if (!d.handles.get(fid, f) || !*f || !d.handles.get(sid, &s)) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+    return false;
+  }
+  for (auto& a : *attrs) {
     // Attributes that would name events carry client ids; occupancy has no use for them.
     if (a.id >= CU_LAUNCH_ATTRIBUTE_MAX || a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
-        a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT || a.id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE)
-      return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+        a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT || a.id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) {
+      d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+      return false;
+    }
   }
-  if (!d.drv.cuOccupancyMaxActiveClusters) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  CUlaunchConfig config{};
-  config.gridDimX = v[0];
-  config.gridDimY = v[1];
-  config.gridDimZ = v[2];
-  config.blockDimX = v[3];
-  config.blockDimY = v[4];
-  config.blockDimZ = v[5];
-  config.sharedMemBytes = v[6];
-  config.hStream = s;
-  config.attrs = attrs.empty() ? nullptr : attrs.data();
-  config.numAttrs = n;
+  if (!d.drv.cuOccupancyMaxActiveClusters) {
+    d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+    return false;
+  }
+  *config = CUlaunchConfig{};
+  config->gridDimX = v[0];
+  config->gridDimY = v[1];
+  config->gridDimZ = v[2];
+  config->blockDimX = v[3];
+  config->blockDimY = v[4];
+  config->blockDimZ = v[5];
+  config->sharedMemBytes = v[6];
+  config->hStream = s;
+  config->attrs = attrs->empty() ? nullptr : attrs->data();
+  config->numAttrs = n;
+  return true;
+}
+
+}  // namespace
+
+void cuOccupancyMaxActiveClusters(Dispatch& d) {
+  CUfunction f;
+  CUlaunchConfig config;
+  std::vector<CUlaunchAttribute> attrs;
+  if (!read_cluster_query(d, &f, &config, &attrs)) return;
   int clusters = 0;
   CUresult rc = d.drv.cuOccupancyMaxActiveClusters(&clusters, f, &config);
   d.reply.put<int32_t>(rc);
   if (rc == CUDA_SUCCESS) d.reply.put<int32_t>(clusters);
+}
+
+void cluster_occupancy_table(Dispatch& d) {
+  CUfunction f;
+  CUlaunchConfig config;
+  std::vector<CUlaunchAttribute> attrs;
+  if (!read_cluster_query(d, &f, &config, &attrs)) return;
+  uint32_t first = d.args.u32(), count = d.args.u32();
+  uint8_t grid_follows = d.args.u8();
+  if (!d.args.ok()) return;
+  auto cluster = std::find_if(attrs.begin(), attrs.end(),
+                              [](const CUlaunchAttribute& a) { return a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; });
+  if (cluster == attrs.end() || first == 0 || count == 0 || count > proto::kMaxClusterTable)
+    return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  d.reply.put_u32(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t x = first + i;
+    cluster->value.clusterDim.x = x;
+    if (grid_follows) config.gridDimX = x;
+    int clusters = 0;
+    CUresult rc = d.drv.cuOccupancyMaxActiveClusters(&clusters, f, &config);
+    d.reply.put<int32_t>(rc);
+    d.reply.put<int32_t>(rc == CUDA_SUCCESS ? clusters : 0);
+  }
 }
 
 }  // namespace rgpu::server::handlers

@@ -111,6 +111,18 @@ SCRIPT = textwrap.dedent(r"""
     for block, grid in ((128, 1), (128, 7), (128, 64), (256, 1), (256, 3)):
         cfg = Config((grid, 1, 1), (block, 1, 1), 0, None, None, 0)
         ok(cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), f, ctypes.byref(cfg)), "MaxActiveClusters")
+    # A probe of cluster widths 1, 2, ... (grid one cluster wide), as a PyTorch kernel makes at
+    # start-up: one round trip answers 32 widths (kOpClusterOccupancyTable), refusals included.
+    class Attr(ctypes.Structure):
+        _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("dim", ctypes.c_uint * 3), ("rest", ctypes.c_ubyte * 52)]
+    assert ctypes.sizeof(Attr) == 72
+    widths = {}
+    for width in range(1, 21):
+        attr = Attr(4, 0, (width, 1, 1))  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        cfg = Config((width, 1, 1), (128, 1, 1), 0, None, ctypes.cast(ctypes.pointer(attr), ctypes.c_void_p), 1)
+        widths[width] = cu.cuOccupancyMaxActiveClusters(ctypes.byref(clusters), f, ctypes.byref(cfg)), clusters.value
+    assert all(widths[w][0] == 0 and widths[w][1] > 0 for w in range(1, 17)), widths
+    assert all(widths[w][0] == 912 for w in range(17, 21)), widths  # CUDA_ERROR_INVALID_CLUSTER_SIZE
     ok(cu.cuCtxSynchronize(), "sync")
     ok(cu.rgpu_stats_write(), "stats")
     print(json.dumps(json.load(open(os.environ["RGPU_STATS"]))["calls"]))
@@ -138,6 +150,7 @@ def test_repeated_questions_cost_one_round_trip_and_stay_right(server, tmp_path)
     assert calls.get("cuFuncSetAttribute") == 1, calls  # 100000 once, 60000 once (after a function's set)
     assert "cuKernelGetParamInfo" not in calls and "cuFuncGetParamInfo" not in calls, calls
     assert calls.get("cuModuleGetLoadingMode") == 1, calls
-    assert calls.get("cuOccupancyMaxActiveClusters") == 2, calls
+    assert calls.get("cuOccupancyMaxActiveClusters") == 2, calls  # the two shapes without a cluster
+    assert calls.get("control:44") == 1, calls  # the whole probe of widths 1..20
     assert calls.get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") == 1, calls
     assert calls.get("cuKernelGetFunction") == 1, calls
