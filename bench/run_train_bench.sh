@@ -30,7 +30,7 @@ server=$!
 proxy=""
 trap 'kill $server $proxy 2>/dev/null' EXIT
 sleep 0.5
-steps_for() { case "$1:$2" in *:30) echo 8 ;; gpt2:*) echo 15 ;; *) echo 25 ;; esac; }
+steps_for() { case "$1:$2" in *:30) echo 8 ;; gpt2:*) echo 30 ;; *) echo 40 ;; esac; }
 for m in $MODELS; do
   RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
     --steps "$(steps_for $m 0)" --out "$OUT/train/${m}_local.json" 2>&1 | tail -1
@@ -53,5 +53,9 @@ for m in $MODELS; do
     done
     [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }
   done
+  # Local again, after the rgpu runs: the spread between the two local runs says how much of a
+  # ratio is the machine's own noise (bench/train_report.py).
+  RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
+    --steps "$(steps_for $m 0)" --out "$OUT/train/${m}_local_again.json" 2>&1 | tail -1
 done
 "$PY" "$ROOT/bench/train_report.py" "$OUT/train" "$OUT"
