@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -300,9 +301,21 @@ class Session : public ClientCallbacks {
     f.seq = ++read_seq_;
     if (f.h.flags & proto::kNoReply) unfinished_one_way_.insert(f.seq);
   }
+  // A one-way call that blocks in the driver (a cuMemFree behind a kernel that spins until
+  // another client thread's later call releases it) would stall that later call for good: after
+  // order_wait_ (10 s) the later call runs anyway, with a warning, as the program's own threads would
+  // have gone on past the blocked call on a real driver.
   void wait_turn(const Frame& f) {
     std::unique_lock<std::mutex> lock(order_mu_);
-    order_cv_.wait(lock, [&] { return unfinished_one_way_.empty() || *unfinished_one_way_.begin() >= f.seq; });
+    auto turn = [&] { return unfinished_one_way_.empty() || *unfinished_one_way_.begin() >= f.seq; };
+    if (order_cv_.wait_for(lock, order_wait_, turn)) return;
+    if (!order_timeout_logged_) {
+      order_timeout_logged_ = true;
+      log::warn("a call of client thread %u waited %lld ms for an earlier one-way call of another thread that is "
+                "still running in the driver; running it now, out of order (the program may depend on the "
+                "two threads' calls overlapping)",
+                f.h.thread_id, static_cast<long long>(order_wait_.count()));
+    }
   }
   void finished(const Frame& f) {
     if (!(f.h.flags & proto::kNoReply)) return;
@@ -449,6 +462,13 @@ class Session : public ClientCallbacks {
   std::condition_variable order_cv_;
   uint64_t read_seq_ = 0;
   std::set<uint64_t> unfinished_one_way_;
+  bool order_timeout_logged_ = false;
+  // How long a call waits for earlier one-way calls of other threads (wait_turn): 10 s;
+  // RGPU_ORDER_WAIT_MS shortens it (tests).
+  const std::chrono::milliseconds order_wait_{[] {
+    const char* v = std::getenv("RGPU_ORDER_WAIT_MS");
+    return v && std::atol(v) > 0 ? std::atol(v) : 10000L;
+  }()};
   std::unordered_map<uint32_t, std::unique_ptr<Worker>> workers_;
   // Host callbacks waiting for the client's answer: id -> answered.
   std::mutex cb_mu_;

@@ -106,3 +106,43 @@ def test_one_way_calls_of_two_threads_reach_the_stream_in_the_order_they_were_ma
     # forward used; on the H200 the backward sometimes ran first (AdamW off by 1e-2 or NaN).
     r = _run_with_slow_loads(tmp_path, monkeypatch, ORDER_SCRIPT)
     assert "values [2]" in r.stdout, r.stdout + r.stderr
+
+
+STALL_SCRIPT = PREAMBLE + textwrap.dedent(r"""
+    import time
+    img = open(sys.argv[1], "rb").read()
+    started = threading.Event()
+    def loader():
+        ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+        mod = ctypes.c_void_p()
+        ok(cu.cuModuleLoadData(ctypes.byref(mod), img), "load")  # one-way; 3 s in the driver
+        started.set()
+    t = threading.Thread(target=loader)
+    t.start()
+    started.wait()
+    ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+    t0 = time.monotonic()
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    ok(cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "MemGetInfo")
+    print(f"waited {time.monotonic() - t0:.2f} s")
+    t.join()
+""")
+
+
+def test_a_call_stuck_in_the_driver_does_not_stall_other_threads_for_good(tmp_path, monkeypatch):
+    # A one-way call that blocks in the driver (here a 3 s load) holds later calls of other
+    # threads back only for the order wait (300 ms here, 10 s by default), then they run, logged.
+    monkeypatch.setenv("RGPU_FAKE_LOAD_DELAY_MS", "3000")
+    monkeypatch.setenv("RGPU_ORDER_WAIT_MS", "300")
+    server = Server()
+    try:
+        script = tmp_path / "stall.py"
+        script.write_text(STALL_SCRIPT)
+        r = run_client([sys.executable, str(script), IMAGE], server,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_ONEWAY_LOADS": "1"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        waited = float(r.stdout.split("waited ")[1].split()[0])
+        assert 0.25 < waited < 2.0, r.stdout
+        assert "out of order" in server.text(), server.text()
+    finally:
+        server.stop()
