@@ -93,7 +93,7 @@ struct CUmod_st {
   rgpu::image::Image image;
   std::vector<std::unique_ptr<CUfunc_st>> funcs;
   // The image's globals, placed (zeroed) in device memory the first time they are asked for
-  // (module_global, module.cpp); they live as long as the context.
+  // (cuModuleGetGlobal_v2); they live as long as the context.
   std::map<std::string, CUdeviceptr> globals;
 };
 
@@ -119,10 +119,7 @@ CUctx_st* new_ctx_locked(unsigned flags, bool primary);
 // Drains the context's streams and frees everything it owns; the object itself stays.
 void teardown_ctx(std::unique_lock<std::mutex>& lk, CUctx_st* c);
 
-// ---------- functions and globals (module.cpp) ----------
-// cuModuleGetGlobal for a module found under g_mu (m stays valid: modules are not freed while a
-// call runs); takes g_mu itself.
-CUresult module_global(CUmod_st* m, const char* name, CUdeviceptr* dptr, size_t* bytes);
+// ---------- functions (module.cpp) ----------
 // cuFuncGetParamInfo without the handle-kind check (cuKernelGetParamInfo shares it).
 CUresult param_info_locked(CUfunction func, size_t index, size_t* offset, size_t* size);
 

@@ -129,17 +129,11 @@ FAKE_API CUresult CUDAAPI cuLibraryGetModule(CUmodule* pMod, CUlibrary library) 
   return CUDA_SUCCESS;
 }
 
-// A library's globals are its module's (module_global, module.cpp).
+// A library's globals are its module's.
 FAKE_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
-  if (!name) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = check_init()) return r;
-  CUmod_st* m = nullptr;
-  {
-    std::lock_guard lk(g_mu);
-    m = lib_module_locked(library);
-    if (!m) return CUDA_ERROR_INVALID_HANDLE;
-  }
-  return module_global(m, name, dptr, bytes);
+  CUmodule m = nullptr;
+  if (CUresult r = cuLibraryGetModule(&m, library)) return r;
+  return cuModuleGetGlobal_v2(dptr, bytes, m, name);
 }
 
 FAKE_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel kernel) {

@@ -1,5 +1,6 @@
 // Modules and functions: images (cubin, fatbin, PTX) are parsed with common/cuda_image for their
 // kernels and parameter layouts; nothing is compiled or run from them.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -198,10 +199,17 @@ FAKE_API CUresult CUDAAPI cuFuncGetModule(CUmodule* hmod, CUfunction hfunc) {
   return CUDA_SUCCESS;
 }
 
-CUresult fake::module_global(CUmod_st* m, const char* name, CUdeviceptr* dptr, size_t* bytes) {
+// The image's globals are placed (zeroed) in device memory the first time they are asked for.
+FAKE_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  CUmod_st* m = nullptr;
   uint64_t size = 0;
   {
     std::lock_guard lk(g_mu);
+    auto mod = g_modules.find(hmod);
+    if (mod == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+    m = mod->second.get();
     auto it = std::find_if(m->image.globals.begin(), m->image.globals.end(),
                            [&](const rgpu::image::Global& g) { return g.name == name; });
     if (it == m->image.globals.end()) return CUDA_ERROR_NOT_FOUND;
@@ -221,17 +229,4 @@ CUresult fake::module_global(CUmod_st* m, const char* name, CUdeviceptr* dptr, s
   if (dptr) *dptr = placed->second;
   if (bytes) *bytes = size;
   return CUDA_SUCCESS;
-}
-
-FAKE_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
-  if (!name) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = check_init()) return r;
-  CUmod_st* m = nullptr;
-  {
-    std::lock_guard lk(g_mu);
-    auto it = g_modules.find(hmod);
-    if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
-    m = it->second.get();
-  }
-  return module_global(m, name, dptr, bytes);
 }
