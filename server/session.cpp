@@ -54,7 +54,7 @@ constexpr size_t kAsyncReplyBytes = 1u << 20;
 struct Frame {
   proto::FrameHeader h;
   Bytes payload;
-  uint64_t seq = 0;  // the order the session read it in (Session::CallOrder)
+  uint64_t seq = 0;  // the order the session read it in (Session::note_read)
 };
 
 class Session;
@@ -303,8 +303,8 @@ class Session : public ClientCallbacks {
   }
   // A one-way call that blocks in the driver (a cuMemFree behind a kernel that spins until
   // another client thread's later call releases it) would stall that later call for good: after
-  // order_wait_ (10 s) the later call runs anyway, with a warning, as the program's own threads would
-  // have gone on past the blocked call on a real driver.
+  // order_wait_ (10 s) the later call runs anyway, with a warning, as the program's other
+  // threads would have gone on past the blocked call on a real driver.
   void wait_turn(const Frame& f) {
     std::unique_lock<std::mutex> lock(order_mu_);
     auto turn = [&] { return unfinished_one_way_.empty() || *unfinished_one_way_.begin() >= f.seq; };
@@ -457,7 +457,7 @@ class Session : public ClientCallbacks {
   std::mutex write_mu_;
   std::atomic<bool> failed_{false};
   uint64_t calls_ = 0;
-  // CallOrder (note_read, wait_turn, finished): one-way frames read and not yet run.
+  // Cross-thread order (note_read, wait_turn, finished): one-way frames read and not yet run.
   std::mutex order_mu_;
   std::condition_variable order_cv_;
   uint64_t read_seq_ = 0;
