@@ -3,13 +3,14 @@ driver: start-up, device properties, byte-exact tensor round trips, pinned non_b
 events and memory statistics (torch_on_fake.py holds the checks). torch lives in the venv that
 scripts/setup_torch.sh makes (or the python named by RGPU_TORCH_PYTHON); without it the test
 skips and says how to get it."""
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_client
+from conftest import BUILD, ROOT, Server, run_client
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,3 +30,34 @@ def test_stock_torch_runs_through_the_shim_on_the_fake_driver(server):
     assert "FAIL" not in r.stdout
     # The shim served it: the server saw the session (not a real driver on this machine).
     assert "session" in server.text()
+
+
+KERNELS_SCRIPT = r"""
+import ctypes, json, os, sys
+import torch
+x = torch.arange(1000, device="cuda", dtype=torch.float32)  # an anonymous-namespace kernel
+y = (x * 2 + 1).sin().sum()
+torch.cuda.synchronize()
+ctypes.CDLL(os.environ["SHIM"]).rgpu_stats_write()
+print(json.dumps(json.load(open(os.environ["RGPU_STATS"]))["ops"]))
+"""
+
+
+def test_torch_kernels_launch_with_layouts_read_from_its_images(tmp_path, monkeypatch):
+    # PyTorch's kernels, run as no-ops on the fake: the client reads every one it launches from
+    # libtorch_cuda's images, kernels of internal linkage included (they were invisible once,
+    # and each cost a lookup and a layout round trip), so none of those calls waits.
+    py = torch_python()
+    monkeypatch.setenv("RGPU_FAKE_NOOP_KERNELS", "1")
+    server = Server()
+    try:
+        script = tmp_path / "kernels.py"
+        script.write_text(KERNELS_SCRIPT)
+        r = run_client([py, str(script)], server, timeout=300,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "stats.json")})
+        assert r.returncode == 0, r.stdout + r.stderr
+        waited = {o["op"]: o["waited"] for o in json.loads(r.stdout.strip().splitlines()[-1]) if o["waited"]}
+        for op in ("cuLibraryGetKernel", "control:42", "cuKernelGetParamInfo", "cuFuncGetParamInfo"):
+            assert op not in waited, waited
+    finally:
+        server.stop()
