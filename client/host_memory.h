@@ -21,6 +21,16 @@ struct HostRange {
 // True when [p, p + n) lies inside one pinned range (n = 0: p inside one); fills *out.
 bool find_host_range(const void* p, size_t n, HostRange* out);
 
+// Kernels given the address of pinned host memory that is not mirrored on the server (allocated
+// or registered without DEVICEMAP): with unified addressing a kernel may read pinned memory by its
+// host address, which the GPU cannot reach across the network. While such memory exists the
+// launch path records the last launches' arguments (note_launch, cheap; nothing is recorded
+// otherwise), and when the server reports CUDA_ERROR_ILLEGAL_ADDRESS, explain_illegal_address
+// names the kernel and the address (once per process).
+bool pinned_memory_exists();
+void note_launch(uint64_t function_id, const uint8_t* params, size_t n);
+void explain_illegal_address();
+
 // Host callbacks (client/driver/host_callback.cpp) queued and not yet finished. An async copy
 // from pinned memory reads the buffer when it is issued, where the driver reads it when the
 // stream reaches the copy; a callback ahead of it on the stream may still write the buffer, so

@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "client/call.h"
+#include "client/host_memory.h"
 #include "client/contexts.h"
 #include "client/stats.h"
 #include "common/env.h"
@@ -274,9 +275,13 @@ CUresult Call::finish() {
     log::debug("an earlier one-way call %s failed with error %d; reporting it now", failed ? failed : "?",
                prefix.deferred_result);
     if (g_trace) trace_result(prefix.deferred_op, static_cast<CUresult>(prefix.deferred_result), true);
-    if (own == CUDA_SUCCESS) return static_cast<CUresult>(prefix.deferred_result);
+    if (own == CUDA_SUCCESS) {
+      if (prefix.deferred_result == CUDA_ERROR_ILLEGAL_ADDRESS) explain_illegal_address();
+      return static_cast<CUresult>(prefix.deferred_result);
+    }
   }
   if (own != CUDA_SUCCESS && g_trace) trace_result(op_, static_cast<CUresult>(own), false);
+  if (own == CUDA_ERROR_ILLEGAL_ADDRESS || prefix.deferred_result == CUDA_ERROR_ILLEGAL_ADDRESS) explain_illegal_address();
   return static_cast<CUresult>(own);
 }
 

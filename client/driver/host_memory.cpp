@@ -16,14 +16,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "client/call.h"
 #include "client/contexts.h"
 #include "client/mapped_memory.h"
+#include "client/modules.h"
 #include "client/runtime.h"
 #include "common/log.h"
 #include "gen/export.gen.h"
@@ -36,6 +40,17 @@ namespace {
 std::mutex g_mu;
 // Leaked on purpose: programs call the driver from exit handlers, after static destructors.
 auto& g_ranges = *new std::map<uintptr_t, HostRange>();  // by base
+std::atomic<size_t> g_range_count{0};  // g_ranges.size(), read without g_mu on every launch
+
+// The last launches' arguments while pinned memory exists (note_launch).
+struct LaunchRecord {
+  uint64_t function = 0;
+  size_t n = 0;
+  uint8_t params[256];
+};
+std::mutex g_launch_mu;
+auto& g_launches = *new std::array<LaunchRecord, 32>();
+size_t g_next_launch = 0;
 std::atomic<uint64_t> g_next_id{1};
 
 size_t page_size() {
@@ -44,6 +59,42 @@ size_t page_size() {
 }
 
 }  // namespace
+
+bool pinned_memory_exists() { return g_range_count.load(std::memory_order_relaxed) != 0; }
+
+void note_launch(uint64_t function_id, const uint8_t* params, size_t n) {
+  std::lock_guard<std::mutex> lock(g_launch_mu);
+  LaunchRecord& r = g_launches[g_next_launch++ % g_launches.size()];
+  r.function = function_id;
+  r.n = std::min(n, sizeof r.params);
+  std::memcpy(r.params, params, r.n);
+}
+
+void explain_illegal_address() {
+  if (!pinned_memory_exists()) return;
+  static std::atomic<bool> explained{false};
+  std::vector<LaunchRecord> launches;
+  {
+    std::lock_guard<std::mutex> lock(g_launch_mu);
+    launches.assign(g_launches.begin(), g_launches.end());
+  }
+  for (const LaunchRecord& r : launches) {
+    for (size_t at = 0; at + sizeof(uint64_t) <= r.n; at += sizeof(uint64_t)) {
+      uint64_t v;
+      std::memcpy(&v, r.params + at, sizeof v);
+      const void* p = reinterpret_cast<const void*>(v);
+      if (!v || !find_host_range(p, 0, nullptr) || mapped::contains(p, 1)) continue;
+      if (explained.exchange(true)) return;
+      auto k = ModuleRegistry::get().function(r.function);
+      log::error("CUDA_ERROR_ILLEGAL_ADDRESS: kernel %s was launched with 0x%llx, an address in pinned host memory "
+                 "allocated or registered without CU_MEMHOSTALLOC_DEVICEMAP; a kernel cannot read this process's "
+                 "memory by its host address across the network: allocate it mapped (cudaHostAllocMapped) or copy "
+                 "it to device memory",
+                 k ? k->name.c_str() : "(unknown)", static_cast<unsigned long long>(v));
+      return;
+    }
+  }
+}
 
 bool find_host_range(const void* p, size_t n, HostRange* out) {
   uintptr_t u = reinterpret_cast<uintptr_t>(p);
@@ -136,6 +187,7 @@ CUresult host_alloc(const char* call, void** pp, size_t bytesize, unsigned flags
   {
     std::lock_guard<std::mutex> lock(rgpu::client::g_mu);
     rgpu::client::g_ranges[r.base] = r;
+    rgpu::client::g_range_count.store(rgpu::client::g_ranges.size(), std::memory_order_relaxed);
   }
   *pp = p;
   return CUDA_SUCCESS;
@@ -221,6 +273,7 @@ RGPU_EXPORT CUresult CUDAAPI cuMemFreeHost(void* p) {
     if (it == rgpu::client::g_ranges.end() || it->second.registered) return CUDA_ERROR_INVALID_VALUE;
     r = it->second;
     rgpu::client::g_ranges.erase(it);
+    rgpu::client::g_range_count.store(rgpu::client::g_ranges.size(), std::memory_order_relaxed);
   }
   // Copies from this memory were consumed when they were issued, and copies into it landed
   // before their call returned (client/driver/memory.cpp), so nothing in flight still uses it.
@@ -257,6 +310,7 @@ RGPU_EXPORT CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsi
     if (CUresult rc = rgpu::client::mapped::map(reinterpret_cast<void*>(first), last - first, Flags, &dptr)) return rc;
   }
   rgpu::client::g_ranges[base] = HostRange{base, bytesize, Flags, true, rgpu::client::g_next_id.fetch_add(1)};
+  rgpu::client::g_range_count.store(rgpu::client::g_ranges.size(), std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 RGPU_EXPORT CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags) {
@@ -274,6 +328,7 @@ RGPU_EXPORT CUresult CUDAAPI cuMemHostUnregister(void* p) {
     rgpu::client::mapped::unmap(reinterpret_cast<void*>(it->second.base / page * page));
   }
   rgpu::client::g_ranges.erase(it);
+  rgpu::client::g_range_count.store(rgpu::client::g_ranges.size(), std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
 

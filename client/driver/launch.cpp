@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "client/call.h"
+#include "client/host_memory.h"
 #include "client/launch_args.h"
 #include "client/modules.h"
 #include "client/runtime.h"
@@ -202,6 +203,9 @@ CUresult put_args(rgpu::Writer& w, CUfunction f, void** kernelParams, void** ext
     if (!kernelParams[i]) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(w.buf().data() + at + k->params[i].offset, kernelParams[i], k->params[i].size);
   }
+  // Arguments that may point into pinned host memory: kept for explaining an illegal address.
+  if (rgpu::client::pinned_memory_exists())
+    rgpu::client::note_launch(handle_id(f), w.buf().data() + at, k->param_bytes);
   return CUDA_SUCCESS;
 }
 
