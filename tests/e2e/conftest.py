@@ -12,6 +12,20 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("RGPU_BUILD_DIR", ROOT / "build"))
 IMAGE = os.environ.get("RGPU_TEST_IMAGE", str(BUILD / "tests/kernels/test_kernels.fatbin"))
 
+# The start of a Python test script that drives the shim with ctypes (run with SHIM set to
+# build/lib/libcuda.so.1): `cu`, a checker `ok` that exits on the first failed call, and `ctx`,
+# device 0's primary context, retained and current.
+SHIM_PREAMBLE = """import ctypes, os, sys, threading
+cu = ctypes.CDLL(os.environ["SHIM"])
+def ok(rc, what):
+    if rc != 0:
+        print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
+ok(cu.cuInit(0), "cuInit")
+ctx = ctypes.c_void_p()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
+ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+"""
+
 
 def free_port():
     with socket.socket() as s:

@@ -6,21 +6,9 @@ milliseconds; without the order, the other thread's lookup finds no module."""
 import sys
 import textwrap
 
-from conftest import BUILD, IMAGE, Server, run_client
+from conftest import BUILD, IMAGE, SHIM_PREAMBLE, Server, run_client
 
-# Both scripts start alike: the shim, a checker, the primary context.
-PREAMBLE = textwrap.dedent(r"""
-    import ctypes, os, sys, threading
-    cu = ctypes.CDLL(os.environ["SHIM"])
-    def ok(rc, what):
-        if rc != 0:
-            print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
-    ok(cu.cuInit(0), "cuInit")
-    ctx = ctypes.c_void_p()
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
-""")
-
-SCRIPT = PREAMBLE + textwrap.dedent(r"""
+SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
     img = open(sys.argv[1], "rb").read()
     for api in ("module", "library"):
         loaded = threading.Event()
@@ -71,7 +59,7 @@ def test_a_module_loaded_one_way_is_there_for_another_thread(tmp_path, monkeypat
     assert "cross-thread ok" in r.stdout
 
 
-ORDER_SCRIPT = PREAMBLE + textwrap.dedent(r"""
+ORDER_SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
     ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
     d, s = ctypes.c_uint64(), ctypes.c_void_p()
     ok(cu.cuMemAlloc_v2(ctypes.byref(d), 4096), "alloc")
@@ -108,7 +96,7 @@ def test_one_way_calls_of_two_threads_reach_the_stream_in_the_order_they_were_ma
     assert "values [2]" in r.stdout, r.stdout + r.stderr
 
 
-STALL_SCRIPT = PREAMBLE + textwrap.dedent(r"""
+STALL_SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
     import time
     img = open(sys.argv[1], "rb").read()
     started = threading.Event()

@@ -5,18 +5,9 @@ with CUDA_ERROR_ILLEGAL_ADDRESS, and the client names the kernel, the address an
 import sys
 import textwrap
 
-from conftest import BUILD, IMAGE, run_client
+from conftest import BUILD, IMAGE, SHIM_PREAMBLE, run_client
 
-SCRIPT = textwrap.dedent(r"""
-    import ctypes, os, sys
-    cu = ctypes.CDLL(os.environ["SHIM"])
-    def ok(rc, what):
-        if rc != 0:
-            print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
-    ok(cu.cuInit(0), "cuInit")
-    ctx = ctypes.c_void_p()
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
-    ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
     img = open(sys.argv[1], "rb").read()
     mod, fill = ctypes.c_void_p(), ctypes.c_void_p()
     ok(cu.cuModuleLoadData(ctypes.byref(mod), img), "load")
