@@ -39,9 +39,10 @@ SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
 """)
 
 
-def _run_with_slow_loads(tmp_path, monkeypatch, text):
-    """Runs a script through the shim against a fake server whose module loads take 300 ms."""
-    monkeypatch.setenv("RGPU_FAKE_LOAD_DELAY_MS", "300")
+def _run_with_slow_loads(tmp_path, monkeypatch, text, load_ms=300):
+    """Runs a script through the shim against a fake server whose module loads take load_ms;
+    returns the client's result and the server's log."""
+    monkeypatch.setenv("RGPU_FAKE_LOAD_DELAY_MS", str(load_ms))
     server = Server()
     try:
         script = tmp_path / "script.py"
@@ -49,13 +50,13 @@ def _run_with_slow_loads(tmp_path, monkeypatch, text):
         r = run_client([sys.executable, str(script), IMAGE], server,
                        env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_ONEWAY_LOADS": "1"})
         assert r.returncode == 0, r.stdout + r.stderr
-        return r
+        return r, server.text()
     finally:
         server.stop()
 
 
 def test_a_module_loaded_one_way_is_there_for_another_thread(tmp_path, monkeypatch):
-    r = _run_with_slow_loads(tmp_path, monkeypatch, SCRIPT)
+    r, _ = _run_with_slow_loads(tmp_path, monkeypatch, SCRIPT)
     assert "cross-thread ok" in r.stdout
 
 
@@ -92,7 +93,7 @@ ORDER_SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
 def test_one_way_calls_of_two_threads_reach_the_stream_in_the_order_they_were_made(tmp_path, monkeypatch):
     # PyTorch's backward launches from the autograd thread on the stream the main thread's
     # forward used; on the H200 the backward sometimes ran first (AdamW off by 1e-2 or NaN).
-    r = _run_with_slow_loads(tmp_path, monkeypatch, ORDER_SCRIPT)
+    r, _ = _run_with_slow_loads(tmp_path, monkeypatch, ORDER_SCRIPT)
     assert "values [2]" in r.stdout, r.stdout + r.stderr
 
 
@@ -120,17 +121,8 @@ STALL_SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
 def test_a_call_stuck_in_the_driver_does_not_stall_other_threads_for_good(tmp_path, monkeypatch):
     # A one-way call that blocks in the driver (here a 3 s load) holds later calls of other
     # threads back only for the order wait (300 ms here, 10 s by default), then they run, logged.
-    monkeypatch.setenv("RGPU_FAKE_LOAD_DELAY_MS", "3000")
     monkeypatch.setenv("RGPU_ORDER_WAIT_MS", "300")
-    server = Server()
-    try:
-        script = tmp_path / "stall.py"
-        script.write_text(STALL_SCRIPT)
-        r = run_client([sys.executable, str(script), IMAGE], server,
-                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_ONEWAY_LOADS": "1"})
-        assert r.returncode == 0, r.stdout + r.stderr
-        waited = float(r.stdout.split("waited ")[1].split()[0])
-        assert 0.25 < waited < 2.0, r.stdout
-        assert "out of order" in server.text(), server.text()
-    finally:
-        server.stop()
+    r, log = _run_with_slow_loads(tmp_path, monkeypatch, STALL_SCRIPT, load_ms=3000)
+    waited = float(r.stdout.split("waited ")[1].split()[0])
+    assert 0.25 < waited < 2.0, r.stdout
+    assert "out of order" in log, log
