@@ -105,29 +105,6 @@ void fetch_all_attributes(uint64_t id, int dev) {
     if (result == CUDA_SUCCESS) g_attrs.try_emplace({id, attr, dev}, value);
 }
 
-// An attribute from the cache; on a miss, all of them from the server, then this one alone.
-template <class Ask>
-CUresult attribute(uint64_t id, int attr, int dev, int* out, Ask ask) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  const auto key = std::make_tuple(id, attr, dev);
-  auto lookup = [&] {
-    std::lock_guard lk(mu());
-    auto it = g_attrs.find(key);
-    if (it == g_attrs.end()) return false;
-    *out = it->second;
-    return true;
-  };
-  if (lookup()) return CUDA_SUCCESS;
-  fetch_all_attributes(id, dev);
-  if (lookup()) return CUDA_SUCCESS;
-  CUresult rc = ask(out);
-  if (rc == CUDA_SUCCESS) {
-    std::lock_guard lk(mu());
-    g_attrs[key] = *out;
-  }
-  return rc;
-}
-
 // A kernel and the functions it has handed out.
 std::vector<uint64_t> kernel_and_functions(uint64_t kernel_id) {
   auto ids = rgpu::client::functions_of_kernel(kernel_id);
@@ -160,6 +137,20 @@ CUresult cached(std::map<Key, Value>& cache, const Key& key, Value* out, Ask ask
     cache[key] = *out;
   }
   return rc;
+}
+
+// An attribute from the cache; on a miss, all of them from the server, then this one alone.
+template <class Ask>
+CUresult attribute(uint64_t id, int attr, int dev, int* out, Ask ask) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  const auto key = std::make_tuple(id, attr, dev);
+  bool known;
+  {
+    std::lock_guard lk(mu());
+    known = g_attrs.count(key) != 0;
+  }
+  if (!known) fetch_all_attributes(id, dev);
+  return cached(g_attrs, key, out, ask);
 }
 
 // The cache key of a cluster query: every field of the configuration that travels (attributes by
@@ -359,7 +350,7 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfu
     cluster_attr = static_cast<int>(i);
   }
   const auto key = std::make_pair(handle_id(func), cluster_key(*config));
-  auto cached = [&](CUresult* rc) {
+  auto from_cache = [&](CUresult* rc) {
     std::lock_guard lk(mu());
     auto it = g_clusters.find(key);
     if (it == g_clusters.end()) return false;
@@ -368,10 +359,10 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfu
     return true;
   };
   CUresult rc;
-  if (divisible && cached(&rc)) return rc;
+  if (divisible && from_cache(&rc)) return rc;
   if (divisible && cluster_attr >= 0 && config->attrs[cluster_attr].value.clusterDim.y == 1 &&
       config->attrs[cluster_attr].value.clusterDim.z == 1 &&
-      fetch_cluster_table(func, *config, static_cast<unsigned>(cluster_attr)) && cached(&rc))
+      fetch_cluster_table(func, *config, static_cast<unsigned>(cluster_attr)) && from_cache(&rc))
     return rc;
   Call c(rgpu::op::cuOccupancyMaxActiveClusters, rgpu::client::kWaits);
   put_cluster_query(c.args(), func, *config);
