@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts a throwaway OpenSSH server on loopback for the rgpu-run tests (tests/python/test_run.py).
+# Starts a throwaway sshd on loopback for the SSH tunnel tests (tests/python/sshd_fixture.py).
 #
 #   scripts/start_test_sshd.sh DIR
 #

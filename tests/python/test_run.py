@@ -1,11 +1,12 @@
 """Tests of rgpu-run (python/rgpu/run.py): the environment it gives the command, exit statuses,
 signals, and the SSH tunnel against a throwaway sshd on loopback.
 
-The tunnel tests start scripts/start_test_sshd.sh once for the module (it installs Debian's
-openssh-server if missing) and a small TCP echo server standing in for rgpu-opserver; they skip,
-saying why, when sshd cannot be started. Everything stays on 127.0.0.1 and stops by itself.
-rgpu-run runs as a separate process (`python3 python/rgpu/run.py`), as a user would run it; it
-needs neither torch nor the rest of the rgpu package.
+The tunnel tests start scripts/start_test_sshd.sh once for the module (sshd_fixture.py; it
+installs Debian's openssh-server if missing) and a small TCP echo server standing in for
+rgpu-opserver; they skip, saying why, when sshd cannot be started. Everything stays on
+127.0.0.1 and stops by itself. rgpu-run runs as a separate process (`python3
+python/rgpu/run.py`), as a user would run it; it needs neither torch nor the rest of the rgpu
+package.
 
     python3 -m pytest -q tests/python/test_run.py
 """
@@ -26,11 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from sshd_fixture import sshd  # noqa: F401  (the fixture)
+
 REPO = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, str(REPO / "python" / "rgpu" / "run.py")]
-START_SSHD = REPO / "scripts" / "start_test_sshd.sh"
-# Installing openssh-server on a fresh machine takes a while; starting sshd takes well under 1 s.
-SSHD_START_TIMEOUT_S = 300
 
 
 def rgpu_run(*args, env=None, timeout=30) -> subprocess.CompletedProcess:
@@ -212,44 +212,6 @@ class TestDirectAddresses:
 
 # --------------------------------------------------------------------------------------------
 # Through a real SSH tunnel to a throwaway sshd on loopback
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    """Starts scripts/start_test_sshd.sh; yields its folder (port, user_key, known_hosts)."""
-    if shutil.which("ssh") is None:
-        pytest.skip("no ssh client on PATH (apt-get install openssh-client)")
-    folder = tmp_path_factory.mktemp("sshd")
-    log_path = folder / "sshd.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(["bash", str(START_SSHD), str(folder)], stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=log, start_new_session=True)
-    try:
-        deadline = time.monotonic() + SSHD_START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.skip(f"sshd could not be started (scripts/start_test_sshd.sh exited "
-                            f"{proc.returncode}): {log_path.read_text()[-800:]}")
-            if time.monotonic() > deadline:
-                pytest.skip(f"sshd did not listen within {SSHD_START_TIMEOUT_S} s: "
-                            f"{log_path.read_text()[-800:]}")
-            port_file = folder / "port"
-            if port_file.exists() and port_file.read_text().strip():
-                try:
-                    socket.create_connection(("127.0.0.1", int(port_file.read_text())),
-                                             1).close()
-                    break
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        yield folder
-    finally:
-        proc.terminate()  # the script exec'd sshd -D, so this is sshd itself
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
