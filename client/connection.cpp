@@ -93,6 +93,7 @@ void Connection::mark_broken(const std::string& why) {
 
 bool Connection::flush_locked() {
   if (batch_.empty()) return !broken_;
+  std::lock_guard<std::mutex> wlock(write_mu_);
   bool ok = !broken_ && net::write_full(fd_, batch_.data(), batch_.size());
   batch_.clear();
   if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
@@ -119,6 +120,7 @@ bool Connection::send_oneway(uint16_t op, uint32_t thread_id, const void* args, 
                     {&h, sizeof h},
                     {const_cast<void*>(args), args_len},
                     {const_cast<void*>(extra), extra_len}};
+    std::lock_guard<std::mutex> wlock(write_mu_);
     bool ok = net::writev_full(fd_, iov, 4);
     batch_.clear();
     if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
@@ -142,9 +144,20 @@ void Connection::idle_flusher() {
   while (!stop_) {
     flush_cv_.wait(lock, [&] { return stop_ || !batch_.empty(); });
     if (stop_) break;
-    // Give the program a moment to add more calls to the batch, then send what is there.
+    // Give the program a moment to add more calls to the batch, then send what is there. The
+    // batch is swapped out and written without send_mu_, so the program keeps queueing calls
+    // while the write runs; write_mu_, taken before send_mu_ is let go, keeps later writers
+    // behind it.
     flush_cv_.wait_for(lock, kIdleFlush, [&] { return stop_; });
-    flush_locked();
+    if (batch_.empty() || broken_) continue;
+    std::unique_lock<std::mutex> wlock(write_mu_);
+    sending_.swap(batch_);
+    lock.unlock();
+    bool ok = net::write_full(fd_, sending_.data(), sending_.size());
+    sending_.clear();
+    wlock.unlock();
+    if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
+    lock.lock();
   }
 }
 
@@ -170,6 +183,7 @@ uint32_t Connection::submit(uint16_t op, uint32_t thread_id, const void* args, s
     proto::FrameHeader h = proto::make_header(op, 0, id, thread_id, args_len + extra_len);
     bytes_sent_.fetch_add(sizeof h + args_len + extra_len, std::memory_order_relaxed);
     bool ok;
+    std::lock_guard<std::mutex> wlock(write_mu_);
     if (batch_.empty()) {
       ok = proto::write_frame(fd_, op, 0, id, thread_id, args, args_len, extra, extra_len);
     } else {

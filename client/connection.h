@@ -124,8 +124,13 @@ class Connection {
   std::string server_name_;
   proto::ClientHandshakeResult hs_;
 
+  // send_mu_ guards the batch; write_mu_ is held for every write to the socket and is always
+  // taken with send_mu_ held (send_mu_ -> write_mu_), so writes go out in the order frames were
+  // queued. The idle flusher writes a swapped-out batch (sending_) holding only write_mu_.
   std::mutex send_mu_;
+  std::mutex write_mu_;
   std::vector<uint8_t> batch_;
+  std::vector<uint8_t> sending_;
   uint32_t next_request_ = 1;
   std::condition_variable flush_cv_;
   bool stop_ = false;
