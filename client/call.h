@@ -48,6 +48,12 @@ class Call {
     sink_ = dst;
     sink_cap_ = cap;
   }
+  // The stream the call queues work on (client/device_work.h); calls that name none count as
+  // queueing work on any stream unless device_work::invisible says they queue nothing.
+  void on_stream(CUstream s) { stream_ = reinterpret_cast<uint64_t>(s); }
+  // The client checked what the server could refuse (a copy into memory it holds): a one-way
+  // call so marked does not make this thread's next synchronize wait to hear how it went.
+  void checked() { checked_ = true; }
   // Sends the call. Returns the call's CUresult (for one-way calls, CUDA_SUCCESS once queued), or
   // an error deferred from an earlier one-way call on this thread, or a connection error.
   CUresult invoke();
@@ -68,6 +74,8 @@ class Call {
  private:
   uint16_t op_;
   CallKind kind_;
+  uint64_t stream_ = ~uint64_t{0};  // device_work::kAnyStream
+  bool checked_ = false;
   std::vector<uint8_t> args_buf_;
   Writer args_{&args_buf_};
   const void* attach_ = nullptr;

@@ -16,6 +16,7 @@
 #include "client/call.h"
 #include "client/host_memory.h"
 #include "client/contexts.h"
+#include "client/device_work.h"
 #include "client/stats.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -226,6 +227,8 @@ CUresult Call::invoke() {
   Connection* conn = g_conn;
   if (!conn) return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
   if (kind_ == kOneWay && batching()) {
+    device_work::note(op_, stream_);
+    if (!checked_) device_work::unanswered();
     if (mapped::active()) mapped::push(thread_id(), op_);
     if (!conn->send_oneway(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_))
       return CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -239,6 +242,7 @@ CUresult Call::invoke() {
 CUresult Call::submit() {
   Connection* conn = g_conn;
   if (!conn) return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
+  device_work::note(op_, stream_);
   if (mapped::active()) mapped::push(thread_id(), op_);
   slot_.sink = sink_;
   slot_.sink_prefix = sink_ ? sizeof(proto::ReplyPrefix) + sink_prefix_ : 0;
@@ -254,6 +258,7 @@ CUresult Call::finish() {
   std::chrono::steady_clock::time_point t0;
   if (counting) t0 = std::chrono::steady_clock::now();
   bool ok = conn->wait(id_, &slot_);
+  device_work::answered();  // the reply brings this thread's deferred errors
   if (counting) {
     auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
     count_call(op_, true, static_cast<uint64_t>(us));

@@ -691,6 +691,8 @@ def emit_client_stub(f: Func) -> list[str]:
         elif p.kind == "scalar":
             b.append(f"  c.args().put<{p.ctype}>({n});")
         elif p.kind == "handle_in":
+            if p.ctype == "CUstream":  # where the call queues work (client/device_work.h)
+                b.append(f"  c.on_stream({n});")
             b.append(f"  c.args().put_u64(rgpu::client::handle_id({n}));")
         elif p.kind in ("struct_in", "inout"):
             b.append(f"  c.args().put_u8({n} != nullptr);")

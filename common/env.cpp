@@ -31,6 +31,8 @@ void read_all() {
   long long chunk = std::atoll(str("RGPU_BULK_CHUNK", "0").c_str());
   if (chunk > 0) s.bulk_chunk = static_cast<size_t>(std::clamp(chunk, 64ll << 10, 32ll << 20));
   s.oneway_loads = str("RGPU_ONEWAY_LOADS", "1") != "0";
+  s.oneway_sync = str("RGPU_ONEWAY_SYNC", "1") != "0";
+  s.alloc_ahead = str("RGPU_ALLOC_AHEAD", "1") != "0";
   s.tools_stream = str("RGPU_TOOLS_STREAM", "1") != "0";
   s.image_layouts = str("RGPU_IMAGE_LAYOUTS", "1") != "0";
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {

@@ -35,6 +35,11 @@ struct Settings {
   int connect_timeout_s = 10;
   size_t bulk_chunk = 1u << 20;
   bool oneway_loads = true;
+  // RGPU_ONEWAY_SYNC=0: every synchronize waits, even after only copies to the device
+  // (client/device_work.h).
+  bool oneway_sync = true;
+  // RGPU_ALLOC_AHEAD=0: every cuMemAlloc asks the server (client/device_memory.h).
+  bool alloc_ahead = true;
   bool tools_stream = true;
   // RGPU_IMAGE_LAYOUTS=0: kernel parameter layouts are asked from the server instead of read from
   // the images (debugging a launch; tests of the asking path).

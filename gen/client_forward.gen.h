@@ -47,6 +47,8 @@ CUresult CUDAAPI rgpu_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache c
 CUresult CUDAAPI rgpu_fwd_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib);
 CUresult CUDAAPI rgpu_fwd_cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 CUresult CUDAAPI rgpu_fwd_cuLibraryUnload(CUlibrary library);
+CUresult CUDAAPI rgpu_fwd_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+CUresult CUDAAPI rgpu_fwd_cuMemFree_v2(CUdeviceptr dptr);
 CUresult CUDAAPI rgpu_fwd_cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 CUresult CUDAAPI rgpu_fwd_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location);
 CUresult CUDAAPI rgpu_fwd_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);

@@ -844,6 +844,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream h
   rgpu::client::trace_call("cuEventRecord");
   rgpu::client::Call c(rgpu::op::cuEventRecord, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -852,6 +853,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, C
   rgpu::client::trace_call("cuEventRecordWithFlags");
   rgpu::client::Call c(rgpu::op::cuEventRecordWithFlags, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<unsigned int>(flags);
   return c.invoke();
@@ -861,6 +863,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEve
   rgpu::client::trace_call("cuEventRecordWithFlags_ptsz");
   rgpu::client::Call c(rgpu::op::cuEventRecordWithFlags_ptsz, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<unsigned int>(flags);
   return c.invoke();
@@ -870,6 +873,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstr
   rgpu::client::trace_call("cuEventRecord_ptsz");
   rgpu::client::Call c(rgpu::op::cuEventRecord_ptsz, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -1286,6 +1290,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphLaunch(CUgraphExec hGraph, CUstream 
   rgpu::client::trace_call("cuGraphLaunch");
   rgpu::client::Call c(rgpu::op::cuGraphLaunch, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -1294,6 +1299,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, 
   rgpu::client::trace_call("cuGraphLaunch_ptsz");
   rgpu::client::Call c(rgpu::op::cuGraphLaunch_ptsz, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -1401,6 +1407,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraph, CUstre
   rgpu::client::trace_call("cuGraphUpload");
   rgpu::client::Call c(rgpu::op::cuGraphUpload, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -1409,6 +1416,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExe
   rgpu::client::trace_call("cuGraphUpload_ptsz");
   rgpu::client::Call c(rgpu::op::cuGraphUpload_ptsz, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -1675,6 +1683,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid
   c.args().put_u64(rgpu::client::handle_id(f));
   c.args().put<int>(grid_width);
   c.args().put<int>(grid_height);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -1830,6 +1839,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_
   rgpu::client::Call c(rgpu::op::cuMemAllocAsync, rgpu::client::kWaits);
   c.args().put_u8(dptr != nullptr);
   c.args().put<size_t>(bytesize);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
@@ -1843,6 +1853,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, 
   rgpu::client::Call c(rgpu::op::cuMemAllocAsync_ptsz, rgpu::client::kWaits);
   c.args().put_u8(dptr != nullptr);
   c.args().put<size_t>(bytesize);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
@@ -1857,6 +1868,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dpt
   c.args().put_u8(dptr != nullptr);
   c.args().put<size_t>(bytesize);
   c.args().put_u64(rgpu::client::handle_id(pool));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
@@ -1871,6 +1883,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr
   c.args().put_u8(dptr != nullptr);
   c.args().put<size_t>(bytesize);
   c.args().put_u64(rgpu::client::handle_id(pool));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
@@ -1911,7 +1924,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, si
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   rgpu::client::trace_call("cuMemAlloc_v2");
   rgpu::client::Call c(rgpu::op::cuMemAlloc_v2, rgpu::client::kWaits);
   c.args().put_u8(dptr != nullptr);
@@ -1946,6 +1959,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstrea
   rgpu::client::trace_call("cuMemFreeAsync");
   rgpu::client::Call c(rgpu::op::cuMemFreeAsync, rgpu::client::kWaits);
   c.args().put<CUdeviceptr>(dptr);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -1954,11 +1968,12 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CU
   rgpu::client::trace_call("cuMemFreeAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemFreeAsync_ptsz, rgpu::client::kWaits);
   c.args().put<CUdeviceptr>(dptr);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemFree_v2(CUdeviceptr dptr) {
   rgpu::client::trace_call("cuMemFree_v2");
   rgpu::client::Call c(rgpu::op::cuMemFree_v2, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dptr);
@@ -2159,6 +2174,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, s
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUdevice>(rgpu::client::server_device(dstDevice));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2169,6 +2185,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devP
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUdevice>(rgpu::client::server_device(dstDevice));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2180,6 +2197,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr
   c.args().put<size_t>(count);
   c.args().put<CUmemLocation>(location);
   c.args().put<unsigned int>(flags);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2191,6 +2209,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr d
   c.args().put<size_t>(count);
   c.args().put<CUmemLocation>(location);
   c.args().put<unsigned int>(flags);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2399,6 +2418,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevi
   c.args().put<CUdeviceptr_v1>(dstDevice);
   c.args().put<CUdeviceptr_v1>(srcDevice);
   c.args().put<unsigned int>(ByteCount);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2409,6 +2429,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevi
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<CUdeviceptr>(srcDevice);
   c.args().put<size_t>(ByteCount);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2419,6 +2440,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr ds
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<CUdeviceptr>(srcDevice);
   c.args().put<size_t>(ByteCount);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2472,6 +2494,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice,
   c.args().put<CUdeviceptr>(srcDevice);
   c.args().put_u64(rgpu::client::handle_id(srcContext));
   c.args().put<size_t>(ByteCount);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2484,6 +2507,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDe
   c.args().put<CUdeviceptr>(srcDevice);
   c.args().put_u64(rgpu::client::handle_id(srcContext));
   c.args().put<size_t>(ByteCount);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2514,6 +2538,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, 
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned short>(us);
   c.args().put<size_t>(N);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2524,6 +2549,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDev
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned short>(us);
   c.args().put<size_t>(N);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2565,6 +2591,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice
   c.args().put<unsigned short>(us);
   c.args().put<size_t>(Width);
   c.args().put<size_t>(Height);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2577,6 +2604,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr dstD
   c.args().put<unsigned short>(us);
   c.args().put<size_t>(Width);
   c.args().put<size_t>(Height);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2622,6 +2650,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice
   c.args().put<unsigned int>(ui);
   c.args().put<size_t>(Width);
   c.args().put<size_t>(Height);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2634,6 +2663,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstD
   c.args().put<unsigned int>(ui);
   c.args().put<size_t>(Width);
   c.args().put<size_t>(Height);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2679,6 +2709,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice,
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(Width);
   c.args().put<size_t>(Height);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2691,6 +2722,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr dstDe
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(Width);
   c.args().put<size_t>(Height);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2732,6 +2764,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, 
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned int>(ui);
   c.args().put<size_t>(N);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2742,6 +2775,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDev
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned int>(ui);
   c.args().put<size_t>(N);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2779,6 +2813,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, u
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(N);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -2789,6 +2824,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevi
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(N);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3100,6 +3136,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuSignalExternalSemaphoresAsync_ptsz(con
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags) {
   rgpu::client::trace_call("cuStreamAttachMemAsync");
   rgpu::client::Call c(rgpu::op::cuStreamAttachMemAsync, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<CUdeviceptr>(dptr);
   c.args().put<size_t>(length);
@@ -3110,6 +3147,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags) {
   rgpu::client::trace_call("cuStreamAttachMemAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamAttachMemAsync_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<CUdeviceptr>(dptr);
   c.args().put<size_t>(length);
@@ -3128,6 +3166,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream /*st
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream) {
   rgpu::client::trace_call("cuStreamBeginCapture");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3135,6 +3174,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamBeginCapture_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3142,6 +3182,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_ptsz(CUstream hStream)
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   rgpu::client::trace_call("cuStreamBeginCapture_v2");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_v2, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<CUstreamCaptureMode>(mode);
   return c.invoke();
@@ -3150,6 +3191,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2(CUstream hStream, C
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   rgpu::client::trace_call("cuStreamBeginCapture_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_v2_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<CUstreamCaptureMode>(mode);
   return c.invoke();
@@ -3158,7 +3200,9 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2_ptsz(CUstream hStre
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes(CUstream dstStream, CUstream srcStream) {
   rgpu::client::trace_call("cuStreamCopyAttributes");
   rgpu::client::Call c(rgpu::op::cuStreamCopyAttributes, rgpu::client::kWaits);
+  c.on_stream(dstStream);
   c.args().put_u64(rgpu::client::handle_id(dstStream));
+  c.on_stream(srcStream);
   c.args().put_u64(rgpu::client::handle_id(srcStream));
   return c.invoke();
 }
@@ -3166,7 +3210,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes(CUstream dstStrea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src) {
   rgpu::client::trace_call("cuStreamCopyAttributes_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamCopyAttributes_ptsz, rgpu::client::kWaits);
+  c.on_stream(dst);
   c.args().put_u64(rgpu::client::handle_id(dst));
+  c.on_stream(src);
   c.args().put_u64(rgpu::client::handle_id(src));
   return c.invoke();
 }
@@ -3201,6 +3247,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phS
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   rgpu::client::trace_call("cuStreamDestroy");
   rgpu::client::Call c(rgpu::op::cuStreamDestroy, rgpu::client::kOneWay);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3208,6 +3255,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
   rgpu::client::trace_call("cuStreamDestroy_v2");
   rgpu::client::Call c(rgpu::op::cuStreamDestroy_v2, rgpu::client::kOneWay);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3215,6 +3263,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
   rgpu::client::trace_call("cuStreamEndCapture");
   rgpu::client::Call c(rgpu::op::cuStreamEndCapture, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(phGraph != nullptr);
   CUresult rc = c.invoke();
@@ -3227,6 +3276,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture(CUstream hStream, CUgrap
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
   rgpu::client::trace_call("cuStreamEndCapture_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamEndCapture_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(phGraph != nullptr);
   CUresult rc = c.invoke();
@@ -3239,6 +3289,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture_ptsz(CUstream hStream, C
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
   rgpu::client::trace_call("cuStreamGetCaptureInfo");
   rgpu::client::Call c(rgpu::op::cuStreamGetCaptureInfo, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(captureStatus_out != nullptr);
   c.args().put_u8(id_out != nullptr);
@@ -3253,6 +3304,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo(CUstream hStream, CU
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
   rgpu::client::trace_call("cuStreamGetCaptureInfo_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetCaptureInfo_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(captureStatus_out != nullptr);
   c.args().put_u8(id_out != nullptr);
@@ -3267,6 +3319,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo_ptsz(CUstream hStrea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
   rgpu::client::trace_call("cuStreamGetCtx");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(pctx != nullptr);
   CUresult rc = c.invoke();
@@ -3279,6 +3332,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUconte
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
   rgpu::client::trace_call("cuStreamGetCtx_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(pctx != nullptr);
   CUresult rc = c.invoke();
@@ -3291,6 +3345,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
   rgpu::client::trace_call("cuStreamGetCtx_v2");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx_v2, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(pCtx != nullptr);
   c.args().put_u8(pGreenCtx != nullptr);
@@ -3305,6 +3360,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUco
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
   rgpu::client::trace_call("cuStreamGetCtx_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx_v2_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(pCtx != nullptr);
   c.args().put_u8(pGreenCtx != nullptr);
@@ -3319,6 +3375,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUdevice *device) {
   rgpu::client::trace_call("cuStreamGetDevice");
   rgpu::client::Call c(rgpu::op::cuStreamGetDevice, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(device != nullptr);
   CUresult rc = c.invoke();
@@ -3331,6 +3388,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUde
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device) {
   rgpu::client::trace_call("cuStreamGetDevice_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetDevice_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(device != nullptr);
   CUresult rc = c.invoke();
@@ -3343,6 +3401,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags) {
   rgpu::client::trace_call("cuStreamGetFlags");
   rgpu::client::Call c(rgpu::op::cuStreamGetFlags, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(flags != nullptr);
   CUresult rc = c.invoke();
@@ -3355,6 +3414,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsig
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags) {
   rgpu::client::trace_call("cuStreamGetFlags_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetFlags_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(flags != nullptr);
   CUresult rc = c.invoke();
@@ -3367,6 +3427,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx) {
   rgpu::client::trace_call("cuStreamGetGreenCtx");
   rgpu::client::Call c(rgpu::op::cuStreamGetGreenCtx, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(phCtx != nullptr);
   CUresult rc = c.invoke();
@@ -3379,6 +3440,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetGreenCtx(CUstream hStream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId) {
   rgpu::client::trace_call("cuStreamGetId");
   rgpu::client::Call c(rgpu::op::cuStreamGetId, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(streamId != nullptr);
   CUresult rc = c.invoke();
@@ -3391,6 +3453,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId) {
   rgpu::client::trace_call("cuStreamGetId_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetId_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(streamId != nullptr);
   CUresult rc = c.invoke();
@@ -3403,6 +3466,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, uns
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority) {
   rgpu::client::trace_call("cuStreamGetPriority");
   rgpu::client::Call c(rgpu::op::cuStreamGetPriority, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(priority != nullptr);
   CUresult rc = c.invoke();
@@ -3415,6 +3479,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, in
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int *priority) {
   rgpu::client::trace_call("cuStreamGetPriority_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetPriority_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(priority != nullptr);
   CUresult rc = c.invoke();
@@ -3427,6 +3492,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStrea
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
   rgpu::client::trace_call("cuStreamIsCapturing");
   rgpu::client::Call c(rgpu::op::cuStreamIsCapturing, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(captureStatus != nullptr);
   CUresult rc = c.invoke();
@@ -3439,6 +3505,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing(CUstream hStream, CUstr
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
   rgpu::client::trace_call("cuStreamIsCapturing_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamIsCapturing_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(captureStatus != nullptr);
   CUresult rc = c.invoke();
@@ -3451,6 +3518,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, 
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery(CUstream hStream) {
   rgpu::client::trace_call("cuStreamQuery");
   rgpu::client::Call c(rgpu::op::cuStreamQuery, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3458,6 +3526,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamQuery_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamQuery_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3465,6 +3534,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery_ptsz(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize(CUstream hStream) {
   rgpu::client::trace_call("cuStreamSynchronize");
   rgpu::client::Call c(rgpu::op::cuStreamSynchronize, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3472,6 +3542,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamSynchronize_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamSynchronize_ptsz, rgpu::client::kWaits);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -3479,6 +3550,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize_ptsz(CUstream hStream) 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   rgpu::client::trace_call("cuStreamWaitEvent");
   rgpu::client::Call c(rgpu::op::cuStreamWaitEvent, rgpu::client::kOneWay);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   c.args().put<unsigned int>(Flags);
@@ -3488,6 +3560,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUev
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   rgpu::client::trace_call("cuStreamWaitEvent_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitEvent_ptsz, rgpu::client::kOneWay);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   c.args().put<unsigned int>(Flags);
@@ -3497,6 +3570,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue32");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue32, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint32_t>(value);
@@ -3507,6 +3581,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUd
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue32_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue32_ptsz, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint32_t>(value);
@@ -3517,6 +3592,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue32_v2");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue32_v2, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint32_t>(value);
@@ -3527,6 +3603,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue32_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue32_v2_ptsz, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint32_t>(value);
@@ -3537,6 +3614,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream str
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue64");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue64, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint64_t>(value);
@@ -3547,6 +3625,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUd
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue64_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue64_ptsz, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint64_t>(value);
@@ -3557,6 +3636,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue64_v2");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue64_v2, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint64_t>(value);
@@ -3567,6 +3647,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue64_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue64_v2_ptsz, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint64_t>(value);
@@ -3577,6 +3658,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream str
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue32");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue32, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint32_t>(value);
@@ -3587,6 +3669,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue32_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue32_ptsz, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint32_t>(value);
@@ -3597,6 +3680,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream strea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue32_v2");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue32_v2, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint32_t>(value);
@@ -3607,6 +3691,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue32_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue32_v2_ptsz, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint32_t>(value);
@@ -3617,6 +3702,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream st
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue64");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue64, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint64_t>(value);
@@ -3627,6 +3713,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue64_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue64_ptsz, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint64_t>(value);
@@ -3637,6 +3724,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream strea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue64_v2");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue64_v2, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint64_t>(value);
@@ -3647,6 +3735,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue64_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue64_v2_ptsz, rgpu::client::kWaits);
+  c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
   c.args().put<cuuint64_t>(value);

@@ -197,6 +197,12 @@ enum Op : uint16_t {
   // Reply: CUresult; on success u32 count, count × (i32 the driver's result, i32 clusters) for
   // cluster widths first, first+1, ...
   kOpClusterOccupancyTable = 44,
+  // cuMemAlloc_v2 and allocations ahead of the program's asking (client/device_memory.h).
+  // Request: u64 size, u32 extra (≤ kMaxAllocAhead, and extra × size ≤ kMaxAllocAheadBytes).
+  // Reply: CUresult (cuMemAlloc_v2's for the first allocation); on success u64 address, u32 n,
+  // n × u64 addresses of further allocations of the same size in the current context (n ≤ extra:
+  // the server stops at the first that fails).
+  kOpAllocAhead = 45,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
@@ -214,6 +220,9 @@ inline constexpr uint32_t kMaxParamLayout = 4096;
 inline constexpr uint32_t kMaxFuncAttributes = 64;
 // kOpClusterOccupancyTable answers at most this many cluster widths.
 inline constexpr uint32_t kMaxClusterTable = 64;
+// kOpAllocAhead makes at most this many further allocations, of at most this many bytes in all.
+inline constexpr uint32_t kMaxAllocAhead = 32;
+inline constexpr uint64_t kMaxAllocAheadBytes = 256ull << 20;
 inline constexpr uint32_t kNvmlMaxString = 4096;
 
 // Every reply payload begins with this. deferred_result is 0 (CUDA_SUCCESS) when no one-way call

@@ -221,6 +221,7 @@ CUresult launch(uint16_t op, const char* name, CUfunction f, unsigned gx, unsign
   rgpu::client::trace_call(name);
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   Call c(op, rgpu::client::kOneWay);
+  c.on_stream(s);
   put_dims(c.args(), f, gx, gy, gz, bx, by, bz, shmem, s);
   CUresult rc = put_args(c.args(), f, kernelParams, extra);
   return rc == CUDA_SUCCESS ? c.invoke() : rc;
@@ -233,6 +234,7 @@ CUresult launch_ex(uint16_t op, const char* name, const CUlaunchConfig* config, 
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
   Call c(op, rgpu::client::kOneWay);
+  c.on_stream(config->hStream);
   put_dims(c.args(), f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
            config->blockDimZ, config->sharedMemBytes, config->hStream);
   c.args().put_u32(config->numAttrs);

@@ -31,12 +31,14 @@
 #include <cstring>
 
 #include "client/call.h"
+#include "client/device_memory.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "client/host_memory.h"
 #include "client/mapped_memory.h"
 #include "client/runtime.h"
 #include "client/stream_capture.h"
+#include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
@@ -59,11 +61,15 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
     rgpu::client::wait_host_callbacks();  // a callback ahead may still write the source
   if (n && rgpu::client::mapped::active() && rgpu::client::mapped::contains(src, n))
     return rgpu::client::mapped::copy(op, async, dst, src, n, async ? handle_id(stream) : 0);
+  // Into memory this process allocated and holds: nothing the server could refuse, so a
+  // synchronize after it need not wait to hear (client/device_work.h).
+  const bool checked = rgpu::client::device_memory::contains(dst, n);
   size_t off = 0;
   do {
     size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
     bool last = off + len == n;
     Call c(op, (last && !async) ? rgpu::client::kWaits : rgpu::client::kOneWay);
+    if (checked) c.checked();
     c.args().put<uint64_t>(dst + off);
     if (async) c.args().put_u64(handle_id(stream));
     c.args().put_u64(len);
@@ -138,6 +144,7 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
         g_async[id] = AsyncCopy{static_cast<uint8_t*>(dst) + off, len};
       }
       Call c(op, rgpu::client::kOneWay);
+      c.on_stream(stream);
       c.args().put<uint64_t>(src + off);
       c.args().put_u64(handle_id(stream));
       c.args().put_u64(len);
@@ -308,6 +315,15 @@ RGPU_EXPORT CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr_v1 dst, const void* s
 }
 RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr_v1 src, unsigned int n, CUstream s) {
   return cuMemcpyDtoHAsync_v2(dst, src, n, s);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  return rgpu::client::device_memory::allocate(dptr, bytesize);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  rgpu::client::device_memory::forget(dptr);
+  return rgpu_fwd_cuMemFree_v2(dptr);
 }
 
 }  // extern "C"

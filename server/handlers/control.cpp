@@ -139,6 +139,26 @@ void func_attributes(Dispatch& d) {
   }
 }
 
+void alloc_ahead(Dispatch& d) {
+  uint64_t size = d.args.u64();
+  uint32_t extra = d.args.u32();
+  if (!d.args.ok()) return;
+  if (size == 0 || extra > proto::kMaxAllocAhead || (extra && size > proto::kMaxAllocAheadBytes / extra))
+    return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  if (!d.drv.cuMemAlloc_v2) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  CUdeviceptr first = 0;
+  if (CUresult rc = d.drv.cuMemAlloc_v2(&first, size)) return d.reply.put<int32_t>(rc);
+  std::vector<CUdeviceptr> more;
+  for (uint32_t i = 0; i < extra; ++i) {
+    CUdeviceptr p = 0;
+    if (d.drv.cuMemAlloc_v2(&p, size) != CUDA_SUCCESS) break;  // fewer ahead; the first stands
+    more.push_back(p);
+  }
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  d.reply.put_u64(first);
+  d.reply.put_u32(static_cast<uint32_t>(more.size()));
+  for (CUdeviceptr p : more) d.reply.put_u64(p);
+}
 
 Handler control_handler(uint16_t op) {
   switch (op) {
@@ -149,6 +169,7 @@ Handler control_handler(uint16_t op) {
     case proto::kOpParamLayout: return param_layout;
     case proto::kOpFuncAttributes: return func_attributes;
     case proto::kOpClusterOccupancyTable: return cluster_occupancy_table;
+    case proto::kOpAllocAhead: return alloc_ahead;
     default: return nullptr;
   }
 }

@@ -15,6 +15,8 @@ void module_by_hash(Dispatch& d);
 void param_layout(Dispatch& d);
 // kOpFuncAttributes: every attribute of a kernel or function, all at once.
 void func_attributes(Dispatch& d);
+// kOpAllocAhead: cuMemAlloc_v2 and further allocations of the same size (client/device_memory.h).
+void alloc_ahead(Dispatch& d);
 // kOpClusterOccupancyTable: cluster occupancy for a run of cluster widths (library.cpp).
 void cluster_occupancy_table(Dispatch& d);
 // kOpToolsContextObject, kOpModuleFunctions: export-table slots run on the driver's own tables

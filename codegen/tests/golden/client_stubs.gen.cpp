@@ -91,6 +91,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream h
   rgpu::client::trace_call("cuEventRecord");
   rgpu::client::Call c(rgpu::op::cuEventRecord, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }
@@ -220,6 +221,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsig
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   rgpu::client::trace_call("cuStreamDestroy");
   rgpu::client::Call c(rgpu::op::cuStreamDestroy, rgpu::client::kOneWay);
+  c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
 }

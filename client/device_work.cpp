@@ -1,0 +1,128 @@
+// Implementation of client/device_work.h.
+#include "client/device_work.h"
+
+#include <array>
+#include <bitset>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+
+#include <cuda.h>
+
+#include "client/mapped_memory.h"
+#include "gen/ops.gen.h"
+#include "protocol/messages.h"
+
+namespace rgpu::client::device_work {
+namespace {
+
+// Entry points, by name prefix, whose work nothing on the host can observe before a later call:
+// copies into device memory and memsets (their sources were copied before the call returned),
+// allocation, loading, creating and destroying objects, attributes and queries; and waiting itself.
+constexpr const char* kInvisiblePrefixes[] = {
+    "cuMemcpyHtoD", "cuMemsetD", "cuMemAlloc", "cuMemFree", "cuMemGetInfo", "cuMemGetAddressRange",
+    "cuPointerGetAttribute", "cuEventCreate", "cuEventDestroy", "cuEventRecord", "cuStreamCreate",
+    "cuStreamDestroy", "cuStreamGet", "cuLibraryLoad", "cuLibraryGet", "cuLibraryUnload", "cuKernelGet",
+    "cuKernelSetAttribute", "cuKernelSetCacheConfig", "cuModuleLoad", "cuModuleGet", "cuModuleUnload",
+    "cuFuncGet", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuFuncSetSharedMemConfig", "cuOccupancy",
+    "cuDeviceGet", "cuDevicePrimaryCtx", "cuCtxGet", "cuCtxSetCurrent",
+    "cuCtxPushCurrent", "cuCtxPopCurrent", "cuCtxSetLimit", "cuDriverGetVersion", "cuGetErrorName",
+    "cuGetErrorString", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuStreamQuery",
+    "cuEventQuery", "cuEventElapsedTime", "cuStreamIsCapturing", "cuThreadExchangeStreamCaptureMode",
+};
+
+// Entry points, by exact name, that leave nothing behind: the synchronous copies to the host
+// return once their data is there.
+constexpr const char* kInvisibleNames[] = {"cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds"};
+
+// Control ops (protocol/messages.h) that only load, name or ask.
+constexpr uint16_t kInvisibleControl[] = {
+    proto::kOpSnapshot,           proto::kOpModuleByHash,   proto::kOpToolsContextObject,
+    proto::kOpModuleFunctions,    proto::kOpExportTableInfo, proto::kOpSessions,
+    proto::kOpParamLayout,        proto::kOpFuncAttributes, proto::kOpClusterOccupancyTable,
+    proto::kOpAllocAhead,
+};
+
+struct Tables {
+  std::bitset<op::kLast + 1> invisible;
+  std::bitset<op::kLast + 1> per_thread;  // the _ptsz/_ptds forms: stream 0 is this thread's own
+};
+
+Tables build_tables() {
+  Tables t;
+  for (uint16_t c : kInvisibleControl) t.invisible.set(c);
+  for (uint16_t o = op::kFirst; o <= op::kLast; ++o) {
+    const char* n = op::name(o);
+    if (!n) continue;
+    for (const char* p : kInvisiblePrefixes)
+      if (std::strncmp(n, p, std::strlen(p)) == 0) t.invisible.set(o);
+    for (const char* p : kInvisibleNames)
+      if (std::strcmp(n, p) == 0) t.invisible.set(o);
+    size_t len = std::strlen(n);
+    if (len > 5 && (std::strcmp(n + len - 5, "_ptsz") == 0 || std::strcmp(n + len - 5, "_ptds") == 0))
+      t.per_thread.set(o);
+  }
+  return t;
+}
+
+const Tables& tables() {
+  static const Tables t = build_tables();
+  return t;
+}
+
+// The key a stream is kept under. The legacy default stream has two names (0 and
+// CU_STREAM_LEGACY); a per-thread default stream is not told apart from other threads' and so
+// counts as "any stream" (only a context synchronize clears it).
+uint64_t stream_key(uint16_t o, uint64_t stream) {
+  if (stream == reinterpret_cast<uint64_t>(CU_STREAM_PER_THREAD)) return kAnyStream;
+  if (stream == 0 && o <= op::kLast && tables().per_thread.test(o)) return kAnyStream;
+  if (stream == reinterpret_cast<uint64_t>(CU_STREAM_LEGACY)) return 0;
+  return stream;
+}
+
+thread_local bool t_unanswered = false;  // this thread: a one-way call not yet answered for
+
+std::mutex g_mu;
+bool g_any_busy = false;                 // some call named no stream
+std::unordered_set<uint64_t> g_busy;     // streams with work a synchronize must wait for
+
+}  // namespace
+
+bool invisible(uint16_t o) { return o <= op::kLast && tables().invisible.test(o); }
+
+void note(uint16_t o, uint64_t stream) {
+  if (invisible(o)) return;
+  stream = stream_key(o, stream);
+  std::lock_guard lk(g_mu);
+  if (stream == kAnyStream)
+    g_any_busy = true;
+  else
+    g_busy.insert(stream);
+}
+
+void unanswered() { t_unanswered = true; }
+void answered() { t_unanswered = false; }
+
+bool must_wait(uint64_t /*stream*/) {
+  if (t_unanswered) return true;
+  // Mapped and managed memory are host memory the GPU writes: the program may look at it right
+  // after any synchronize.
+  if (mapped::active()) return true;
+  std::lock_guard lk(g_mu);
+  // Any busy stream at all: streams can depend on each other (the legacy default stream, events),
+  // so a synchronize of one stream may wait for work queued on another.
+  return g_any_busy || !g_busy.empty();
+}
+
+void synced(uint16_t o, uint64_t stream) {
+  std::lock_guard lk(g_mu);
+  if (stream == kAnyStream) {
+    g_any_busy = false;
+    g_busy.clear();
+    return;
+  }
+  stream = stream_key(o, stream);
+  if (stream != kAnyStream) g_busy.erase(stream);
+}
+
+}  // namespace rgpu::client::device_work
