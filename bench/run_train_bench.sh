@@ -43,10 +43,13 @@ for m in $MODELS; do
       sleep 0.3
       target=127.0.0.1:$pport
     fi
-    # Twice: the first run fills the server's module cache (cold), the second finds it warm.
+    # Twice: the first run fills the server's module cache and the client's answer cache
+    # (client/answer_store.h; cold), the second finds them warm.
     for run in cold warm; do
       [ "$run" = cold ] && [ "$d" != 0 ] && continue  # cold start measured at 0 ms only
+      [ "$run" = cold ] && rm -f "$OUT/train/answers.txt"
       RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=$target TRITON_LIBCUDA_PATH="$BUILD/lib" \
+        RGPU_ANSWER_CACHE="$OUT/train/answers.txt" \
         RGPU_STATS="$OUT/train/${m}_rgpu_${d}ms_$run.stats.json" \
         "$PY" "$ROOT/bench/train_bench.py" --model $m --steps "$(steps_for $m $d)" --warmup 3 \
         --out "$OUT/train/${m}_rgpu_${d}ms_$run.json" 2>&1 | tail -2

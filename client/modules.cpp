@@ -115,7 +115,13 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
     }
   }
   if (rc != CUDA_SUCCESS) return rc;
-  ModuleRegistry::get().add_module(minted, std::move(img), parsed);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string digest;
+  for (uint8_t b : hash) {
+    digest.push_back(kHex[b >> 4]);
+    digest.push_back(kHex[b & 15]);
+  }
+  ModuleRegistry::get().add_module(minted, std::move(img), parsed, std::move(digest));
   *id = minted;
   return CUDA_SUCCESS;
 }
@@ -125,9 +131,12 @@ ModuleRegistry& ModuleRegistry::get() {
   return *r;
 }
 
-void ModuleRegistry::add_module(uint64_t module_id, image::Image img, bool parsed) {
+void ModuleRegistry::add_module(uint64_t module_id, image::Image img, bool parsed, std::string digest) {
   std::lock_guard<std::mutex> lock(mu_);
-  modules_[module_id] = Module{std::move(img), parsed};
+  // The same image loaded twice (a module and a library, say) is two sets of kernels whose
+  // attributes are set apart: told apart by how many loads of it came before.
+  if (!digest.empty()) digest += "#" + std::to_string(loads_of_digest_[digest]++);
+  modules_[module_id] = Module{std::move(img), parsed, std::move(digest)};
 }
 
 void ModuleRegistry::remove_module(uint64_t module_id) {
@@ -168,6 +177,24 @@ int ModuleRegistry::find_kernel(uint64_t module_id, const std::string& name, ima
 void ModuleRegistry::set_function(uint64_t function_id, const image::Kernel& k) {
   std::lock_guard<std::mutex> lock(mu_);
   functions_[function_id] = std::make_shared<const image::Kernel>(k);
+}
+
+void ModuleRegistry::name_function(uint64_t function_id, uint64_t module_id, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(module_id);
+  if (it != modules_.end() && !it->second.digest.empty()) identities_[function_id] = it->second.digest + ":" + name;
+}
+
+void ModuleRegistry::same_as(uint64_t function_id, uint64_t kernel_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = identities_.find(kernel_id);
+  if (it != identities_.end()) identities_[function_id] = it->second;
+}
+
+std::string ModuleRegistry::identity(uint64_t function_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = identities_.find(function_id);
+  return it == identities_.end() ? std::string() : it->second;
 }
 
 std::shared_ptr<const image::Kernel> ModuleRegistry::function(uint64_t function_id) {

@@ -28,8 +28,8 @@ class ModuleRegistry {
   static ModuleRegistry& get();
 
   // Records a loaded module. `parsed` is false when the image could not be parsed (layouts then
-  // come from the server).
-  void add_module(uint64_t module_id, image::Image img, bool parsed);
+  // come from the server). `digest` names the image across runs (hex SHA-256).
+  void add_module(uint64_t module_id, image::Image img, bool parsed, std::string digest);
   void remove_module(uint64_t module_id);
   // Records `to` as holding the same image as `from` (cuLibraryGetModule). False if from is unknown.
   bool copy_module(uint64_t from, uint64_t to);
@@ -40,6 +40,12 @@ class ModuleRegistry {
   int find_kernel(uint64_t module_id, const std::string& name, image::Kernel* out);
 
   void set_function(uint64_t function_id, const image::Kernel& k);
+  // What names a kernel or function across runs (client/answer_store.h): its module's digest,
+  // which load of that image it is, and its name; "" when unknown. A function from
+  // cuKernelGetFunction is its kernel's.
+  void name_function(uint64_t function_id, uint64_t module_id, const std::string& name);
+  void same_as(uint64_t function_id, uint64_t kernel_id);
+  std::string identity(uint64_t function_id);
   // The layout of a function handle, or nullptr when unknown.
   std::shared_ptr<const image::Kernel> function(uint64_t function_id);
 
@@ -47,10 +53,13 @@ class ModuleRegistry {
   struct Module {
     image::Image img;
     bool parsed;
+    std::string digest;
   };
   std::mutex mu_;
   std::unordered_map<uint64_t, Module> modules_;
   std::unordered_map<uint64_t, std::shared_ptr<const image::Kernel>> functions_;
+  std::unordered_map<uint64_t, std::string> identities_;
+  std::unordered_map<std::string, uint32_t> loads_of_digest_;
 };
 
 }  // namespace rgpu::client

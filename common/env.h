@@ -40,6 +40,9 @@ struct Settings {
   bool oneway_sync = true;
   // RGPU_ALLOC_AHEAD=0: every cuMemAlloc asks the server (client/device_memory.h).
   bool alloc_ahead = true;
+  // RGPU_ANSWER_CACHE: the file of answers kept across runs, "none" for none
+  // (client/answer_store.h); empty: the default file.
+  std::string answer_cache;
   bool tools_stream = true;
   // RGPU_IMAGE_LAYOUTS=0: kernel parameter layouts are asked from the server instead of read from
   // the images (debugging a launch; tests of the asking path).

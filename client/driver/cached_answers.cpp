@@ -19,20 +19,26 @@
 // - cuCtxSetLimit: the limits of the current context. A context destroyed or a primary context
 //   reset: everything.
 // CU_LIMIT_STACK_SIZE is never cached: the driver raises it by itself when a kernel needs more.
+// Answers about a kernel are also kept across runs (client/answer_store.h), keyed by what names
+// the kernel across runs and the attributes the program had set on it (g_identity_sets): a run
+// that sets the same attributes asks none of these questions again.
 // A failed answer is not cached. cuKernelSetAttribute is one-way (codegen/annotations.txt): its
 // error, if any, comes with the next call that waits, as for launches.
 #include <cuda.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
 
+#include "client/answer_store.h"
 #include "client/cached_answers.h"
 #include "client/call.h"
 #include "client/contexts.h"
+#include "client/modules.h"
 #include "client/runtime.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
@@ -63,6 +69,70 @@ auto& g_kernel_sets = *new std::map<std::tuple<uint64_t, int, int>, int>();
 // cuFuncSetAttribute: (function id, attribute) → the last value set, while nothing else was set
 auto& g_func_sets = *new std::map<std::pair<uint64_t, int>, int>();
 
+// Kernel identity (ModuleRegistry::identity) -> the attributes set on it in this process, as
+// "what=value" entries; part of every key kept across runs.
+auto& g_identity_sets = *new std::map<std::string, std::map<std::string, long long>>();
+
+void note_set(uint64_t id, const std::string& what, long long value) {
+  std::string identity = rgpu::client::ModuleRegistry::get().identity(id);
+  if (identity.empty()) return;
+  std::lock_guard lk(mu());
+  g_identity_sets[identity][what] = value;
+}
+
+// "@<server ordinal>" of the current context's device: where a function's attribute set applies.
+std::string current_device_tag() {
+  CUdevice d = -1;
+  if (!rgpu::client::contexts::device_of(rgpu::client::contexts::current(), &d)) return "@?";
+  return "@" + std::to_string(rgpu::client::server_device(d));
+}
+
+std::string hex(const void* p, size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t b = static_cast<const uint8_t*>(p)[i];
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+// The start of the key of a question about kernel/function `id` asked for client device `dev`
+// (-1: the current context's) that holds across runs: GPU, driver, kernel, attributes set. ""
+// when the answer cannot be kept (unknown kernel or device, or the store is off).
+std::string lasting_key(const char* question, uint64_t id, int dev) {
+  std::string identity = rgpu::client::ModuleRegistry::get().identity(id);
+  if (identity.empty() || !rgpu::client::answer_store::enabled()) return "";
+  CUdevice d = dev;
+  if (dev < 0 && !rgpu::client::contexts::device_of(rgpu::client::contexts::current(), &d)) return "";
+  CUdevice server = rgpu::client::server_device(d);
+  const auto& snap = rgpu::client::snapshot();
+  if (server < 0 || static_cast<size_t>(server) >= snap.devices.size()) return "";
+  std::string key = std::string(question) + "|" + hex(snap.devices[static_cast<size_t>(server)].uuid.data(), 16) + "/" +
+                    std::to_string(snap.driver_version) + "|" + identity + "|";
+  std::lock_guard lk(mu());
+  if (auto it = g_identity_sets.find(identity); it != g_identity_sets.end())
+    for (const auto& [what, value] : it->second) key += what + "=" + std::to_string(value) + ",";
+  return key + "|";
+}
+
+// Parses "a<sep>b," pairs (the stored form of a list of answers); false on anything else.
+bool parse_pairs(const std::string& text, char sep, std::vector<std::pair<long long, long long>>* out) {
+  const char* p = text.c_str();
+  while (*p) {
+    char* end = nullptr;
+    long long a = std::strtoll(p, &end, 10);
+    if (end == p || *end != sep) return false;
+    p = end + 1;
+    long long b = std::strtoll(p, &end, 10);
+    if (end == p || *end != ',' || a < INT32_MIN || a > INT32_MAX || b < INT32_MIN || b > INT32_MAX) return false;
+    out->emplace_back(a, b);
+    p = end + 1;
+  }
+  return true;
+}
+
 // Drops the cached attributes and occupancy answers of these kernel/function ids (mu() held).
 // Only theirs: PyTorch sets an attribute on 26 kernels at start-up, and forgetting every answer
 // each time made it ask cuOccupancyMaxActiveClusters 82 times at 30 ms on the H200.
@@ -84,6 +154,14 @@ void forget_attrs_of_locked(const std::vector<uint64_t>& ids) {
 void fetch_all_attributes(uint64_t id, int dev) {
   static std::atomic<bool> unsupported{false};
   if (unsupported.load(std::memory_order_relaxed)) return;
+  const std::string key = lasting_key("attrs", id, dev);
+  std::string stored;
+  std::vector<std::pair<long long, long long>> kept;  // "attribute=value," per answered attribute
+  if (!key.empty() && rgpu::client::answer_store::lookup(key, &stored) && parse_pairs(stored, '=', &kept)) {
+    std::lock_guard lk(mu());
+    for (const auto& [a, v] : kept) g_attrs.try_emplace({id, static_cast<int>(a), dev}, static_cast<int>(v));
+    return;
+  }
   Call c(rgpu::proto::kOpFuncAttributes, rgpu::client::kWaits);
   c.args().put_u64(id);
   c.args().put_u8(dev >= 0 ? 1 : 0);
@@ -100,9 +178,16 @@ void fetch_all_attributes(uint64_t id, int dev) {
     value = c.reply().get<int32_t>();
   }
   if (!c.reply().ok()) return;
-  std::lock_guard lk(mu());
-  for (const auto& [attr, result, value] : got)
-    if (result == CUDA_SUCCESS) g_attrs.try_emplace({id, attr, dev}, value);
+  std::string keep;
+  {
+    std::lock_guard lk(mu());
+    for (const auto& [attr, result, value] : got) {
+      if (result != CUDA_SUCCESS) continue;
+      g_attrs.try_emplace({id, attr, dev}, value);
+      keep += std::to_string(attr) + "=" + std::to_string(value) + ",";
+    }
+  }
+  if (!key.empty()) rgpu::client::answer_store::store(key, keep);
 }
 
 // A kernel and the functions it has handed out.
@@ -183,23 +268,43 @@ bool fetch_cluster_table(CUfunction func, const CUlaunchConfig& config, unsigned
   if (unsupported.load(std::memory_order_relaxed)) return false;
   const auto& dim = config.attrs[cluster_attr].value.clusterDim;
   constexpr uint32_t kWidths = 32;
-  Call c(rgpu::proto::kOpClusterOccupancyTable, rgpu::client::kWaits);
-  put_cluster_query(c.args(), func, config);
   const bool grid_follows = config.gridDimX == dim.x && config.gridDimY == 1 && config.gridDimZ == 1;
-  c.args().put_u32(dim.x);
-  c.args().put_u32(kWidths);
-  c.args().put_u8(grid_follows ? 1 : 0);
-  CUresult rc = c.invoke();
-  if (rc == CUDA_ERROR_NOT_SUPPORTED) unsupported.store(true, std::memory_order_relaxed);
-  if (rc != CUDA_SUCCESS) return false;
-  const uint32_t n = c.reply().u32();
-  if (!c.reply().ok() || n != kWidths) return false;
-  std::vector<std::pair<CUresult, int>> got(n);
-  for (auto& [result, clusters] : got) {
-    result = static_cast<CUresult>(c.reply().get<int32_t>());
-    clusters = c.reply().get<int32_t>();
+  // Kept across runs under the configuration less the stream (a handle of this process).
+  CUlaunchConfig lasting_shape = config;
+  lasting_shape.hStream = nullptr;
+  const std::string shape = cluster_key(lasting_shape);
+  std::string key = lasting_key("clusters", handle_id(func), -1);
+  if (!key.empty()) key += hex(shape.data(), shape.size()) + "|" + std::to_string(dim.x) + "|" + (grid_follows ? "1" : "0");
+  std::vector<std::pair<CUresult, int>> got;
+  std::string stored;
+  std::vector<std::pair<long long, long long>> kept;  // "result:clusters," per width
+  if (!key.empty() && rgpu::client::answer_store::lookup(key, &stored) && parse_pairs(stored, ':', &kept) &&
+      kept.size() == kWidths) {
+    for (const auto& [r, v] : kept) got.emplace_back(static_cast<CUresult>(r), static_cast<int>(v));
+  } else {
+    Call c(rgpu::proto::kOpClusterOccupancyTable, rgpu::client::kWaits);
+    put_cluster_query(c.args(), func, config);
+    c.args().put_u32(dim.x);
+    c.args().put_u32(kWidths);
+    c.args().put_u8(grid_follows ? 1 : 0);
+    CUresult rc = c.invoke();
+    if (rc == CUDA_ERROR_NOT_SUPPORTED) unsupported.store(true, std::memory_order_relaxed);
+    if (rc != CUDA_SUCCESS) return false;
+    const uint32_t count = c.reply().u32();
+    if (!c.reply().ok() || count != kWidths) return false;
+    got.resize(count);
+    for (auto& [result, clusters] : got) {
+      result = static_cast<CUresult>(c.reply().get<int32_t>());
+      clusters = c.reply().get<int32_t>();
+    }
+    if (!c.reply().ok()) return false;
+    if (!key.empty()) {
+      std::string keep;
+      for (const auto& [result, clusters] : got) keep += std::to_string(result) + ":" + std::to_string(clusters) + ",";
+      rgpu::client::answer_store::store(key, keep);
+    }
   }
-  if (!c.reply().ok()) return false;
+  const uint32_t n = static_cast<uint32_t>(got.size());
   std::vector<CUlaunchAttribute> attrs(config.attrs, config.attrs + config.numAttrs);
   CUlaunchConfig asked = config;
   asked.attrs = attrs.data();
@@ -261,6 +366,7 @@ RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, i
     g_kernel_sets[key] = val;
     forget_attrs_of_locked(ids);
   }
+  note_set(handle_id(kernel), "k" + std::to_string(attrib) + "@" + std::to_string(rgpu::client::server_device(dev)), val);
   return rgpu_fwd_cuKernelSetAttribute(attrib, val, kernel, dev);
 }
 
@@ -270,6 +376,7 @@ RGPU_EXPORT CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cach
     std::lock_guard lk(mu());
     forget_attrs_of_locked(ids);
   }
+  note_set(handle_id(kernel), "kc@" + std::to_string(rgpu::client::server_device(dev)), config);
   return rgpu_fwd_cuKernelSetCacheConfig(kernel, config, dev);
 }
 
@@ -285,6 +392,7 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_att
       }
     }
     forget_attrs_and_occupancy();
+    note_set(handle_id(hfunc), "f" + std::to_string(attrib) + current_device_tag(), value);
     std::lock_guard lk(mu());
     g_func_sets[key] = value;
   }
@@ -293,6 +401,7 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_att
 
 RGPU_EXPORT CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
   forget_attrs_and_occupancy();
+  note_set(handle_id(hfunc), "fc" + current_device_tag(), config);
   return rgpu_fwd_cuFuncSetCacheConfig(hfunc, config);
 }
 
@@ -321,8 +430,23 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlag
                                                                                   dynamicSMemSize, flags);
   return cached(g_occupancy, std::make_tuple(handle_id(func), blockSize, dynamicSMemSize, flags), numBlocks,
                 [&](int* v) {
-                  return rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(v, func, blockSize,
-                                                                                       dynamicSMemSize, flags);
+                  std::string key = lasting_key("occupancy", handle_id(func), -1);
+                  std::string stored;
+                  if (!key.empty()) {
+                    key += std::to_string(blockSize) + "|" + std::to_string(dynamicSMemSize) + "|" + std::to_string(flags);
+                    char* end = nullptr;
+                    if (rgpu::client::answer_store::lookup(key, &stored)) {
+                      long long blocks = std::strtoll(stored.c_str(), &end, 10);
+                      if (!stored.empty() && *end == 0 && blocks >= 0 && blocks <= INT32_MAX) {
+                        *v = static_cast<int>(blocks);
+                        return CUDA_SUCCESS;
+                      }
+                    }
+                  }
+                  CUresult rc = rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(v, func, blockSize,
+                                                                                             dynamicSMemSize, flags);
+                  if (rc == CUDA_SUCCESS && !key.empty()) rgpu::client::answer_store::store(key, std::to_string(*v));
+                  return rc;
                 });
 }
 

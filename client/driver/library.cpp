@@ -140,6 +140,7 @@ RGPU_EXPORT CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary lib
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (found == 1) ModuleRegistry::get().set_function(id, k);
+  ModuleRegistry::get().name_function(id, handle_id(library), name);
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_kernels[{handle_id(library), name}] = id;
@@ -217,6 +218,7 @@ RGPU_EXPORT CUresult CUDAAPI cuKernelGetFunction(CUfunction* pFunc, CUkernel ker
   CUresult rc = rgpu_fwd_cuKernelGetFunction(pFunc, kernel);
   if (rc != CUDA_SUCCESS) return rc;
   if (auto k = ModuleRegistry::get().function(handle_id(kernel))) ModuleRegistry::get().set_function(handle_id(*pFunc), *k);
+  ModuleRegistry::get().same_as(handle_id(*pFunc), handle_id(kernel));
   std::lock_guard lk(g_kernel_functions_mu);
   g_kernel_functions[key] = *pFunc;
   return rc;

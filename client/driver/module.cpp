@@ -99,6 +99,7 @@ RGPU_EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction* hfunc, CUmodule hmo
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (found == 1) ModuleRegistry::get().set_function(id, k);
+  ModuleRegistry::get().name_function(id, handle_id(hmod), name);
   *hfunc = handle_from<CUfunction>(id);
   return CUDA_SUCCESS;
 }

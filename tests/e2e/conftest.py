@@ -11,6 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("RGPU_BUILD_DIR", ROOT / "build"))
 IMAGE = os.environ.get("RGPU_TEST_IMAGE", str(BUILD / "tests/kernels/test_kernels.fatbin"))
+# Answers kept across runs (client/answer_store.h) would change what later tests count; the tests
+# that are about them name a file of their own.
+os.environ.setdefault("RGPU_ANSWER_CACHE", "none")
 
 # The start of a Python test script that drives the shim with ctypes (run with SHIM set to
 # build/lib/libcuda.so.1): `cu`, a checker `ok` that exits on the first failed call, and `ctx`,

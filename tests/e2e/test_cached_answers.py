@@ -154,3 +154,44 @@ def test_repeated_questions_cost_one_round_trip_and_stay_right(server, tmp_path)
     assert calls.get("control:44") == 1, calls  # the whole probe of widths 1..20
     assert calls.get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") == 1, calls
     assert calls.get("cuKernelGetFunction") == 1, calls
+
+
+def test_a_second_run_asks_nothing_about_kernels(server, tmp_path):
+    """The same program again, with answers kept in a file (client/answer_store.h): attributes,
+    occupancy and cluster occupancy come from the file, before and after the attribute sets, and
+    the script's own checks of their values still hold."""
+    script = tmp_path / "ask.py"
+    script.write_text(SCRIPT)
+    store = tmp_path / "answers.txt"
+    runs = []
+    for _ in range(2):
+        r = run_client([sys.executable, str(script), IMAGE], server,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "s.json"),
+                                  "RGPU_ANSWER_CACHE": str(store)})
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    # 5, not 6: the kernel's attributes after its set are its function's, already asked this run.
+    assert first.get("control:43") == 5 and first.get("control:44") == 1, first
+    assert first.get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") == 1, first
+    for asked in ("control:43", "control:44", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"):
+        assert asked not in second, second
+    lines = store.read_text().splitlines()
+    assert len(lines) == 7 and all(line.count("\t") == 1 for line in lines), lines
+
+
+def test_answer_file_lines_that_do_not_parse_are_asked_again(server, tmp_path):
+    script = tmp_path / "ask.py"
+    script.write_text(SCRIPT)
+    store = tmp_path / "answers.txt"
+    env = {"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "s.json"), "RGPU_ANSWER_CACHE": str(store)}
+    r = run_client([sys.executable, str(script), IMAGE], server, env_extra=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Every value spoiled (and a line cut short, as by a writer that died): all asked again, right.
+    spoiled = [line.split("\t")[0] + "\tnot-a-number," for line in store.read_text().splitlines()]
+    store.write_text("\n".join(spoiled) + "\nattrs|cut short")
+    r = run_client([sys.executable, str(script), IMAGE], server, env_extra=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = json.loads(r.stdout.strip().splitlines()[-1])
+    assert calls.get("control:43") == 5 and calls.get("control:44") == 1, calls
+
