@@ -12,6 +12,9 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "client/call.h"
+#include "client/contexts.h"
+#include "client/runtime.h"
 #include "common/env.h"
 #include "common/log.h"
 
@@ -110,6 +113,25 @@ void store(const std::string& key, const std::string& value) {
   ssize_t n = write(fd, line.data(), line.size());
   (void)n;
   close(fd);
+}
+
+std::string hex(const void* p, size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t b = static_cast<const uint8_t*>(p)[i];
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+std::string device_tag(CUdevice dev) {
+  if (dev < 0 && !contexts::device_of(contexts::current(), &dev)) return "";
+  CUdevice server = server_device(dev);
+  const auto& snap = snapshot();
+  if (server < 0 || static_cast<size_t>(server) >= snap.devices.size()) return "";
+  return hex(snap.devices[static_cast<size_t>(server)].uuid.data(), 16) + "/" + std::to_string(snap.driver_version);
 }
 
 }  // namespace rgpu::client::answer_store

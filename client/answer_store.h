@@ -12,6 +12,8 @@
 // over.
 #pragma once
 
+#include <cuda.h>
+
 #include <string>
 
 namespace rgpu::client::answer_store {
@@ -25,5 +27,11 @@ bool lookup(const std::string& key, std::string* value);
 // Keeps an answer (in this process at once, in the file with one append). Keys and values hold
 // no tab or newline.
 void store(const std::string& key, const std::string& value);
+
+// What names a device across runs in keys: "<server GPU's UUID in hex>/<driver version>", for a
+// client device ordinal (-1: the current context's device); "" when unknown.
+std::string device_tag(CUdevice dev);
+// The hex form of bytes, for keys.
+std::string hex(const void* p, size_t n);
 
 }  // namespace rgpu::client::answer_store

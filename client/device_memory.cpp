@@ -2,15 +2,19 @@
 #include "client/device_memory.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include "client/answer_store.h"
 #include "client/call.h"
 #include "client/contexts.h"
 #include "client/runtime.h"
 #include "common/env.h"
+#include "common/log.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
 
@@ -26,6 +30,118 @@ std::mutex g_mu;
 std::map<CUdeviceptr, size_t> g_held;                               // base -> size
 std::map<std::pair<CUcontext, size_t>, Ahead> g_ahead;              // (context, size) -> spares
 uint64_t g_ahead_bytes = 0;
+
+// What this run allocated: size -> cuMemAlloc calls (client/device_memory.h "Predicted").
+std::map<size_t, uint32_t> g_asked;
+uint64_t g_calls = 0;
+bool g_predicted = false;  // the first allocation looked for a prediction
+std::string g_program;     // program_key(), from the first allocation ("" when not kept)
+std::map<size_t, uint32_t> g_previous;  // what the last run allocated (the prediction)
+
+// The key of this program's allocations across runs: the device, the executable and its first
+// argument that is not an option (a Python program's script).
+std::string program_key() {
+  std::string device = answer_store::device_tag(-1);
+  if (device.empty() || !answer_store::enabled()) return "";
+  FILE* f = fopen("/proc/self/cmdline", "r");
+  if (!f) return "";
+  std::vector<std::string> argv(1);
+  for (int c; (c = fgetc(f)) != EOF && argv.size() < 64;) {
+    if (c == 0) argv.emplace_back();
+    else argv.back().push_back(static_cast<char>(c));
+  }
+  fclose(f);
+  std::string key = "allocs|" + device + "|" + argv[0];
+  for (size_t i = 1; i < argv.size(); ++i) {
+    if (argv[i].empty() || argv[i][0] == '-') continue;
+    key += " " + argv[i];
+    break;
+  }
+  return key.find_first_of("\t\n") == std::string::npos ? key : "";
+}
+
+// Keeps what this run allocated (g_mu not held). Until the run ends (`whole`) what is kept
+// also holds the last run's counts where they are larger, so a run cut short does not leave a
+// smaller prediction than the run before it.
+void remember_sizes(bool whole) {
+  std::string value, key;
+  {
+    std::lock_guard lk(g_mu);
+    key = g_program;
+    std::map<size_t, uint32_t> counts = g_asked;
+    if (!whole)
+      for (const auto& [size, n] : g_previous) counts[size] = std::max(counts[size], n);
+    for (const auto& [size, n] : counts) value += std::to_string(size) + ":" + std::to_string(n) + ",";
+  }
+  if (!key.empty()) answer_store::store(key, value);
+}
+
+// At the first cuMemAlloc: what the previous run of this program allocated, made now in one round
+// trip (kOpAllocMany) and kept ahead; at most a quarter of the device's memory.
+void predict(CUcontext ctx, size_t first_size) {
+  std::string key = program_key();
+  {
+    std::lock_guard lk(g_mu);
+    g_program = key;
+  }
+  std::string stored;
+  if (key.empty() || !answer_store::lookup(key, &stored)) return;
+  CUdevice dev = 0;
+  if (!contexts::device_of(ctx, &dev)) return;
+  const auto& snap = snapshot();
+  CUdevice server = server_device(dev);
+  if (server < 0 || static_cast<size_t>(server) >= snap.devices.size()) return;
+  const uint64_t budget = std::min<uint64_t>(snap.devices[static_cast<size_t>(server)].total_mem / 4,
+                                             proto::kMaxAllocManyBytes);
+  std::vector<std::pair<uint64_t, uint32_t>> want;
+  uint64_t bytes = 0, count = 0;
+  const char* p = stored.c_str();
+  while (*p && want.size() < proto::kMaxAllocMany) {
+    char* end = nullptr;
+    unsigned long long size = std::strtoull(p, &end, 10);
+    if (end == p || *end != ':') return;
+    p = end + 1;
+    unsigned long long n = std::strtoull(p, &end, 10);
+    if (end == p || *end != ',' || size == 0 || n == 0 || n > proto::kMaxAllocManyCount) return;
+    p = end + 1;
+    {
+      std::lock_guard lk(g_mu);
+      g_previous[size] = static_cast<uint32_t>(n);
+    }
+    if (size == first_size) --n;  // the allocation being asked for now is one of them
+    n = std::min<unsigned long long>(n, (budget - bytes) / size);
+    n = std::min<unsigned long long>(n, proto::kMaxAllocManyCount - count);
+    if (n == 0) continue;
+    want.emplace_back(size, static_cast<uint32_t>(n));
+    bytes += size * n;
+    count += n;
+  }
+  want.emplace_back(first_size, 1);
+  Call c(proto::kOpAllocMany, kWaits);
+  c.args().put_u32(static_cast<uint32_t>(want.size()));
+  for (const auto& [size, n] : want) {
+    c.args().put_u64(size);
+    c.args().put_u32(n);
+  }
+  CUresult rc = c.invoke();
+  log::debug("predicted allocations: %zu sizes, %llu bytes: %d", want.size(), static_cast<unsigned long long>(bytes), rc);
+  if (rc != CUDA_SUCCESS) return;
+  Reader& r = c.reply();
+  uint32_t k = r.u32();
+  if (!r.ok() || k != want.size()) return;
+  std::lock_guard lk(g_mu);
+  for (const auto& [size, asked] : want) {
+    uint32_t n = r.u32();
+    if (!r.ok() || n > asked) return;
+    Ahead& a = g_ahead[{ctx, size}];
+    for (uint32_t i = 0; i < n; ++i) {
+      CUdeviceptr q = r.u64();
+      if (!r.ok()) return;
+      a.spare.push_back(q);
+      g_ahead_bytes += size;
+    }
+  }
+}
 
 void hold_locked(CUdeviceptr p, size_t size) { g_held[p] = size; }
 
@@ -82,6 +198,20 @@ CUresult allocate(CUdeviceptr* dptr, size_t size) {
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   CUcontext ctx = contexts::current();
   uint32_t extra = 0;
+  bool checkpoint = false, first = false;
+  if (ctx && env::get().alloc_ahead) {
+    std::lock_guard lk(g_mu);
+    ++g_asked[size];
+    ++g_calls;
+    checkpoint = (g_calls & (g_calls - 1)) == 0 && g_calls >= 8;  // 8, 16, 32, ...
+    first = !g_predicted;
+    g_predicted = true;
+  }
+  if (first) {
+    predict(ctx, size);
+    std::atexit([] { remember_sizes(true); });
+  }
+  if (checkpoint) remember_sizes(false);
   if (ctx && env::get().alloc_ahead) {
     std::lock_guard lk(g_mu);
     Ahead& a = g_ahead[{ctx, size}];
@@ -98,6 +228,7 @@ CUresult allocate(CUdeviceptr* dptr, size_t size) {
     extra = static_cast<uint32_t>(std::min<uint64_t>({a.next_extra, room / size, proto::kMaxAllocAhead}));
     a.next_extra = std::min<uint32_t>(a.next_extra * 2, proto::kMaxAllocAhead);
   }
+  log::debug("cuMemAlloc(%zu): asking the server, %u ahead", size, extra);
   CUresult rc = ask(ctx, size, extra, dptr);
   if (rc == CUDA_ERROR_OUT_OF_MEMORY && ahead_bytes() > 0) {
     release_ahead();

@@ -9,6 +9,13 @@
 // (1, 2, 4, ... kMaxAllocAhead), and allocations held ahead never pass kAheadBytes in all. They
 // are real allocations: when the server runs out of memory they are freed and the request is
 // asked again, once, without extras. RGPU_ALLOC_AHEAD=0 turns it off.
+//
+// Predicted: the sizes a run allocated (and how many of each) are kept across runs with the
+// answer cache (client/answer_store.h) under the device and the program (executable and its
+// first argument that is not an option, a Python program's script); the next run's first
+// cuMemAlloc makes all of them at once (kOpAllocMany, at most a quarter of the device's memory)
+// and keeps them ahead, so a second run of a training script asks about no allocation until it
+// allocates something the last run did not.
 #pragma once
 
 #include <cuda.h>

@@ -203,6 +203,12 @@ enum Op : uint16_t {
   // n × u64 addresses of further allocations of the same size in the current context (n ≤ extra:
   // the server stops at the first that fails).
   kOpAllocAhead = 45,
+  // Allocations a run is expected to ask for, made at once (client/device_memory.h: what the
+  // previous run of the same program allocated). Request: u32 k (≤ kMaxAllocMany), k × (u64
+  // size, u32 count); at most kMaxAllocManyCount allocations and kMaxAllocManyBytes in all.
+  // Reply: CUresult; on success u32 k, k × (u32 n, n × u64 address): n ≤ count (the server stops
+  // at the first allocation that fails).
+  kOpAllocMany = 46,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
@@ -223,6 +229,10 @@ inline constexpr uint32_t kMaxClusterTable = 64;
 // kOpAllocAhead makes at most this many further allocations, of at most this many bytes in all.
 inline constexpr uint32_t kMaxAllocAhead = 32;
 inline constexpr uint64_t kMaxAllocAheadBytes = 256ull << 20;
+// kOpAllocMany: at most this many sizes, allocations and bytes.
+inline constexpr uint32_t kMaxAllocMany = 1024;
+inline constexpr uint32_t kMaxAllocManyCount = 16384;
+inline constexpr uint64_t kMaxAllocManyBytes = 64ull << 30;
 inline constexpr uint32_t kNvmlMaxString = 4096;
 
 // Every reply payload begins with this. deferred_result is 0 (CUDA_SUCCESS) when no one-way call

@@ -87,30 +87,15 @@ std::string current_device_tag() {
   return "@" + std::to_string(rgpu::client::server_device(d));
 }
 
-std::string hex(const void* p, size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    uint8_t b = static_cast<const uint8_t*>(p)[i];
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
-}
-
 // The start of the key of a question about kernel/function `id` asked for client device `dev`
 // (-1: the current context's) that holds across runs: GPU, driver, kernel, attributes set. ""
 // when the answer cannot be kept (unknown kernel or device, or the store is off).
 std::string lasting_key(const char* question, uint64_t id, int dev) {
   std::string identity = rgpu::client::ModuleRegistry::get().identity(id);
   if (identity.empty() || !rgpu::client::answer_store::enabled()) return "";
-  CUdevice d = dev;
-  if (dev < 0 && !rgpu::client::contexts::device_of(rgpu::client::contexts::current(), &d)) return "";
-  CUdevice server = rgpu::client::server_device(d);
-  const auto& snap = rgpu::client::snapshot();
-  if (server < 0 || static_cast<size_t>(server) >= snap.devices.size()) return "";
-  std::string key = std::string(question) + "|" + hex(snap.devices[static_cast<size_t>(server)].uuid.data(), 16) + "/" +
-                    std::to_string(snap.driver_version) + "|" + identity + "|";
+  std::string device = rgpu::client::answer_store::device_tag(dev);
+  if (device.empty()) return "";
+  std::string key = std::string(question) + "|" + device + "|" + identity + "|";
   std::lock_guard lk(mu());
   if (auto it = g_identity_sets.find(identity); it != g_identity_sets.end())
     for (const auto& [what, value] : it->second) key += what + "=" + std::to_string(value) + ",";
@@ -274,7 +259,7 @@ bool fetch_cluster_table(CUfunction func, const CUlaunchConfig& config, unsigned
   lasting_shape.hStream = nullptr;
   const std::string shape = cluster_key(lasting_shape);
   std::string key = lasting_key("clusters", handle_id(func), -1);
-  if (!key.empty()) key += hex(shape.data(), shape.size()) + "|" + std::to_string(dim.x) + "|" + (grid_follows ? "1" : "0");
+  if (!key.empty()) key += rgpu::client::answer_store::hex(shape.data(), shape.size()) + "|" + std::to_string(dim.x) + "|" + (grid_follows ? "1" : "0");
   std::vector<std::pair<CUresult, int>> got;
   std::string stored;
   std::vector<std::pair<long long, long long>> kept;  // "result:clusters," per width

@@ -160,6 +160,39 @@ void alloc_ahead(Dispatch& d) {
   for (CUdeviceptr p : more) d.reply.put_u64(p);
 }
 
+void alloc_many(Dispatch& d) {
+  uint32_t k = d.args.u32();
+  if (!d.args.ok()) return;
+  if (k > proto::kMaxAllocMany) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  std::vector<std::pair<uint64_t, uint32_t>> want(k);
+  uint64_t count = 0, bytes = 0;
+  for (auto& [size, n] : want) {
+    size = d.args.u64();
+    n = d.args.u32();
+    if (!d.args.ok()) return;
+    if (size == 0 || n > proto::kMaxAllocManyCount || size > proto::kMaxAllocManyBytes)
+      return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    count += n;
+    bytes += size * n;  // no overflow: both factors are capped far below 2^64 / 2^14
+    if (count > proto::kMaxAllocManyCount || bytes > proto::kMaxAllocManyBytes)
+      return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  }
+  if (!d.drv.cuMemAlloc_v2) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  d.reply.put_u32(k);
+  bool failed = false;  // after one failure (out of memory) nothing more is tried
+  for (const auto& [size, n] : want) {
+    std::vector<CUdeviceptr> made;
+    for (uint32_t i = 0; i < n && !failed; ++i) {
+      CUdeviceptr p = 0;
+      failed = d.drv.cuMemAlloc_v2(&p, size) != CUDA_SUCCESS;
+      if (!failed) made.push_back(p);
+    }
+    d.reply.put_u32(static_cast<uint32_t>(made.size()));
+    for (CUdeviceptr p : made) d.reply.put_u64(p);
+  }
+}
+
 Handler control_handler(uint16_t op) {
   switch (op) {
     case proto::kOpModuleByHash: return module_by_hash;
@@ -170,6 +203,7 @@ Handler control_handler(uint16_t op) {
     case proto::kOpFuncAttributes: return func_attributes;
     case proto::kOpClusterOccupancyTable: return cluster_occupancy_table;
     case proto::kOpAllocAhead: return alloc_ahead;
+    case proto::kOpAllocMany: return alloc_many;
     default: return nullptr;
   }
 }

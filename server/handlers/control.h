@@ -17,6 +17,8 @@ void param_layout(Dispatch& d);
 void func_attributes(Dispatch& d);
 // kOpAllocAhead: cuMemAlloc_v2 and further allocations of the same size (client/device_memory.h).
 void alloc_ahead(Dispatch& d);
+// kOpAllocMany: the allocations a run is expected to ask for, at once (client/device_memory.h).
+void alloc_many(Dispatch& d);
 // kOpClusterOccupancyTable: cluster occupancy for a run of cluster widths (library.cpp).
 void cluster_occupancy_table(Dispatch& d);
 // kOpToolsContextObject, kOpModuleFunctions: export-table slots run on the driver's own tables

@@ -70,3 +70,43 @@ def test_alloc_ahead_off_asks_every_time(server, tmp_path):
     out = run(server, tmp_path, RGPU_ALLOC_AHEAD="0")
     assert out["asks"] == "15"
     assert out["distinct"] == "True" and out["patterns"] == "True"
+
+
+PREDICTED = SHIM_PREAMBLE + textwrap.dedent(r"""
+    import json
+    MiB = 1 << 20
+    sizes = [3 * MiB] * 4 + [5 * MiB] * 2 + [7 * MiB, 64 * MiB, 64 * MiB, 1000]
+    ptrs = []
+    for size in sizes:
+        p = ctypes.c_uint64()
+        ok(cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(size)), "alloc")
+        ptrs.append(p.value)
+    # Distinct, and each as large as asked: a pattern at its last word survives the others.
+    for i, (p, size) in enumerate(zip(ptrs, sizes)):
+        ok(cu.cuMemsetD32_v2(ctypes.c_uint64(p + size - 4), i + 1, 1), "memset")
+    got = []
+    for p, size in zip(ptrs, sizes):
+        v = ctypes.c_uint32()
+        ok(cu.cuMemcpyDtoH_v2(ctypes.byref(v), ctypes.c_uint64(p + size - 4), 4), "DtoH")
+        got.append(v.value)
+    print("right:", len(set(ptrs)) == len(ptrs) and got == list(range(1, len(sizes) + 1)))
+    ok(cu.rgpu_stats_write(), "stats")
+    calls = json.load(open(os.environ["RGPU_STATS"]))["calls"]
+    print("asks:", calls.get("control:45", 0), calls.get("control:46", 0))
+""")
+
+
+def test_a_second_run_makes_the_last_runs_allocations_at_once(server, tmp_path):
+    script = tmp_path / "allocate.py"
+    script.write_text(PREDICTED)
+    env = {"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "s.json"),
+           "RGPU_ANSWER_CACHE": str(tmp_path / "answers.txt")}
+    outs = []
+    for _ in range(2):
+        r = run_client(["python3", str(script)], server, env_extra=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        outs.append(dict(line.split(": ", 1) for line in r.stdout.splitlines()))
+    first, second = outs
+    assert first["right"] == "True" and second["right"] == "True"
+    assert first["asks"] == "6 0"   # 3 MiB: two (1 ahead, then 2); 5, 7, 64 MiB (1 ahead each), 1000
+    assert second["asks"] == "0 1"  # everything in the first round trip
