@@ -54,6 +54,7 @@ CUresult CUDAAPI rgpu_fwd_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryP
 CUresult CUDAAPI rgpu_fwd_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
 CUresult CUDAAPI rgpu_fwd_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
 CUresult CUDAAPI rgpu_fwd_cuModuleGetLoadingMode(CUmoduleLoadingMode *mode);
+CUresult CUDAAPI rgpu_fwd_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize);
 CUresult CUDAAPI rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags);
 CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream);
 CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_ptsz(CUstream hStream);

@@ -3059,7 +3059,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocation
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize) {
   rgpu::client::trace_call("cuOccupancyAvailableDynamicSMemPerBlock");
   rgpu::client::Call c(rgpu::op::cuOccupancyAvailableDynamicSMemPerBlock, rgpu::client::kWaits);
   c.args().put_u8(dynamicSmemSize != nullptr);

@@ -58,6 +58,8 @@ std::mutex& mu() {
 auto& g_attrs = *new std::map<std::tuple<uint64_t, int, int>, int>();
 // (context, limit) → value
 auto& g_limits = *new std::map<std::pair<CUcontext, int>, size_t>();
+// cuOccupancyAvailableDynamicSMemPerBlock: (function id, blocks, block size) → bytes
+auto& g_dynamic_smem = *new std::map<std::tuple<uint64_t, int, int>, size_t>();
 // (function id, block size, dynamic shared memory, flags) → blocks per SM
 auto& g_occupancy = *new std::map<std::tuple<uint64_t, int, size_t, unsigned>, int>();
 // cuOccupancyMaxActiveClusters: (function id, the launch configuration's bytes but the grid) →
@@ -102,6 +104,28 @@ std::string lasting_key(const char* question, uint64_t id, int dev) {
   return key + "|";
 }
 
+// A whole-number answer about function `func` (question, then its arguments), from the answer
+// store when it holds it, else asked and kept there.
+template <class T, class Ask>
+CUresult lasting_number(const char* question, CUfunction func, const std::string& args, T* out, Ask ask) {
+  std::string key = lasting_key(question, handle_id(func), -1);
+  std::string stored;
+  if (!key.empty()) {
+    key += args;
+    char* end = nullptr;
+    if (rgpu::client::answer_store::lookup(key, &stored)) {
+      long long v = std::strtoll(stored.c_str(), &end, 10);
+      if (!stored.empty() && *end == 0 && v >= 0 && v <= INT32_MAX) {
+        *out = static_cast<T>(v);
+        return CUDA_SUCCESS;
+      }
+    }
+  }
+  CUresult rc = ask(out);
+  if (rc == CUDA_SUCCESS && !key.empty()) rgpu::client::answer_store::store(key, std::to_string(*out));
+  return rc;
+}
+
 // Parses "a<sep>b," pairs (the stored form of a list of answers); false on anything else.
 bool parse_pairs(const std::string& text, char sep, std::vector<std::pair<long long, long long>>* out) {
   const char* p = text.c_str();
@@ -128,6 +152,8 @@ void forget_attrs_of_locked(const std::vector<uint64_t>& ids) {
       it = g_attrs.erase(it);
     for (auto it = g_occupancy.lower_bound({id, INT32_MIN, 0, 0}); it != g_occupancy.end() && std::get<0>(it->first) == id;)
       it = g_occupancy.erase(it);
+    for (auto it = g_dynamic_smem.lower_bound({id, INT32_MIN, INT32_MIN}); it != g_dynamic_smem.end() && std::get<0>(it->first) == id;)
+      it = g_dynamic_smem.erase(it);
     for (auto it = g_clusters.lower_bound({id, std::string()}); it != g_clusters.end() && it->first.first == id;)
       it = g_clusters.erase(it);
   }
@@ -186,6 +212,7 @@ void forget_attrs_and_occupancy() {
   std::lock_guard lk(mu());
   g_attrs.clear();
   g_occupancy.clear();
+  g_dynamic_smem.clear();
   g_clusters.clear();
   g_kernel_sets.clear();  // a function's set may have changed what a kernel's repeat would set
   g_func_sets.clear();
@@ -311,6 +338,7 @@ void forget_cached_answers() {
     g_attrs.clear();
     g_limits.clear();
     g_occupancy.clear();
+    g_dynamic_smem.clear();
     g_clusters.clear();
     g_kernel_sets.clear();
     g_func_sets.clear();
@@ -415,23 +443,27 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlag
                                                                                   dynamicSMemSize, flags);
   return cached(g_occupancy, std::make_tuple(handle_id(func), blockSize, dynamicSMemSize, flags), numBlocks,
                 [&](int* v) {
-                  std::string key = lasting_key("occupancy", handle_id(func), -1);
-                  std::string stored;
-                  if (!key.empty()) {
-                    key += std::to_string(blockSize) + "|" + std::to_string(dynamicSMemSize) + "|" + std::to_string(flags);
-                    char* end = nullptr;
-                    if (rgpu::client::answer_store::lookup(key, &stored)) {
-                      long long blocks = std::strtoll(stored.c_str(), &end, 10);
-                      if (!stored.empty() && *end == 0 && blocks >= 0 && blocks <= INT32_MAX) {
-                        *v = static_cast<int>(blocks);
-                        return CUDA_SUCCESS;
-                      }
-                    }
-                  }
-                  CUresult rc = rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(v, func, blockSize,
+                  return lasting_number(
+                      "occupancy", func,
+                      std::to_string(blockSize) + "|" + std::to_string(dynamicSMemSize) + "|" + std::to_string(flags), v,
+                      [&](int* asked) {
+                        return rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(asked, func, blockSize,
                                                                                              dynamicSMemSize, flags);
-                  if (rc == CUDA_SUCCESS && !key.empty()) rgpu::client::answer_store::store(key, std::to_string(*v));
-                  return rc;
+                      });
+                });
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* dynamicSmemSize, CUfunction func,
+                                                                     int numBlocks, int blockSize) {
+  rgpu::client::trace_call("cuOccupancyAvailableDynamicSMemPerBlock");
+  if (!func) return rgpu_fwd_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
+  return cached(g_dynamic_smem, std::make_tuple(handle_id(func), numBlocks, blockSize), dynamicSmemSize,
+                [&](size_t* v) {
+                  return lasting_number("dynamic-smem", func, std::to_string(numBlocks) + "|" + std::to_string(blockSize),
+                                        v, [&](size_t* asked) {
+                                          return rgpu_fwd_cuOccupancyAvailableDynamicSMemPerBlock(asked, func, numBlocks,
+                                                                                                  blockSize);
+                                        });
                 });
 }
 

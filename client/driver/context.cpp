@@ -121,7 +121,19 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
 }
 RGPU_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
 
+// A context the client knows (or none) is made current one-way: nothing can go wrong that the
+// client did not check, and PyTorch sets it on each new thread (a round trip each before).
 RGPU_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  CUdevice dev = 0;
+  if (rgpu::client::connection() && (!ctx || ctxs::device_of(ctx, &dev))) {
+    rgpu::client::trace_call("cuCtxSetCurrent");
+    rgpu::client::Call c(rgpu::op::cuCtxSetCurrent, rgpu::client::kOneWay);
+    c.checked();
+    c.args().put_u64(rgpu::client::handle_id(ctx));
+    CUresult rc = c.invoke();
+    if (rc == CUDA_SUCCESS) ctxs::set_current(ctx);
+    return rc;
+  }
   CUresult rc = rgpu_fwd_cuCtxSetCurrent(ctx);
   if (rc == CUDA_SUCCESS) ctxs::set_current(ctx);
   return rc;

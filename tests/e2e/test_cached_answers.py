@@ -195,3 +195,47 @@ def test_answer_file_lines_that_do_not_parse_are_asked_again(server, tmp_path):
     calls = json.loads(r.stdout.strip().splitlines()[-1])
     assert calls.get("control:43") == 5 and calls.get("control:44") == 1, calls
 
+
+
+SMALL = textwrap.dedent(r"""
+    import ctypes, json, os, sys
+    cu = ctypes.CDLL(os.environ["SHIM"])
+    def ok(rc, what):
+        if rc != 0:
+            print(f"FAIL {what}: {rc}"); sys.exit(1)
+    ok(cu.cuInit(0), "cuInit")
+    ctx = ctypes.c_void_p()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
+    for _ in range(20):  # a known context: one-way
+        ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuModuleLoadData(ctypes.byref(mod), open(sys.argv[1], "rb").read()), "load")
+    ok(cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"rgpu_vec_add"), "function")
+    smem = ctypes.c_size_t()
+    for _ in range(10):
+        ok(cu.cuOccupancyAvailableDynamicSMemPerBlock(ctypes.byref(smem), fn, 4, 256), "AvailableDynamicSMem")
+    print("smem:", smem.value)
+    # An unknown context still goes to the server, which refuses it.
+    print("bad:", cu.cuCtxSetCurrent(ctypes.c_void_p(0x1234)))
+    ok(cu.rgpu_stats_write(), "stats")
+    s = json.load(open(os.environ["RGPU_STATS"]))
+    print("waited:", json.dumps({o["op"]: o["waited"] for o in s["ops"] + s["oneway_ops"]}))
+""")
+
+
+def test_set_current_is_one_way_and_dynamic_shared_memory_is_asked_once_ever(server, tmp_path):
+    script = tmp_path / "small.py"
+    script.write_text(SMALL)
+    env = {"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "s.json"),
+           "RGPU_ANSWER_CACHE": str(tmp_path / "answers.txt")}
+    outs = []
+    for _ in range(2):
+        r = run_client([sys.executable, str(script), IMAGE], server, env_extra=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        outs.append(dict(line.split(": ", 1) for line in r.stdout.splitlines()))
+    first, second = (json.loads(o["waited"]) for o in outs)
+    assert first["cuCtxSetCurrent"] == 1, first  # the unknown one
+    assert first["cuOccupancyAvailableDynamicSMemPerBlock"] == 1, first
+    assert "cuOccupancyAvailableDynamicSMemPerBlock" not in second, second
+    assert outs[0]["smem"] == outs[1]["smem"] and int(outs[0]["smem"]) > 0
+    assert outs[0]["bad"] != "0"
