@@ -613,6 +613,11 @@ def _note(args, message: str):
         _say(message)
 
 
+def _say_to_all(args, message: str):
+    """_say with _note's signature, for picking one of the two."""
+    _say(message)
+
+
 def _shim_dir(args) -> str:
     """The folder of rgpu's libcuda.so.1 for --shim. The rgpu package is imported only here and
     guarded: its __init__ may need torch, which the driver path does not."""
@@ -743,16 +748,17 @@ def _set_up(args, signals: _Signals) -> tuple[dict, Tunnel | None]:
         env[s.env_var] = s.address()
         _note(args, f"{s.env_var}={s.address()} -> {tunnel.host}:{s.remote_port}")
     if failures:
-        lines = [_explain_refusal(tunnel.host, s, failures[s.name])
-                 for s in tunnelled if s.name in failures]
+        missing = [(s, _explain_refusal(tunnel.host, s, failures[s.name])) for s in tunnelled if s.name in failures]
         # One missing service is normal (a PyTorch program needs only rgpu-opserver), unless
         # the command is on the driver path and the missing one is rgpu-server.
         fatal = len(failures) == len(tunnelled) or (args.shim and "rgpu-server" in failures)
         if fatal:
             tunnel.close()
-            raise SetupError("\n".join(lines))
-        for line in lines:
-            _say(f"note: {line} Running the command anyway.")
+            raise SetupError("\n".join(line for _, line in missing))
+        for s, line in missing:
+            # A PyTorch-device user (the quick start) runs no rgpu-server: saying so on every run
+            # is noise, kept for --verbose. A missing rgpu-opserver is always worth a line.
+            (_note if s.name == "rgpu-server" else _say_to_all)(args, f"note: {line} Running the command anyway.")
     return env, tunnel
 
 

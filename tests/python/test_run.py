@@ -285,8 +285,9 @@ class TestSshTunnel:
         host, port, reply = r.stdout.strip().split(" ", 2)
         assert (host, reply) == ("127.0.0.1", "ping through rgpu-run")
         assert int(port) != echo_port  # a local forward, not the far port itself
-        # Only one of the two services answers: a note, not a failure.
-        assert "start rgpu-server there" in r.stderr
+        # Only one of the two services answers, and not the driver path's: not a failure, and
+        # not news to a PyTorch-device user (said with --verbose only; the test below).
+        assert "rgpu-server" not in r.stderr, r.stderr
         assert ssh_pids_using(sshd / "user_key") == []
 
     def test_both_variables_point_at_forwards(self, sshd, echo_port):
@@ -355,6 +356,23 @@ class TestSshTunnel:
                 f"refused); start rgpu-opserver there") in r.stderr
         assert f"nothing listens on 127.0.0.1:{server_port}" in r.stderr
         assert ssh_pids_using(sshd / "user_key") == []
+
+    def test_missing_rgpu_server_is_no_news_to_a_pytorch_device_user(self, sshd, echo_port):
+        server_port = free_port()
+        args = [*ssh_args(sshd), "--server-port", str(server_port), "--opserver-port", str(echo_port)]
+        r = rgpu_run(*args, "--", "true")
+        assert r.returncode == 0, r.stderr
+        assert "nothing listens" not in r.stderr, r.stderr
+        r = rgpu_run("-v", *args, "--", "true")  # still told with --verbose
+        assert r.returncode == 0, r.stderr
+        assert f"nothing listens on 127.0.0.1:{server_port}" in r.stderr and "rgpu-server" in r.stderr
+
+    def test_missing_rgpu_opserver_is_said_but_the_command_runs(self, sshd, echo_port):
+        opserver_port = free_port()
+        r = rgpu_run(*ssh_args(sshd), "--server-port", str(echo_port), "--opserver-port", str(opserver_port),
+                     "--", "true")
+        assert r.returncode == 0, r.stderr
+        assert f"note: nothing listens on 127.0.0.1:{opserver_port}" in r.stderr
 
     def test_driver_path_needs_rgpu_server(self, sshd, echo_port, tmp_path):
         (tmp_path / "libcuda.so.1").write_bytes(b"")
