@@ -109,7 +109,10 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
     ServerHandshakeResult hs;
     std::string err;
     if (!server_handshake(fd, loop.token, &hs, &err)) {
-      log::warn("connection from %s: %s", peer.c_str(), err.c_str());
+      if (hs.said_nothing)
+        log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
+      else
+        log::warn("connection from %s: %s", peer.c_str(), err.c_str());
       _exit(1);
     }
     net::set_recv_timeout(fd, 0);

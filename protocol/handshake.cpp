@@ -25,12 +25,15 @@ crypto::Digest proof(const std::string& token, const char* label, const Nonce& f
 bool send(int fd, uint16_t op, Writer& w) { return write_frame(fd, op, 0, 0, 0, w.buf().data(), w.size()); }
 
 // Reads one handshake message of the expected op (or Refused, whose reason goes to *err).
-bool expect(int fd, uint16_t op, std::vector<uint8_t>* payload, std::string* err, const std::string& peer) {
+// *closed (when given) tells a peer that closed before the message began.
+bool expect(int fd, uint16_t op, std::vector<uint8_t>* payload, std::string* err, const std::string& peer,
+            bool* closed = nullptr) {
   FrameHeader h{};
   std::string why;
   ReadResult rr = read_frame(fd, kMaxHandshakePayload, &h, payload, &why);
   if (rr == ReadResult::kClosed) {
     *err = peer + " closed the connection during the handshake";
+    if (closed) *closed = true;
     return false;
   }
   if (rr != ReadResult::kOk) {
@@ -124,7 +127,7 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
 
 bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err) {
   std::vector<uint8_t> payload;
-  if (!expect(fd, kOpHello, &payload, err, "client")) return false;
+  if (!expect(fd, kOpHello, &payload, err, "client", &out->said_nothing)) return false;
   Reader r(payload.data(), payload.size());
   uint32_t magic = r.u32();
   uint16_t version = r.u16();

@@ -40,6 +40,8 @@ struct ServerHandshakeResult {
   SessionId session{};
   uint64_t capabilities = 0;
   std::string identity;
+  // On failure: the peer closed before sending anything (a port check, such as rgpu-run's).
+  bool said_nothing = false;
 };
 
 // Runs the server side. On failure returns false with *err saying why (for the server's log);

@@ -157,5 +157,22 @@ TEST(Frame, TruncatedFrameIsAnErrorAndCleanEofIsClosed) {
   close(sv[1]);
 }
 
+TEST(Handshake, PeerThatSaysNothingIsToldApartFromABrokenHandshake) {
+  for (bool say_something : {false, true}) {
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    if (say_something) {
+      const uint8_t half_header[5] = {1, 2, 3, 4, 5};
+      ASSERT_EQ(write(sv[0], half_header, sizeof half_header), 5);
+    }
+    close(sv[0]);
+    ServerHandshakeResult r;
+    std::string err;
+    EXPECT_FALSE(server_handshake(sv[1], "", &r, &err));
+    EXPECT_EQ(r.said_nothing, !say_something) << err;
+    close(sv[1]);
+  }
+}
+
 }  // namespace
 }  // namespace rgpu::proto
