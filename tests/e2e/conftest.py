@@ -89,6 +89,21 @@ def run_client(args, server, token=None, env_extra=None, timeout=120):
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def run_script_runs(server, tmp_path, text, args=(), runs=2, env=None):
+    """Runs a ctypes script (text, with SHIM set) `runs` times with one answer cache and stats file
+    in tmp_path; returns each run's output lines "key: value" as a dict."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = {"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "stats.json"),
+           "RGPU_ANSWER_CACHE": str(tmp_path / "answers.txt"), **(env or {})}
+    outs = []
+    for _ in range(runs):
+        r = run_client(["python3", str(script), *args], server, env_extra=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        outs.append(dict(line.split(": ", 1) for line in r.stdout.splitlines()))
+    return outs
+
+
 @pytest.fixture
 def server():
     s = Server()

@@ -6,7 +6,7 @@ allocations are host memory that is never touched here)."""
 import json
 import textwrap
 
-from conftest import BUILD, SHIM_PREAMBLE, run_client
+from conftest import BUILD, SHIM_PREAMBLE, run_client, run_script_runs
 
 SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
     import json
@@ -97,16 +97,7 @@ PREDICTED = SHIM_PREAMBLE + textwrap.dedent(r"""
 
 
 def test_a_second_run_makes_the_last_runs_allocations_at_once(server, tmp_path):
-    script = tmp_path / "allocate.py"
-    script.write_text(PREDICTED)
-    env = {"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "s.json"),
-           "RGPU_ANSWER_CACHE": str(tmp_path / "answers.txt")}
-    outs = []
-    for _ in range(2):
-        r = run_client(["python3", str(script)], server, env_extra=env)
-        assert r.returncode == 0, r.stdout + r.stderr
-        outs.append(dict(line.split(": ", 1) for line in r.stdout.splitlines()))
-    first, second = outs
+    first, second = run_script_runs(server, tmp_path, PREDICTED)
     assert first["right"] == "True" and second["right"] == "True"
     assert first["asks"] == "6 0"   # 3 MiB: two (1 ahead, then 2); 5, 7, 64 MiB (1 ahead each), 1000
     assert second["asks"] == "0 1"  # everything in the first round trip

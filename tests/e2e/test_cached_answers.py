@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import BUILD, IMAGE, run_client
+from conftest import BUILD, IMAGE, SHIM_PREAMBLE, run_client, run_script_runs
 
 SCRIPT = textwrap.dedent(r"""
     import ctypes, json, os, sys
@@ -197,15 +197,8 @@ def test_answer_file_lines_that_do_not_parse_are_asked_again(server, tmp_path):
 
 
 
-SMALL = textwrap.dedent(r"""
-    import ctypes, json, os, sys
-    cu = ctypes.CDLL(os.environ["SHIM"])
-    def ok(rc, what):
-        if rc != 0:
-            print(f"FAIL {what}: {rc}"); sys.exit(1)
-    ok(cu.cuInit(0), "cuInit")
-    ctx = ctypes.c_void_p()
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
+SMALL = SHIM_PREAMBLE + textwrap.dedent(r"""
+    import json
     for _ in range(20):  # a known context: one-way
         ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
     mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
@@ -224,15 +217,7 @@ SMALL = textwrap.dedent(r"""
 
 
 def test_set_current_is_one_way_and_dynamic_shared_memory_is_asked_once_ever(server, tmp_path):
-    script = tmp_path / "small.py"
-    script.write_text(SMALL)
-    env = {"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "s.json"),
-           "RGPU_ANSWER_CACHE": str(tmp_path / "answers.txt")}
-    outs = []
-    for _ in range(2):
-        r = run_client([sys.executable, str(script), IMAGE], server, env_extra=env)
-        assert r.returncode == 0, r.stdout + r.stderr
-        outs.append(dict(line.split(": ", 1) for line in r.stdout.splitlines()))
+    outs = run_script_runs(server, tmp_path, SMALL, args=[IMAGE])
     first, second = (json.loads(o["waited"]) for o in outs)
     assert first["cuCtxSetCurrent"] == 1, first  # the unknown one
     assert first["cuOccupancyAvailableDynamicSMemPerBlock"] == 1, first
