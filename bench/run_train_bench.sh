@@ -4,7 +4,10 @@
 # each added round-trip delay (rgpu-delay-proxy), then bench/train_report.py writes
 # OUT/train_bench.{json,md}. Needs a GPU, torch, and a build (build/).
 #   bench/run_train_bench.sh --driver /usr/local/nvidia/lib64/libcuda.so.1 [--out DIR] [--delays "0 1 30"]
-#   [--models "small gpt2"]
+#   [--models "small gpt2"] [--pairs N]
+# --pairs N: also N interleaved pairs per model (local, then rgpu at 0 ms, warm), whose medians give
+#   the ratio least moved by the host's own drift (a launch-bound model's local step time swings
+#   by more than its 10% target between identical runs on the H200 hosts).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${RGPU_BUILD_DIR:-$ROOT/build}"
@@ -12,6 +15,7 @@ DRIVER=/usr/local/nvidia/lib64/libcuda.so.1
 OUT="$ROOT/bench/results"
 DELAYS="0 1 30"
 MODELS="small gpt2"
+PAIRS=0
 PY=${RGPU_TORCH_PYTHON:-python3}
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -19,6 +23,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT=$2; shift 2 ;;
     --delays) DELAYS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
+    --pairs) PAIRS=$2; shift 2 ;;
     *) echo "run_train_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -55,6 +60,13 @@ for m in $MODELS; do
         --out "$OUT/train/${m}_rgpu_${d}ms_$run.json" 2>&1 | tail -2
     done
     [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }
+  done
+  for ((i = 1; i <= PAIRS; i++)); do
+    RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
+      --steps "$(steps_for $m 0)" --out "$OUT/train/${m}_pair${i}_local.json" 2>&1 | tail -1
+    RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=127.0.0.1:$port TRITON_LIBCUDA_PATH="$BUILD/lib" \
+      RGPU_ANSWER_CACHE="$OUT/train/answers.txt" "$PY" "$ROOT/bench/train_bench.py" --model $m \
+      --steps "$(steps_for $m 0)" --warmup 3 --out "$OUT/train/${m}_pair${i}_rgpu.json" 2>&1 | tail -1
   done
   # Local again, after the rgpu runs: the spread between the two local runs says how much of a
   # ratio is the machine's own noise (bench/train_report.py).

@@ -3,7 +3,10 @@ OUT/train_bench.md: per model, local step time, and through rgpu at each added d
 time, its ratio to local, round trips per step and time to the first finished step (cold = the
 server's module cache empty, warm = filled by the run before). Local runs twice, before and after
 the rgpu runs (MODEL_local, MODEL_local_again): ratios are against the faster of the two, and the
-local row shows how far apart the two were, the spread any ratio carries."""
+local row shows how far apart the two were, the spread any ratio carries. Interleaved pairs
+(MODEL_pairN_local, MODEL_pairN_rgpu; run_train_bench.sh --pairs) add a row whose ratio is
+the rgpu median over the local median of the pairs, with every pair's own ratio."""
+import statistics
 import json
 import sys
 from pathlib import Path
@@ -36,6 +39,18 @@ for model in ["small", "gpt2"]:
                      f"{'' if rt is None else f'{rt:.1f}'} | {r['first_step_s']:.2f} s | {target} |")
     rows.append({"model": model, "run": "local", "step_ms": local["step_ms_median"], "first_step_s": local["first_step_s"],
                  "local_step_ms_each_run": steps})
+    pairs = sorted(n[len(model) + 5:-6] for n in runs if n.startswith(f"{model}_pair") and n.endswith("_local"))
+    pairs = [(runs[f"{model}_pair{i}_local"], runs[f"{model}_pair{i}_rgpu"]) for i in pairs if f"{model}_pair{i}_rgpu" in runs]
+    if pairs:
+        lo = statistics.median(p[0]["step_ms_median"] for p in pairs)
+        hi = statistics.median(p[1]["step_ms_median"] for p in pairs)
+        each = [p[1]["step_ms_median"] / p[0]["step_ms_median"] for p in pairs]
+        ratio = hi / lo
+        rows.append({"model": model, "run": "pairs", "pairs": len(pairs), "local_median_ms": lo, "rgpu_median_ms": hi,
+                     "ratio": ratio, "ratio_each_pair": each})
+        table.append(f"| {model} | {len(pairs)} interleaved pairs, 0 ms | rgpu {hi:.2f} / local {lo:.2f} ms (medians; "
+                     f"each pair {', '.join(f'{x:.2f}' for x in each)}) | {ratio:.2f} | | | "
+                     f"≤ {TARGET[model]:.2f} {'pass' if ratio <= TARGET[model] else 'FAIL'} |")
 (out / "train_bench.json").write_text(json.dumps(rows, indent=1))
 (out / "train_bench.md").write_text("\n".join(table) + "\n")
 print("\n".join(table))

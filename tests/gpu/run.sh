@@ -8,6 +8,7 @@
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
 #   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,torchdev,bench,train   the steps to run (default: all)
 #   RGPU_TRAIN_DELAYS="0 30"  RGPU_TRAIN_MODELS="small"   what the training benchmark runs (default "0 1 30", "small gpt2")
+#   RGPU_TRAIN_PAIRS=N             interleaved local/rgpu pairs per model at 0 ms (default 3; 0 for none)
 #   RGPU_GPU_CORPUS="NAME..."      runs only the corpus programs whose names contain one of NAME
 #   RGPU_GPU_SAMPLES=REGEX         runs only the samples matching REGEX
 #   RGPU_GPU_TRACE_SAMPLES=REGEX   also runs the samples matching REGEX through rgpu with RGPU_TRACE=2
@@ -190,7 +191,7 @@ fi
 if want train; then
   step "training-step benchmark (bench/run_train_bench.sh): local GPU vs rgpu at 0, 1 and 30 ms added"
   bench/run_train_bench.sh --driver "$REAL" --out "$OUT" --delays "${RGPU_TRAIN_DELAYS:-0 1 30}" \
-    --models "${RGPU_TRAIN_MODELS:-small gpt2}" 2>&1 | tee "$OUT/train_bench.log" | tail -20
+    --models "${RGPU_TRAIN_MODELS:-small gpt2}" --pairs "${RGPU_TRAIN_PAIRS:-3}" 2>&1 | tee "$OUT/train_bench.log" | tail -20
   cp "$OUT/train_bench.md" "$OUT/train_bench.json" "$RESULTS/" 2>/dev/null
 fi
 tar czf "$RESULTS/gpu-logs.tgz" --exclude=module-cache -C "$RESULTS" logs
