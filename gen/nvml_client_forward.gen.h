@@ -5,6 +5,8 @@
 #include <nvml.h>
 
 extern "C" {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetCount(unsigned int *deviceCount);
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetCount_v2(unsigned int *deviceCount);
 nvmlReturn_t rgpu_nvml_fwd_nvmlInit(void);
 nvmlReturn_t rgpu_nvml_fwd_nvmlInitWithFlags(unsigned int flags);
 nvmlReturn_t rgpu_nvml_fwd_nvmlInit_v2(void);

@@ -700,7 +700,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCoolerInfo(nvmlDevice_t device, nvmlCool
   return rc;
 }
 
-RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetCount(unsigned int *deviceCount) {
   Call c(8228, "nvmlDeviceGetCount");
   [[maybe_unused]] Writer& a = c.args();
   a.put_u8(deviceCount != nullptr);
@@ -716,7 +716,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) {
   return rc;
 }
 
-RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
   Call c(8229, "nvmlDeviceGetCount_v2");
   [[maybe_unused]] Writer& a = c.args();
   a.put_u8(deviceCount != nullptr);

@@ -67,5 +67,8 @@ void copy_string(const std::string& s, char* dst, unsigned int len);
 // what to do, and returns an NVML error.
 nvmlReturn_t connect();
 bool connected();
+// How many connections connect() has made: what the client knows of the server's NVML state
+// (its init count, the device count) holds only for one of them.
+uint64_t connection_number();
 
 }  // namespace rgpu::client::nvml

@@ -73,10 +73,57 @@ constexpr ErrorName kErrors[] = {
     {NVML_ERROR_UNKNOWN, "Unknown Error"},
 };
 
+// NVML counts nvmlInit calls and shuts down at the matching nvmlShutdown. The client keeps the
+// count: only the first init and the last shutdown reach the server (PyTorch loads NVML and
+// calls nvmlInit and nvmlDeviceGetCount_v2 five times at start-up, ten round trips before).
+// The count and the device count belong to one connection; a new connection starts over.
+struct InitState {
+  std::mutex mu;
+  uint64_t connection = 0;  // connection_number() they belong to
+  int inits = 0;
+  bool count_known = false;
+  unsigned int count = 0;
+};
+InitState& state() {
+  static auto* s = new InitState;  // never freed: NVML may be called during exit
+  return *s;
+}
+
 nvmlReturn_t init_then(nvmlReturn_t (*forward)(unsigned int), unsigned int flags) {
   nvmlReturn_t rc = connect();
   if (rc != NVML_SUCCESS) return rc;
-  return forward(flags);
+  InitState& s = state();
+  std::lock_guard lk(s.mu);
+  if (s.connection != connection_number()) {
+    s.connection = connection_number();
+    s.inits = 0;
+    s.count_known = false;
+  }
+  if (s.inits > 0) {
+    ++s.inits;
+    return NVML_SUCCESS;
+  }
+  rc = forward(flags);
+  if (rc == NVML_SUCCESS) s.inits = 1;
+  return rc;
+}
+
+// nvmlDeviceGetCount[_v2]: the server's answer, kept while NVML stays initialised.
+nvmlReturn_t device_count(nvmlReturn_t (*forward)(unsigned int*), unsigned int* count) {
+  if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+  InitState& s = state();
+  std::lock_guard lk(s.mu);
+  const bool current = s.connection == connection_number() && s.inits > 0;
+  if (current && s.count_known) {
+    *count = s.count;
+    return NVML_SUCCESS;
+  }
+  nvmlReturn_t rc = forward(count);
+  if (rc == NVML_SUCCESS && current) {
+    s.count = *count;
+    s.count_known = true;
+  }
+  return rc;
 }
 
 nvmlReturn_t fwd_init(unsigned int) { return rgpu_nvml_fwd_nvmlInit(); }
@@ -95,8 +142,27 @@ RGPU_NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) { return init_t
 
 RGPU_NVML_API nvmlReturn_t nvmlShutdown(void) {
   if (!connected()) return NVML_ERROR_UNINITIALIZED;
-  // The connection stays open: a later nvmlInit reuses it.
-  return rgpu_nvml_fwd_nvmlShutdown();
+  InitState& s = state();
+  std::lock_guard lk(s.mu);
+  if (s.connection == connection_number() && s.inits > 1) {
+    --s.inits;
+    return NVML_SUCCESS;
+  }
+  // The last one (or one the server must refuse). The connection stays open: a later nvmlInit
+  // reuses it.
+  nvmlReturn_t rc = rgpu_nvml_fwd_nvmlShutdown();
+  if (rc == NVML_SUCCESS && s.connection == connection_number()) {
+    s.inits = 0;
+    s.count_known = false;
+  }
+  return rc;
+}
+
+RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) {
+  return device_count(rgpu_nvml_fwd_nvmlDeviceGetCount, count);
+}
+RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  return device_count(rgpu_nvml_fwd_nvmlDeviceGetCount_v2, count);
 }
 
 RGPU_NVML_API const char* nvmlErrorString(nvmlReturn_t result) {

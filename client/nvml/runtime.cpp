@@ -16,6 +16,7 @@ namespace {
 std::mutex g_mu;
 Connection* g_conn = nullptr;  // never freed: the process may call NVML until it exits
 std::atomic<uint32_t> g_next_thread{1};
+std::atomic<uint64_t> g_connections{0};
 
 uint32_t thread_id() {
   thread_local uint32_t id = g_next_thread.fetch_add(1);
@@ -42,8 +43,11 @@ nvmlReturn_t connect() {
     return err.find("token") != std::string::npos ? NVML_ERROR_NO_PERMISSION : NVML_ERROR_DRIVER_NOT_LOADED;
   }
   g_conn = c;  // a broken predecessor is leaked on purpose: another thread may still hold it
+  g_connections.fetch_add(1);
   return NVML_SUCCESS;
 }
+
+uint64_t connection_number() { return g_connections.load(); }
 
 bool connected() {
   Connection* c = conn();

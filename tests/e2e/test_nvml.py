@@ -107,3 +107,29 @@ def test_server_without_nvml_library_answers_library_not_found(tmp_path):
         assert "cannot load NVML" in s.text()
     finally:
         s.stop()
+
+
+INIT_AND_COUNT = r"""
+import ctypes, time
+nvml = ctypes.CDLL("libnvidia-ml.so.1")
+n = ctypes.c_uint()
+for _ in range(5):  # what PyTorch's start-up does
+    assert nvml.nvmlInit_v2() == 0
+    assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0 and n.value == 1, n.value
+for _ in range(4):  # NVML stays initialised until the fifth shutdown
+    assert nvml.nvmlShutdown() == 0
+assert nvml.nvmlDeviceGetCount_v2(ctypes.byref(n)) == 0
+assert nvml.nvmlShutdown() == 0
+print("after the last shutdown:", nvml.nvmlDeviceGetCount_v2(ctypes.byref(n)))  # 1: NVML_ERROR_UNINITIALIZED
+"""
+
+
+def test_repeated_init_and_count_cost_one_round_trip_each(server):
+    r = run_client([sys.executable, "-c", INIT_AND_COUNT], server)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "after the last shutdown: 1" in r.stdout
+    # nvmlInit_v2 and nvmlDeviceGetCount_v2 once, the last nvmlShutdown, the refused count.
+    deadline = time.time() + 5
+    while "ended after" not in server.text() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "ended after 4 calls" in server.text(), server.text()
