@@ -13,6 +13,7 @@ CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *p
 CUresult CUDAAPI rgpu_fwd_cuCtxDestroy_v2(CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxGetLimit(size_t *pvalue, CUlimit limit);
+CUresult CUDAAPI rgpu_fwd_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
 CUresult CUDAAPI rgpu_fwd_cuCtxPopCurrent_v2(CUcontext *pctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxSetCurrent(CUcontext ctx);

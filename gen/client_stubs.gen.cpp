@@ -370,7 +370,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetSharedMemConfig(CUsharedconfig *
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority) {
   rgpu::client::trace_call("cuCtxGetStreamPriorityRange");
   rgpu::client::Call c(rgpu::op::cuCtxGetStreamPriorityRange, rgpu::client::kWaits);
   c.args().put_u8(leastPriority != nullptr);

@@ -29,8 +29,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -58,6 +60,10 @@ std::mutex& mu() {
 auto& g_attrs = *new std::map<std::tuple<uint64_t, int, int>, int>();
 // (context, limit) → value
 auto& g_limits = *new std::map<std::pair<CUcontext, int>, size_t>();
+// Contexts whose limits this process has set: their answers are not a fresh context's defaults.
+auto& g_limits_set = *new std::set<CUcontext>();
+// context → cuCtxGetStreamPriorityRange's (least, greatest)
+auto& g_priorities = *new std::map<CUcontext, std::pair<int, int>>();
 // cuOccupancyAvailableDynamicSMemPerBlock: (function id, blocks, block size) → bytes
 auto& g_dynamic_smem = *new std::map<std::tuple<uint64_t, int, int>, size_t>();
 // (function id, block size, dynamic shared memory, flags) → blocks per SM
@@ -104,26 +110,37 @@ std::string lasting_key(const char* question, uint64_t id, int dev) {
   return key + "|";
 }
 
-// A whole-number answer about function `func` (question, then its arguments), from the answer
-// store when it holds it, else asked and kept there.
+// A whole-number answer from the answer store under `key` when it holds it, else asked and kept
+// there ("" key: asked, not kept).
 template <class T, class Ask>
-CUresult lasting_number(const char* question, CUfunction func, const std::string& args, T* out, Ask ask) {
-  std::string key = lasting_key(question, handle_id(func), -1);
+CUresult lasting_number(const std::string& key, T* out, Ask ask) {
   std::string stored;
-  if (!key.empty()) {
-    key += args;
+  if (!key.empty() && rgpu::client::answer_store::lookup(key, &stored)) {
     char* end = nullptr;
-    if (rgpu::client::answer_store::lookup(key, &stored)) {
-      long long v = std::strtoll(stored.c_str(), &end, 10);
-      if (!stored.empty() && *end == 0 && v >= 0 && v <= INT32_MAX) {
-        *out = static_cast<T>(v);
-        return CUDA_SUCCESS;
-      }
+    long long v = std::strtoll(stored.c_str(), &end, 10);
+    if (!stored.empty() && *end == 0 && v >= static_cast<long long>(std::numeric_limits<T>::min()) &&
+        static_cast<unsigned long long>(v) <= static_cast<unsigned long long>(std::numeric_limits<T>::max())) {
+      *out = static_cast<T>(v);
+      return CUDA_SUCCESS;
     }
   }
   CUresult rc = ask(out);
   if (rc == CUDA_SUCCESS && !key.empty()) rgpu::client::answer_store::store(key, std::to_string(*out));
   return rc;
+}
+
+// The key of a question about function `func` (question, then its arguments) kept across runs.
+std::string function_key(const char* question, CUfunction func, const std::string& args) {
+  std::string key = lasting_key(question, handle_id(func), -1);
+  return key.empty() ? key : key + args;
+}
+
+// The key of a question about the current context's device that holds across runs (a fresh
+// context's defaults), or "".
+std::string device_key(const char* question, const std::string& args) {
+  if (!rgpu::client::answer_store::enabled()) return "";
+  std::string device = rgpu::client::answer_store::device_tag(-1);
+  return device.empty() ? device : std::string(question) + "|" + device + "|" + args;
 }
 
 // Parses "a<sep>b," pairs (the stored form of a list of answers); false on anything else.
@@ -337,6 +354,8 @@ void forget_cached_answers() {
     std::lock_guard lk(mu());
     g_attrs.clear();
     g_limits.clear();
+    g_limits_set.clear();
+    g_priorities.clear();
     g_occupancy.clear();
     g_dynamic_smem.clear();
     g_clusters.clear();
@@ -422,8 +441,15 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
   rgpu::client::trace_call("cuCtxGetLimit");
   CUcontext ctx = rgpu::client::contexts::current();
   if (limit == CU_LIMIT_STACK_SIZE || !ctx) return rgpu_fwd_cuCtxGetLimit(pvalue, limit);
-  return cached(g_limits, std::make_pair(ctx, static_cast<int>(limit)), pvalue,
-                [&](size_t* v) { return rgpu_fwd_cuCtxGetLimit(v, limit); });
+  bool set_here;
+  {
+    std::lock_guard lk(mu());
+    set_here = g_limits_set.count(ctx) != 0;
+  }
+  return cached(g_limits, std::make_pair(ctx, static_cast<int>(limit)), pvalue, [&](size_t* v) {
+    return lasting_number(set_here ? std::string() : device_key("limit", std::to_string(limit)), v,
+                          [&](size_t* asked) { return rgpu_fwd_cuCtxGetLimit(asked, limit); });
+  });
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
@@ -431,6 +457,7 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
     CUcontext ctx = rgpu::client::contexts::current();
     std::lock_guard lk(mu());
     for (auto it = g_limits.begin(); it != g_limits.end();) it = it->first.first == ctx ? g_limits.erase(it) : ++it;
+    g_limits_set.insert(ctx);
   }
   return rgpu_fwd_cuCtxSetLimit(limit, value);
 }
@@ -444,8 +471,10 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlag
   return cached(g_occupancy, std::make_tuple(handle_id(func), blockSize, dynamicSMemSize, flags), numBlocks,
                 [&](int* v) {
                   return lasting_number(
-                      "occupancy", func,
-                      std::to_string(blockSize) + "|" + std::to_string(dynamicSMemSize) + "|" + std::to_string(flags), v,
+                      function_key("occupancy", func,
+                                   std::to_string(blockSize) + "|" + std::to_string(dynamicSMemSize) + "|" +
+                                       std::to_string(flags)),
+                      v,
                       [&](int* asked) {
                         return rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(asked, func, blockSize,
                                                                                              dynamicSMemSize, flags);
@@ -459,7 +488,8 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* dyn
   if (!func) return rgpu_fwd_cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize, func, numBlocks, blockSize);
   return cached(g_dynamic_smem, std::make_tuple(handle_id(func), numBlocks, blockSize), dynamicSmemSize,
                 [&](size_t* v) {
-                  return lasting_number("dynamic-smem", func, std::to_string(numBlocks) + "|" + std::to_string(blockSize),
+                  return lasting_number(function_key("dynamic-smem", func,
+                                                     std::to_string(numBlocks) + "|" + std::to_string(blockSize)),
                                         v, [&](size_t* asked) {
                                           return rgpu_fwd_cuOccupancyAvailableDynamicSMemPerBlock(asked, func, numBlocks,
                                                                                                   blockSize);
@@ -514,6 +544,32 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfu
   *numClusters = clusters;
   std::lock_guard lk(mu());
   if (divisible) g_clusters[key] = {CUDA_SUCCESS, clusters};
+  return CUDA_SUCCESS;
+}
+
+// A device's stream priority range: asked once per context, and kept across runs.
+RGPU_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  rgpu::client::trace_call("cuCtxGetStreamPriorityRange");
+  CUcontext ctx = rgpu::client::contexts::current();
+  if (!ctx) return rgpu_fwd_cuCtxGetStreamPriorityRange(leastPriority, greatestPriority);
+  std::pair<int, int> range;
+  CUresult rc = cached(g_priorities, ctx, &range, [&](std::pair<int, int>* out) {
+    const std::string key = device_key("stream-priorities", "");
+    std::string stored;
+    std::vector<std::pair<long long, long long>> kept;  // "least:greatest,"
+    if (!key.empty() && rgpu::client::answer_store::lookup(key, &stored) && parse_pairs(stored, ':', &kept) &&
+        kept.size() == 1) {
+      *out = {static_cast<int>(kept[0].first), static_cast<int>(kept[0].second)};
+      return CUDA_SUCCESS;
+    }
+    CUresult r = rgpu_fwd_cuCtxGetStreamPriorityRange(&out->first, &out->second);
+    if (r == CUDA_SUCCESS && !key.empty())
+      rgpu::client::answer_store::store(key, std::to_string(out->first) + ":" + std::to_string(out->second) + ",");
+    return r;
+  });
+  if (rc != CUDA_SUCCESS) return rc;
+  if (leastPriority) *leastPriority = range.first;
+  if (greatestPriority) *greatestPriority = range.second;
   return CUDA_SUCCESS;
 }
 

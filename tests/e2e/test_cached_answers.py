@@ -177,7 +177,7 @@ def test_a_second_run_asks_nothing_about_kernels(server, tmp_path):
     for asked in ("control:43", "control:44", "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"):
         assert asked not in second, second
     lines = store.read_text().splitlines()
-    assert len(lines) == 7 and all(line.count("\t") == 1 for line in lines), lines
+    assert len(lines) == 8 and all(line.count("\t") == 1 for line in lines), lines
 
 
 def test_answer_file_lines_that_do_not_parse_are_asked_again(server, tmp_path):
@@ -208,6 +208,15 @@ SMALL = SHIM_PREAMBLE + textwrap.dedent(r"""
     for _ in range(10):
         ok(cu.cuOccupancyAvailableDynamicSMemPerBlock(ctypes.byref(smem), fn, 4, 256), "AvailableDynamicSMem")
     print("smem:", smem.value)
+    least, greatest, heap = ctypes.c_int(), ctypes.c_int(), ctypes.c_size_t()
+    for _ in range(3):
+        ok(cu.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)), "PriorityRange")
+        ok(cu.cuCtxGetLimit(ctypes.byref(heap), 2), "GetLimit")  # CU_LIMIT_MALLOC_HEAP_SIZE
+    print("priorities:", least.value, greatest.value, "heap:", heap.value)
+    # After a set, the limit is this context's own, never a stored default.
+    ok(cu.cuCtxSetLimit(2, heap.value * 2), "SetLimit")
+    ok(cu.cuCtxGetLimit(ctypes.byref(heap), 2), "GetLimit after set")
+    print("heap after set:", heap.value)
     # An unknown context still goes to the server, which refuses it.
     print("bad:", cu.cuCtxSetCurrent(ctypes.c_void_p(0x1234)))
     ok(cu.rgpu_stats_write(), "stats")
@@ -223,4 +232,11 @@ def test_set_current_is_one_way_and_dynamic_shared_memory_is_asked_once_ever(ser
     assert first["cuOccupancyAvailableDynamicSMemPerBlock"] == 1, first
     assert "cuOccupancyAvailableDynamicSMemPerBlock" not in second, second
     assert outs[0]["smem"] == outs[1]["smem"] and int(outs[0]["smem"]) > 0
+    # Stream priorities and a fresh context's limits: asked once in the first run, kept for the
+    # second; the limit after the set is asked in both.
+    assert first["cuCtxGetStreamPriorityRange"] == 1 and "cuCtxGetStreamPriorityRange" not in second
+    assert first["cuCtxGetLimit"] == 2 and second["cuCtxGetLimit"] == 1, (first, second)
+    assert outs[0]["priorities"] == outs[1]["priorities"]
+    heap = int(outs[0]["priorities"].split()[-1])
+    assert heap > 0 and outs[0]["heap after set"] == outs[1]["heap after set"] == str(heap * 2)
     assert outs[0]["bad"] != "0"
