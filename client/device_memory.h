@@ -13,7 +13,8 @@
 // Predicted: the sizes a run allocated (and how many of each) are kept across runs with the
 // answer cache (client/answer_store.h) under the device and the program (executable and its
 // first argument that is not an option, a Python program's script); the next run's first
-// cuMemAlloc makes all of them at once (kOpAllocMany, at most a quarter of the device's memory)
+// cuMemAlloc makes all of them at once (kOpAllocMany: at most a quarter of the device's memory,
+// and never leaving less than a quarter of it free for other programs)
 // and keeps them ahead, so a second run of a training script asks about no allocation until it
 // allocates something the last run did not.
 #pragma once

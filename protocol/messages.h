@@ -207,7 +207,7 @@ enum Op : uint16_t {
   // previous run of the same program allocated). Request: u32 k (≤ kMaxAllocMany), k × (u64
   // size, u32 count); at most kMaxAllocManyCount allocations and kMaxAllocManyBytes in all.
   // Reply: CUresult; on success u32 k, k × (u32 n, n × u64 address): n ≤ count (the server stops
-  // at the first allocation that fails).
+  // at the first allocation that fails or would leave less than a quarter of the device free).
   kOpAllocMany = 46,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)

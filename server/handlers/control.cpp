@@ -180,13 +180,22 @@ void alloc_many(Dispatch& d) {
   if (!d.drv.cuMemAlloc_v2) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   d.reply.put<int32_t>(CUDA_SUCCESS);
   d.reply.put_u32(k);
-  bool failed = false;  // after one failure (out of memory) nothing more is tried
+  // These are guesses: they stop where they would leave less than a quarter of the device free
+  // (other programs share it), or at the first allocation that fails.
+  size_t free_bytes = 0, total_bytes = 0;
+  const bool known = d.drv.cuMemGetInfo_v2 && d.drv.cuMemGetInfo_v2(&free_bytes, &total_bytes) == CUDA_SUCCESS;
+  bool failed = false;
   for (const auto& [size, n] : want) {
     std::vector<CUdeviceptr> made;
     for (uint32_t i = 0; i < n && !failed; ++i) {
+      if (known && (size > free_bytes || free_bytes - size < total_bytes / 4)) {
+        failed = true;
+        break;
+      }
       CUdeviceptr p = 0;
       failed = d.drv.cuMemAlloc_v2(&p, size) != CUDA_SUCCESS;
       if (!failed) made.push_back(p);
+      free_bytes -= failed ? 0 : size;
     }
     d.reply.put_u32(static_cast<uint32_t>(made.size()));
     for (CUdeviceptr p : made) d.reply.put_u64(p);

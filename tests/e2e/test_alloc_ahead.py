@@ -4,6 +4,7 @@ distinct and usable, and when the GPU is out of memory the allocations held ahea
 before the program is told so. Drives the shim with ctypes on the fake driver (143771 MiB, whose
 allocations are host memory that is never touched here)."""
 import json
+import os
 import textwrap
 
 from conftest import BUILD, SHIM_PREAMBLE, run_client, run_script_runs
@@ -101,3 +102,30 @@ def test_a_second_run_makes_the_last_runs_allocations_at_once(server, tmp_path):
     assert first["right"] == "True" and second["right"] == "True"
     assert first["asks"] == "6 0"   # 3 MiB: two (1 ahead, then 2); 5, 7, 64 MiB (1 ahead each), 1000
     assert second["asks"] == "0 1"  # everything in the first round trip
+
+
+
+BIG = SHIM_PREAMBLE + textwrap.dedent(r"""
+    import json
+    GiB = 1 << 30
+    # Memory someone else holds (the fake counts it per session, so this program holds it itself,
+    # with an allocation call that is never predicted): 100 GiB of the fake's 140.
+    for _ in range(int(sys.argv[1])):
+        q = ctypes.c_uint64()
+        ok(cu.cuMemAllocAsync(ctypes.byref(q), ctypes.c_size_t(10 * GiB), None), "hog")
+    for _ in range(3):
+        p = ctypes.c_uint64()
+        ok(cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(10 * GiB)), "alloc")  # host memory never touched
+    ok(cu.rgpu_stats_write(), "stats")
+    calls = json.load(open(os.environ["RGPU_STATS"]))["calls"]
+    print("asks:", calls.get("control:45", 0), calls.get("control:46", 0))
+""")
+
+
+def test_predicted_allocations_leave_a_quarter_of_the_device_free(server, tmp_path):
+    first, second = run_script_runs(server, tmp_path, BIG, args=["0"])
+    assert (first["asks"], second["asks"]) == ("3 0", "0 1")  # 10 GiB allocations, predicted
+    # With 100 GiB held, the 30 GiB predicted would leave less than a quarter of the device free:
+    # the server makes none of it, and the three are asked one by one.
+    third, = run_script_runs(server, tmp_path, BIG, args=["10"], runs=1)
+    assert third["asks"] == "3 1", third
