@@ -15,6 +15,7 @@
 #include "client/call.h"
 #include "client/contexts.h"
 #include "client/runtime.h"
+#include "common/crypto.h"
 #include "common/env.h"
 #include "common/log.h"
 
@@ -115,15 +116,21 @@ void store(const std::string& key, const std::string& value) {
   close(fd);
 }
 
-std::string hex(const void* p, size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    uint8_t b = static_cast<const uint8_t*>(p)[i];
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
+bool parse_pairs(const std::string& text, char sep, long long lo, long long hi,
+                 std::vector<std::pair<long long, long long>>* out) {
+  const char* p = text.c_str();
+  while (*p) {
+    char* end = nullptr;
+    errno = 0;
+    long long a = std::strtoll(p, &end, 10);
+    if (end == p || *end != sep) return false;
+    p = end + 1;
+    long long b = std::strtoll(p, &end, 10);
+    if (errno || end == p || *end != ',' || a < lo || a > hi || b < lo || b > hi) return false;
+    out->emplace_back(a, b);
+    p = end + 1;
   }
-  return out;
+  return true;
 }
 
 std::string device_tag(CUdevice dev) {
@@ -131,7 +138,7 @@ std::string device_tag(CUdevice dev) {
   CUdevice server = server_device(dev);
   const auto& snap = snapshot();
   if (server < 0 || static_cast<size_t>(server) >= snap.devices.size()) return "";
-  return hex(snap.devices[static_cast<size_t>(server)].uuid.data(), 16) + "/" + std::to_string(snap.driver_version);
+  return crypto::hex(snap.devices[static_cast<size_t>(server)].uuid.data(), 16) + "/" + std::to_string(snap.driver_version);
 }
 
 }  // namespace rgpu::client::answer_store

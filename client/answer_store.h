@@ -15,6 +15,8 @@
 #include <cuda.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace rgpu::client::answer_store {
 
@@ -28,10 +30,12 @@ bool lookup(const std::string& key, std::string* value);
 // no tab or newline.
 void store(const std::string& key, const std::string& value);
 
+// Parses the stored form of a list of pairs, "a<sep>b," repeated, each number in [lo, hi];
+// false on anything else (the caller asks again).
+bool parse_pairs(const std::string& text, char sep, long long lo, long long hi,
+                 std::vector<std::pair<long long, long long>>* out);
 // What names a device across runs in keys: "<server GPU's UUID in hex>/<driver version>", for a
 // client device ordinal (-1: the current context's device); "" when unknown.
 std::string device_tag(CUdevice dev);
-// The hex form of bytes, for keys.
-std::string hex(const void* p, size_t n);
 
 }  // namespace rgpu::client::answer_store

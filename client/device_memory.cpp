@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -93,24 +94,22 @@ void predict(CUcontext ctx, size_t first_size) {
   if (server < 0 || static_cast<size_t>(server) >= snap.devices.size()) return;
   const uint64_t budget = std::min<uint64_t>(snap.devices[static_cast<size_t>(server)].total_mem / 4,
                                              proto::kMaxAllocManyBytes);
+  std::vector<std::pair<long long, long long>> kept;  // "size:count,"
+  if (!answer_store::parse_pairs(stored, ':', 1, std::numeric_limits<long long>::max(), &kept)) return;
   std::vector<std::pair<uint64_t, uint32_t>> want;
   uint64_t bytes = 0, count = 0;
-  const char* p = stored.c_str();
-  while (*p && want.size() < proto::kMaxAllocMany) {
-    char* end = nullptr;
-    unsigned long long size = std::strtoull(p, &end, 10);
-    if (end == p || *end != ':') return;
-    p = end + 1;
-    unsigned long long n = std::strtoull(p, &end, 10);
-    if (end == p || *end != ',' || size == 0 || n == 0 || n > proto::kMaxAllocManyCount) return;
-    p = end + 1;
+  for (const auto& [stored_size, stored_n] : kept) {
+    if (want.size() == proto::kMaxAllocMany) break;
+    if (stored_n > proto::kMaxAllocManyCount) return;
+    const uint64_t size = static_cast<uint64_t>(stored_size);
+    uint64_t n = static_cast<uint64_t>(stored_n);
     {
       std::lock_guard lk(g_mu);
       g_previous[size] = static_cast<uint32_t>(n);
     }
     if (size == first_size) --n;  // the allocation being asked for now is one of them
-    n = std::min<unsigned long long>(n, (budget - bytes) / size);
-    n = std::min<unsigned long long>(n, proto::kMaxAllocManyCount - count);
+    n = std::min<uint64_t>(n, (budget - bytes) / size);
+    n = std::min<uint64_t>(n, proto::kMaxAllocManyCount - count);
     if (n == 0) continue;
     want.emplace_back(size, static_cast<uint32_t>(n));
     bytes += size * n;

@@ -1,7 +1,6 @@
 // Implementation of client/device_work.h.
 #include "client/device_work.h"
 
-#include <array>
 #include <bitset>
 #include <cstring>
 #include <mutex>

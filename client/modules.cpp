@@ -115,13 +115,7 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
     }
   }
   if (rc != CUDA_SUCCESS) return rc;
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string digest;
-  for (uint8_t b : hash) {
-    digest.push_back(kHex[b >> 4]);
-    digest.push_back(kHex[b & 15]);
-  }
-  ModuleRegistry::get().add_module(minted, std::move(img), parsed, std::move(digest));
+  ModuleRegistry::get().add_module(minted, std::move(img), parsed, crypto::hex(hash.data(), hash.size()));
   *id = minted;
   return CUDA_SUCCESS;
 }

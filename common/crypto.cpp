@@ -34,6 +34,18 @@ void random_bytes(void* buf, size_t len) {
   }
 }
 
+std::string hex(const void* data, size_t len) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(2 * len);
+  for (size_t i = 0; i < len; ++i) {
+    const uint8_t b = static_cast<const uint8_t*>(data)[i];
+    s += kDigits[b >> 4];
+    s += kDigits[b & 15];
+  }
+  return s;
+}
+
 bool equal_constant_time(const void* a, const void* b, size_t len) { return CRYPTO_memcmp(a, b, len) == 0; }
 
 }  // namespace rgpu::crypto

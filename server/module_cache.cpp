@@ -78,16 +78,7 @@ bool write_all(int fd, const void* data, size_t n) {
 
 }  // namespace
 
-std::string hex(const crypto::Digest& d) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  s.reserve(64);
-  for (uint8_t b : d) {
-    s += digits[b >> 4];
-    s += digits[b & 15];
-  }
-  return s;
-}
+std::string hex(const crypto::Digest& d) { return crypto::hex(d.data(), d.size()); }
 
 std::string default_dir() {
   if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/rgpu";

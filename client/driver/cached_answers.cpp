@@ -42,6 +42,7 @@
 #include "client/contexts.h"
 #include "client/modules.h"
 #include "client/runtime.h"
+#include "common/crypto.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
@@ -143,20 +144,9 @@ std::string device_key(const char* question, const std::string& args) {
   return device.empty() ? device : std::string(question) + "|" + device + "|" + args;
 }
 
-// Parses "a<sep>b," pairs (the stored form of a list of answers); false on anything else.
+// The stored form of a list of int answers (answer_store::parse_pairs).
 bool parse_pairs(const std::string& text, char sep, std::vector<std::pair<long long, long long>>* out) {
-  const char* p = text.c_str();
-  while (*p) {
-    char* end = nullptr;
-    long long a = std::strtoll(p, &end, 10);
-    if (end == p || *end != sep) return false;
-    p = end + 1;
-    long long b = std::strtoll(p, &end, 10);
-    if (end == p || *end != ',' || a < INT32_MIN || a > INT32_MAX || b < INT32_MIN || b > INT32_MAX) return false;
-    out->emplace_back(a, b);
-    p = end + 1;
-  }
-  return true;
+  return rgpu::client::answer_store::parse_pairs(text, sep, INT32_MIN, INT32_MAX, out);
 }
 
 // Drops the cached attributes and occupancy answers of these kernel/function ids (mu() held).
@@ -303,7 +293,7 @@ bool fetch_cluster_table(CUfunction func, const CUlaunchConfig& config, unsigned
   lasting_shape.hStream = nullptr;
   const std::string shape = cluster_key(lasting_shape);
   std::string key = lasting_key("clusters", handle_id(func), -1);
-  if (!key.empty()) key += rgpu::client::answer_store::hex(shape.data(), shape.size()) + "|" + std::to_string(dim.x) + "|" + (grid_follows ? "1" : "0");
+  if (!key.empty()) key += rgpu::crypto::hex(shape.data(), shape.size()) + "|" + std::to_string(dim.x) + "|" + (grid_follows ? "1" : "0");
   std::vector<std::pair<CUresult, int>> got;
   std::string stored;
   std::vector<std::pair<long long, long long>> kept;  // "result:clusters," per width
