@@ -1,6 +1,7 @@
 // Implementation of client/device_work.h.
 #include "client/device_work.h"
 
+#include <atomic>
 #include <bitset>
 #include <cstring>
 #include <mutex>
@@ -84,6 +85,11 @@ thread_local bool t_unanswered = false;  // this thread: a one-way call not yet 
 std::mutex g_mu;
 bool g_any_busy = false;                 // some call named no stream
 std::unordered_set<uint64_t> g_busy;     // streams with work a synchronize must wait for
+// Bumped by every synced() (under g_mu): a thread that noted a stream since the last bump knows
+// it is still busy, so back-to-back launches on one stream take g_mu once, not once each.
+std::atomic<uint64_t> g_clears{0};
+thread_local uint64_t t_noted_stream = kAnyStream - 1;  // no stream yet
+thread_local uint64_t t_noted_at = ~uint64_t{0};
 
 }  // namespace
 
@@ -92,11 +98,14 @@ bool invisible(uint16_t o) { return o <= op::kLast && tables().invisible.test(o)
 void note(uint16_t o, uint64_t stream) {
   if (invisible(o)) return;
   stream = stream_key(o, stream);
+  if (stream == t_noted_stream && g_clears.load(std::memory_order_acquire) == t_noted_at) return;
   std::lock_guard lk(g_mu);
   if (stream == kAnyStream)
     g_any_busy = true;
   else
     g_busy.insert(stream);
+  t_noted_stream = stream;
+  t_noted_at = g_clears.load(std::memory_order_relaxed);
 }
 
 void unanswered() { t_unanswered = true; }
@@ -115,6 +124,7 @@ bool must_wait(uint64_t /*stream*/) {
 
 void synced(uint16_t o, uint64_t stream) {
   std::lock_guard lk(g_mu);
+  g_clears.fetch_add(1, std::memory_order_release);
   if (stream == kAnyStream) {
     g_any_busy = false;
     g_busy.clear();

@@ -56,6 +56,24 @@ SCRIPT = SHIM_PREAMBLE + textwrap.dedent(r"""
     ok(cu.cuStreamSynchronize(s2), "sync s2")
     ok(cu.cuStreamSynchronize(None), "sync 0 after s2")
     print("after s2:", waits("cuStreamSynchronize"))
+    # Another thread's launches: this thread's synchronize waits for them (this thread itself
+    # sent nothing unchecked), each time that thread launches again after a synchronize.
+    import queue
+    jobs, done = queue.Queue(), queue.Queue()
+    def worker():
+        ok(cu.cuCtxSetCurrent(ctx), "worker SetCurrent")
+        while jobs.get():
+            launch(None)
+            done.put(True)
+    t = threading.Thread(target=worker)
+    t.start()
+    for _ in range(2):
+        jobs.put(True)
+        done.get()
+        ok(cu.cuStreamSynchronize(None), "sync after the other thread's launch")
+    jobs.put(False)
+    t.join()
+    print("after again:", waits("cuStreamSynchronize"))
     ok(cu.cuMemcpyDtoH_v2(back, dev, N * 4), "DtoH")
     print("data:", back[0], back[16], back[N - 1])
     # A copy the client cannot vouch for (not into memory it allocated) makes the synchronize
@@ -82,6 +100,7 @@ def test_synchronize_after_copies_only_does_not_wait(server, tmp_path):
     assert out["after memset"] == "1"
     assert out["after launch"] == "1"         # the synchronize after the launch
     assert out["after s2"] == "4"             # two with s2 busy, s2's own; then none
+    assert out["after again"] == "6"
     assert out["data"] == "7 7 7"             # the launch ran after the copies, the 64 bytes before it
     bad, sync_rc, next_rc = out["error"].split()
     assert bad == "0" and sync_rc != "0" and next_rc == "0", out["error"]
