@@ -613,11 +613,6 @@ def _note(args, message: str):
         _say(message)
 
 
-def _say_to_all(args, message: str):
-    """_say with _note's signature, for picking one of the two."""
-    _say(message)
-
-
 def _shim_dir(args) -> str:
     """The folder of rgpu's libcuda.so.1 for --shim. The rgpu package is imported only here and
     guarded: its __init__ may need torch, which the driver path does not."""
@@ -758,7 +753,11 @@ def _set_up(args, signals: _Signals) -> tuple[dict, Tunnel | None]:
         for s, line in missing:
             # A PyTorch-device user (the quick start) runs no rgpu-server: saying so on every run
             # is noise, kept for --verbose. A missing rgpu-opserver is always worth a line.
-            (_note if s.name == "rgpu-server" else _say_to_all)(args, f"note: {line} Running the command anyway.")
+            message = f"note: {line} Running the command anyway."
+            if s.name == "rgpu-server":
+                _note(args, message)
+            else:
+                _say(message)
     return env, tunnel
 
 
