@@ -5,8 +5,8 @@
 # OUT/train_bench.{json,md}. Needs a GPU, torch, and a build (build/).
 #   bench/run_train_bench.sh --driver /usr/local/nvidia/lib64/libcuda.so.1 [--out DIR] [--delays "0 1 30"]
 #   [--models "small gpt2"] [--pairs N]
-# --pairs N: also N interleaved pairs per model (local, then rgpu at 0 ms, warm), whose medians give
-#   the ratio least moved by the host's own drift (a launch-bound model's local step time swings
+# --pairs N: also N interleaved pairs per model (local, then rgpu at 0 ms, then rgpu at the largest
+#   delay, all warm), whose medians give the ratio and the times to first step least moved by the host's own drift (a launch-bound model's local step time swings
 #   by more than its 10% target between identical runs on the H200 hosts).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -61,13 +61,27 @@ for m in $MODELS; do
     done
     [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }
   done
+  # Interleaved pairs: local, then rgpu at 0 ms, then (with a delay given) rgpu at the largest
+  # delay, each warm: medians of each give step ratios and times to first step least moved by drift.
+  far=$(for d in $DELAYS; do echo "$d"; done | sort -n | tail -1)
+  if [ "$PAIRS" -gt 0 ] && [ "$far" != 0 ]; then
+    pport=$(free_port)
+    "$BUILD/bin/rgpu-delay-proxy" --listen 127.0.0.1:$pport --target 127.0.0.1:$port --delay-ms "$far" \
+      >"$OUT/train/proxy_pairs.log" 2>&1 &
+    proxy=$!
+    sleep 0.3
+  fi
   for ((i = 1; i <= PAIRS; i++)); do
     RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
       --steps "$(steps_for $m 0)" --out "$OUT/train/${m}_pair${i}_local.json" 2>&1 | tail -1
     RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=127.0.0.1:$port TRITON_LIBCUDA_PATH="$BUILD/lib" \
       RGPU_ANSWER_CACHE="$OUT/train/answers.txt" "$PY" "$ROOT/bench/train_bench.py" --model $m \
       --steps "$(steps_for $m 0)" --warmup 3 --out "$OUT/train/${m}_pair${i}_rgpu.json" 2>&1 | tail -1
+    [ -n "$proxy" ] && RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=127.0.0.1:$pport \
+      TRITON_LIBCUDA_PATH="$BUILD/lib" RGPU_ANSWER_CACHE="$OUT/train/answers.txt" "$PY" "$ROOT/bench/train_bench.py" \
+      --model $m --steps "$(steps_for $m "$far")" --warmup 3 --out "$OUT/train/${m}_pair${i}_rgpu${far}ms.json" 2>&1 | tail -1
   done
+  [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }
   # Local again, after the rgpu runs: the spread between the two local runs says how much of a
   # ratio is the machine's own noise (bench/train_report.py).
   RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
