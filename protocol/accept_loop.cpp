@@ -1,15 +1,19 @@
 // Implementation of protocol/accept_loop.h.
 #include "protocol/accept_loop.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "common/log.h"
@@ -63,10 +67,64 @@ bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* ad
   return true;
 }
 
+namespace {
+
+// Spare processes and the reaper tell the parent what happened through one pipe, a pid per
+// message (4 bytes: atomic on a pipe): positive, that spare took a connection; negative, that
+// process ended.
+void tell(int fd, int32_t message) {
+  while (write(fd, &message, sizeof message) < 0 && errno == EINTR) {
+  }
+}
+
+// A spare's life: prepare, accept one connection, say so, then serve it as its session.
+[[noreturn]] void run_spare(int lfd, int notify_fd, const AcceptLoop& loop) {
+  // Until it has a client, a spare ends with the parent (it would hold the port otherwise).
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() == 1) _exit(0);
+  log::set_prefix(log::format("%s[%d]", loop.name.c_str(), static_cast<int>(getpid())));
+  if (loop.prepare) loop.prepare();
+  int fd;
+  for (;;) {
+    fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) break;
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    log::error("accept failed: %s", std::strerror(errno));
+    sleep(1);
+  }
+  prctl(PR_SET_PDEATHSIG, 0);  // a session outlives a restart of the listening parent
+  tell(notify_fd, static_cast<int32_t>(getpid()));
+  close(notify_fd);
+  close(lfd);
+  std::string peer = net::peer_name(fd);
+  net::set_nodelay(fd);
+  net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
+  ServerHandshakeResult hs;
+  std::string err;
+  if (!server_handshake(fd, loop.token, &hs, &err)) {
+    if (hs.said_nothing)
+      log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
+    else
+      log::warn("connection from %s: %s", peer.c_str(), err.c_str());
+    _exit(1);
+  }
+  net::set_recv_timeout(fd, 0);
+  log::info("session for %s from %s started", hs.identity.c_str(), peer.c_str());
+  _exit(loop.session(fd, peer, hs));
+}
+
+}  // namespace
+
 void run_accept_loop(int lfd, const AcceptLoop& loop) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    log::error("cannot make the spare-process pipe: %s", std::strerror(errno));
+    _exit(1);
+  }
   // Reap session processes, and say so when one dies of a signal: its client was cut off.
   std::function<void(pid_t)> on_exit = loop.on_exit;
-  std::thread([on_exit] {
+  int notify_fd = pipefd[1];
+  std::thread([on_exit, notify_fd] {
     for (;;) {
       int st = 0;
       pid_t pid = waitpid(-1, &st, 0);
@@ -74,6 +132,7 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
         if (errno == ECHILD) sleep(1);
         continue;
       }
+      tell(notify_fd, -static_cast<int32_t>(pid));
       if (on_exit) on_exit(pid);
       if (WIFSIGNALED(st))
         log::error("session process %d died of signal %d (%s); its client was disconnected", static_cast<int>(pid),
@@ -82,42 +141,31 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
   }).detach();
   signal(SIGPIPE, SIG_IGN);
 
+  std::set<pid_t> spares;
+  auto started = std::chrono::steady_clock::now();
   for (;;) {
-    int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      log::error("accept failed: %s", std::strerror(errno));
-      sleep(1);
-      continue;
+    if (spares.empty()) {
+      started = std::chrono::steady_clock::now();
+      pid_t pid = fork();
+      if (pid < 0) {
+        log::error("cannot start a session process: %s; trying again in a second", std::strerror(errno));
+        sleep(1);
+        continue;
+      }
+      if (pid == 0) {
+        close(pipefd[0]);
+        run_spare(lfd, pipefd[1], loop);
+      }
+      spares.insert(pid);
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-      log::error("cannot start a session process: %s", std::strerror(errno));
-      close(fd);
-      continue;
-    }
-    if (pid > 0) {
-      close(fd);
-      continue;
-    }
-    // The session's own process.
-    close(lfd);
-    std::string peer = net::peer_name(fd);
-    log::set_prefix(log::format("%s[%d]", loop.name.c_str(), static_cast<int>(getpid())));
-    net::set_nodelay(fd);
-    net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
-    ServerHandshakeResult hs;
-    std::string err;
-    if (!server_handshake(fd, loop.token, &hs, &err)) {
-      if (hs.said_nothing)
-        log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
-      else
-        log::warn("connection from %s: %s", peer.c_str(), err.c_str());
-      _exit(1);
-    }
-    net::set_recv_timeout(fd, 0);
-    log::info("session for %s from %s started", hs.identity.c_str(), peer.c_str());
-    _exit(loop.session(fd, peer, hs));
+    int32_t message = 0;
+    ssize_t n = read(pipefd[0], &message, sizeof message);
+    if (n != static_cast<ssize_t>(sizeof message)) continue;  // EINTR
+    pid_t pid = message > 0 ? message : -message;
+    if (spares.erase(pid) == 0 || message > 0) continue;
+    // The spare ended without a client (its start-up failed): start another, not in a tight loop.
+    log::warn("spare session process %d ended before any client came; starting another", static_cast<int>(pid));
+    if (std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) sleep(1);
   }
 }
 

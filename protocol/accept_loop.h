@@ -1,6 +1,12 @@
-// The process model both servers share (rgpu-server, rgpu-opserver): accept a connection, fork a
-// process for it, run the handshake there, then the session. A session's crash or hostile client
-// ends that process only; the listening parent never touches the GPU.
+// The process model both servers share (rgpu-server, rgpu-opserver): each connection is served by
+// a process of its own, which runs the handshake and then the session. A session's crash or
+// hostile client ends that process only; the listening parent never touches the GPU.
+//
+// The processes are forked ahead: one spare waits in accept() on the listening socket, having
+// already run AcceptLoop::prepare (rgpu-server starts the GPU driver and the device's context
+// there), so a client's first calls find that work done instead of waiting for it. When the spare
+// takes a connection it tells the parent, which forks the next spare at once; a spare that dies
+// unused is replaced too (after a second, if it lived less than that).
 #pragma once
 
 #include <sys/types.h>
@@ -35,10 +41,13 @@ struct AcceptLoop {
   std::function<int(int fd, const std::string& peer, const ServerHandshakeResult& hs)> session;
   // Runs in the parent when a session process has ended (after its exit was reaped).
   std::function<void(pid_t pid)> on_exit;
+  // Optional: runs in each spare process before its connection arrives. It must return promptly
+  // (what takes long, it starts on a thread of its own): the spare accepts only after it.
+  std::function<void()> prepare;
 };
 
 // Serves the listening socket forever: reaps session processes on a thread of its own (logging
-// the ones that died of a signal), ignores SIGPIPE, accepts and forks.
+// the ones that died of a signal), ignores SIGPIPE, keeps one spare process accepting.
 [[noreturn]] void run_accept_loop(int listen_fd, const AcceptLoop& loop);
 
 }  // namespace rgpu::proto

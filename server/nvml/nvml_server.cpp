@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -26,6 +27,31 @@ std::mutex g_handles_mu;
 std::vector<Entry> g_handles;  // id - 1 -> handle
 std::unordered_map<void*, uint64_t> g_ids;
 
+// Init ahead (server/prewarm.h): NVML is initialised when loaded, and the client's first init
+// takes that init over, so NVML's count of inits is the client's own.
+bool g_init_ahead = false;
+std::atomic<bool> g_init_held{false};
+NvmlTable g_real;
+
+nvmlReturn_t held_init() { return g_init_held.exchange(false) ? NVML_SUCCESS : g_real.nvmlInit(); }
+nvmlReturn_t held_init_v2() { return g_init_held.exchange(false) ? NVML_SUCCESS : g_real.nvmlInit_v2(); }
+nvmlReturn_t held_init_flags(unsigned int flags) {
+  if (flags == 0 && g_init_held.exchange(false)) return NVML_SUCCESS;
+  nvmlReturn_t rc = g_real.nvmlInitWithFlags(flags);
+  // Other flags: the client's own init, and the one held for it is given back.
+  if (rc == NVML_SUCCESS && g_init_held.exchange(false) && g_real.nvmlShutdown) g_real.nvmlShutdown();
+  return rc;
+}
+
+void init_ahead() {
+  if (!g_table.nvmlInit_v2 || !g_table.nvmlShutdown || g_table.nvmlInit_v2() != NVML_SUCCESS) return;
+  g_real = g_table;
+  g_init_held = true;
+  g_table.nvmlInit_v2 = held_init_v2;
+  if (g_table.nvmlInit) g_table.nvmlInit = held_init;
+  if (g_table.nvmlInitWithFlags) g_table.nvmlInitWithFlags = held_init_flags;
+}
+
 void load() {
   void* lib = dlopen(g_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
@@ -41,13 +67,15 @@ void load() {
     return;
   }
   int found = load_nvml_table(lib, &g_table);
-  log::info("NVML %s loaded (%d functions)", g_path.c_str(), found);
+  if (g_init_ahead) init_ahead();
+  log::info("NVML %s loaded (%d functions)%s", g_path.c_str(), found, g_init_held ? ", initialised ahead" : "");
   g_loaded = &g_table;
 }
 
 }  // namespace
 
 void set_library(const std::string& path) { g_path = path; }
+void set_init_ahead() { g_init_ahead = true; }
 
 const NvmlTable* table() {
   std::call_once(g_once, load);

@@ -24,6 +24,10 @@ inline constexpr unsigned int kMaxString = proto::kNvmlMaxString;
 
 // The NVML library sessions load (set by rgpu-server's --nvml before any session starts).
 void set_library(const std::string& path);
+// In a spare session process (server/prewarm.h): the library's load also initialises NVML, and
+// the client's first nvmlInit takes that init over (no second init; its last nvmlShutdown really
+// shuts NVML down). Call before table().
+void set_init_ahead();
 // The loaded library's functions, or nullptr when it cannot be loaded (logged once).
 const NvmlTable* table();
 // The result for a call whose library or function is missing (logged once per name).

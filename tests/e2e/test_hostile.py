@@ -167,12 +167,13 @@ def test_silent_client_does_not_stall_others(server):
         # Each connection has its own process: the two idle ones hold nothing the others need.
         assert_still_serving(server, program=True)
         assert_still_serving(server)
-        # A client must finish the handshake promptly (server/main.cpp: 10 s); after it an idle
+        # A client must finish the handshake promptly (protocol/accept_loop.cpp: 10 s); after it an idle
         # session is legitimate and stays open.
         assert wire.peer_closed(silent, timeout=15)
         wait_for_log(server, "connection from 127.0.0.1")
         assert not wire.peer_closed(quiet.sock, timeout=0.2)
-        assert quiet.mem_get_info()[0] == wire.CUDA_ERROR_NOT_INITIALIZED  # no snapshot (cuInit) yet
+        # It still answers: no context is current (and with --prewarm none not even cuInit has run).
+        assert quiet.mem_get_info()[0] in (wire.CUDA_ERROR_INVALID_CONTEXT, wire.CUDA_ERROR_NOT_INITIALIZED)
     finally:
         silent.close()
         quiet.close()
