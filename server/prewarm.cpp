@@ -86,7 +86,7 @@ void warm_up(Level level) {
     g_ready = true;
   }
   g_cv.notify_all();
-  log::debug("warm: cuInit %d%s in %.0f ms", static_cast<int>(rc), ctx ? ", device 0's context held" : "", ms);
+  log::info("warm: cuInit %d%s in %.0f ms", static_cast<int>(rc), ctx ? ", device 0's context held" : "", ms);
   // NVML last: a client's CUDA calls need nothing of it.
   nvml::table();
 }
