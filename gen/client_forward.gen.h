@@ -11,6 +11,7 @@ extern "C" {
 CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuCtxDestroy_v2(CUcontext ctx);
+CUresult CUDAAPI rgpu_fwd_cuCtxGetApiVersion(CUcontext ctx, unsigned int *version);
 CUresult CUDAAPI rgpu_fwd_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxGetLimit(size_t *pvalue, CUlimit limit);
 CUresult CUDAAPI rgpu_fwd_cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority);

@@ -264,7 +264,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, C
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
   rgpu::client::trace_call("cuCtxGetApiVersion");
   rgpu::client::Call c(rgpu::op::cuCtxGetApiVersion, rgpu::client::kWaits);
   c.args().put_u64(rgpu::client::handle_id(ctx));

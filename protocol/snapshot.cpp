@@ -1,6 +1,8 @@
 // Implementation of protocol/snapshot.h.
 #include "protocol/snapshot.h"
 
+#include <cuda.h>
+
 namespace rgpu::proto {
 
 void encode_snapshot(const Snapshot& s, Writer& w) {
@@ -27,6 +29,7 @@ void encode_snapshot(const Snapshot& s, Writer& w) {
   w.put_u32(static_cast<uint32_t>(s.cached_modules.size()));
   for (const auto& h : s.cached_modules) w.append(h.data(), h.size());
   w.put_u8(s.module_cache_on ? 1 : 0);
+  w.put<int32_t>(s.loading_mode);
 }
 
 bool decode_snapshot(Reader& r, Snapshot* s) {
@@ -61,6 +64,8 @@ bool decode_snapshot(Reader& r, Snapshot* s) {
   s->cached_modules.resize(nm);
   for (auto& h : s->cached_modules) r.take(h.data(), h.size());
   s->module_cache_on = r.left() > 0 && r.u8() != 0;
+  s->loading_mode = r.left() >= 4 ? r.get<int32_t>() : 0;
+  if (s->loading_mode != CU_MODULE_EAGER_LOADING && s->loading_mode != CU_MODULE_LAZY_LOADING) s->loading_mode = 0;
   return r.ok();
 }
 

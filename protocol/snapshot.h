@@ -7,7 +7,8 @@
 //   str name, 16 bytes uuid, u64 total_mem, str pci_bus_id, u32 n, then n × (i32 result, i32 value)
 //   for attributes 0..n-1 (attribute 0 does not exist and is sent as an error);
 //   then u32 error_count and per error: i32 code, str name, str text;
-//   then u32 cached_count and cached_count × 32 bytes of SHA-256 (the server's module cache).
+//   then u32 cached_count and cached_count × 32 bytes of SHA-256 (the server's module cache);
+//   then u8 module_cache_on and i32 loading_mode (each absent from older servers' snapshots).
 #pragma once
 
 #include <array>
@@ -50,6 +51,10 @@ struct Snapshot {
   // count an image it sent as one the server can load again by hash. Absent from older servers'
   // snapshots (decoded as false).
   bool module_cache_on = false;
+  // cuModuleGetLoadingMode's answer (CU_MODULE_EAGER_LOADING or CU_MODULE_LAZY_LOADING), the
+  // server process's setting for its life; 0 when the server could not say (and in older servers'
+  // snapshots): the client asks.
+  int32_t loading_mode = 0;
 };
 
 inline constexpr uint32_t kMaxSnapshotDevices = 64;

@@ -3,7 +3,8 @@
 // times, cuCtxGetLimit 24 and the occupancy calculator 5 times per training step, always the
 // same questions; each was a round trip.
 //
-// Also cuOccupancyMaxActiveClusters (99 calls in the GPU ladder) and cuModuleGetLoadingMode.
+// Also cuOccupancyMaxActiveClusters (99 calls in the GPU ladder), cuCtxGetApiVersion and
+// cuModuleGetLoadingMode.
 //
 // What invalidates what:
 // - cuKernelSetAttribute, cuKernelSetCacheConfig: the answers for that kernel and for every
@@ -65,6 +66,8 @@ auto& g_limits = *new std::map<std::pair<CUcontext, int>, size_t>();
 auto& g_limits_set = *new std::set<CUcontext>();
 // context → cuCtxGetStreamPriorityRange's (least, greatest)
 auto& g_priorities = *new std::map<CUcontext, std::pair<int, int>>();
+// context → cuCtxGetApiVersion's answer
+auto& g_api_versions = *new std::map<CUcontext, unsigned int>();
 // cuOccupancyAvailableDynamicSMemPerBlock: (function id, blocks, block size) → bytes
 auto& g_dynamic_smem = *new std::map<std::tuple<uint64_t, int, int>, size_t>();
 // (function id, block size, dynamic shared memory, flags) → blocks per SM
@@ -346,6 +349,7 @@ void forget_cached_answers() {
     g_limits.clear();
     g_limits_set.clear();
     g_priorities.clear();
+    g_api_versions.clear();
     g_occupancy.clear();
     g_dynamic_smem.clear();
     g_clusters.clear();
@@ -563,12 +567,32 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* leastPriority, int
   return CUDA_SUCCESS;
 }
 
-// Whether modules load lazily is the server's setting, fixed for its life.
+// The API version a context was made with: asked once per context (cudart asks at start-up), and
+// kept across runs per device (every context the shim makes is made the same way).
+RGPU_EXPORT CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  rgpu::client::trace_call("cuCtxGetApiVersion");
+  CUcontext key = ctx ? ctx : rgpu::client::contexts::current();
+  CUdevice dev = -1;
+  if (!key || !rgpu::client::contexts::device_of(key, &dev)) return rgpu_fwd_cuCtxGetApiVersion(ctx, version);
+  return cached(g_api_versions, key, version, [&](unsigned int* out) {
+    std::string tag = rgpu::client::answer_store::enabled() ? rgpu::client::answer_store::device_tag(dev) : "";
+    return lasting_number(tag.empty() ? tag : "ctx-api-version|" + tag + "|", out,
+                          [&](unsigned int* v) { return rgpu_fwd_cuCtxGetApiVersion(ctx, v); });
+  });
+}
+
+// Whether modules load lazily is the server's setting, fixed for its life: in the snapshot (older
+// servers: asked once).
 RGPU_EXPORT CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   static std::mutex once_mu;
   static CUmoduleLoadingMode known{};
   static bool asked = false;
   if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  if (rgpu::client::connection() && rgpu::client::snapshot().loading_mode != 0) {
+    rgpu::client::trace_call("cuModuleGetLoadingMode");
+    *mode = static_cast<CUmoduleLoadingMode>(rgpu::client::snapshot().loading_mode);
+    return CUDA_SUCCESS;
+  }
   std::lock_guard lk(once_mu);
   if (!asked) {
     CUresult rc = rgpu_fwd_cuModuleGetLoadingMode(&known);

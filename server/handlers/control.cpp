@@ -61,6 +61,9 @@ void snapshot(Dispatch& d) {
   }
   for (const auto& h : module_cache::index(proto::kMaxSnapshotModules)) s.cached_modules.push_back(h);
   s.module_cache_on = module_cache::enabled();
+  CUmoduleLoadingMode mode{};
+  if (s.init_result == CUDA_SUCCESS && drv.cuModuleGetLoadingMode && drv.cuModuleGetLoadingMode(&mode) == CUDA_SUCCESS)
+    s.loading_mode = mode;
   d.reply.put<int32_t>(CUDA_SUCCESS);
   proto::encode_snapshot(s, d.reply);
 }

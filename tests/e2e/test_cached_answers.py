@@ -99,7 +99,7 @@ SCRIPT = textwrap.dedent(r"""
         ok(cu.cuKernelGetParamInfo(kern, 0, ctypes.byref(off), ctypes.byref(size)), "KernelGetParamInfo")
         assert cu.cuKernelGetParamInfo(kern, 99, ctypes.byref(off), ctypes.byref(size)) == 1
         ok(cu.cuFuncGetParamInfo(f, 0, ctypes.byref(off), ctypes.byref(size)), "FuncGetParamInfo")
-    # The loading mode is the server's for its life: asked once.
+    # The loading mode is the server's for its life: it comes with the snapshot.
     mode = ctypes.c_int()
     for _ in range(10):
         ok(cu.cuModuleGetLoadingMode(ctypes.byref(mode)), "GetLoadingMode")
@@ -149,7 +149,7 @@ def test_repeated_questions_cost_one_round_trip_and_stay_right(server, tmp_path)
     assert calls.get("cuKernelSetAttribute") == 2, calls
     assert calls.get("cuFuncSetAttribute") == 1, calls  # 100000 once, 60000 once (after a function's set)
     assert "cuKernelGetParamInfo" not in calls and "cuFuncGetParamInfo" not in calls, calls
-    assert calls.get("cuModuleGetLoadingMode") == 1, calls
+    assert "cuModuleGetLoadingMode" not in calls, calls  # in the snapshot
     assert calls.get("cuOccupancyMaxActiveClusters") == 2, calls  # the two shapes without a cluster
     assert calls.get("control:44") == 1, calls  # the whole probe of widths 1..20
     assert calls.get("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags") == 1, calls
@@ -213,6 +213,12 @@ SMALL = SHIM_PREAMBLE + textwrap.dedent(r"""
         ok(cu.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)), "PriorityRange")
         ok(cu.cuCtxGetLimit(ctypes.byref(heap), 2), "GetLimit")  # CU_LIMIT_MALLOC_HEAP_SIZE
     print("priorities:", least.value, greatest.value, "heap:", heap.value)
+    version, mode = ctypes.c_uint(), ctypes.c_int()
+    for _ in range(3):
+        ok(cu.cuCtxGetApiVersion(ctx, ctypes.byref(version)), "GetApiVersion")
+        ok(cu.cuCtxGetApiVersion(None, ctypes.byref(version)), "GetApiVersion of the current context")
+        ok(cu.cuModuleGetLoadingMode(ctypes.byref(mode)), "GetLoadingMode")
+    print("api version:", version.value, "loading mode:", mode.value)
     # After a set, the limit is this context's own, never a stored default.
     ok(cu.cuCtxSetLimit(2, heap.value * 2), "SetLimit")
     ok(cu.cuCtxGetLimit(ctypes.byref(heap), 2), "GetLimit after set")
@@ -237,6 +243,43 @@ def test_set_current_is_one_way_and_dynamic_shared_memory_is_asked_once_ever(ser
     assert first["cuCtxGetStreamPriorityRange"] == 1 and "cuCtxGetStreamPriorityRange" not in second
     assert first["cuCtxGetLimit"] == 2 and second["cuCtxGetLimit"] == 1, (first, second)
     assert outs[0]["priorities"] == outs[1]["priorities"]
+    # The context's API version: asked once, then kept; the loading mode came with the snapshot.
+    assert first["cuCtxGetApiVersion"] == 1 and "cuCtxGetApiVersion" not in second, (first, second)
+    assert "cuModuleGetLoadingMode" not in first, first
+    assert outs[0]["api version"] == outs[1]["api version"]
+    version, mode = outs[0]["api version"].split(" loading mode: ")
+    assert int(version) > 0 and mode == "2"  # CU_MODULE_LAZY_LOADING, the fake's
     heap = int(outs[0]["priorities"].split()[-1])
     assert heap > 0 and outs[0]["heap after set"] == outs[1]["heap after set"] == str(heap * 2)
     assert outs[0]["bad"] != "0"
+
+
+RELEASES = SHIM_PREAMBLE + textwrap.dedent(r"""
+    import json
+    for _ in range(3):  # four references in all
+        ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain")
+    ptr, free0, free1, total = ctypes.c_uint64(), ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+    ok(cu.cuMemGetInfo_v2(ctypes.byref(free0), ctypes.byref(total)), "MemGetInfo")
+    ok(cu.cuMemAlloc_v2(ctypes.byref(ptr), 32 << 20), "alloc")
+    for _ in range(4):
+        ok(cu.cuDevicePrimaryCtxRelease_v2(0), "Release")
+    # The last release destroyed the context and its memory; a new one starts empty.
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0), "Retain again")
+    ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
+    ok(cu.cuMemGetInfo_v2(ctypes.byref(free1), ctypes.byref(total)), "MemGetInfo")
+    print("free before, after:", free0.value, free1.value)
+    print("release after the last:", cu.cuDevicePrimaryCtxRelease_v2(0), cu.cuDevicePrimaryCtxRelease_v2(0))
+    ok(cu.rgpu_stats_write(), "stats")
+    s = json.load(open(os.environ["RGPU_STATS"]))
+    print("waited:", json.dumps({o["op"]: o["waited"] for o in s["ops"] + s["oneway_ops"]}))
+""")
+
+
+def test_releases_that_leave_the_context_retained_do_not_wait(server, tmp_path):
+    (out,) = run_script_runs(server, tmp_path, RELEASES, runs=1, env={"RGPU_ALLOC_AHEAD": "0"})
+    waited = json.loads(out["waited"])
+    # Three of the first four releases only count; the fourth and the two after the retain again wait.
+    assert waited["cuDevicePrimaryCtxRelease_v2"] == 3, waited
+    before, after = out["free before, after"].split()
+    assert before == after, out
+    assert out["release after the last"] == "0 201", out  # CUDA_ERROR_INVALID_CONTEXT: none left

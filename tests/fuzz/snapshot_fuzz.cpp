@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include <cuda.h>
+
 #include "common/wire.h"
 #include "protocol/snapshot.h"
 
@@ -12,7 +14,8 @@ namespace {
 
 bool same(const rgpu::proto::Snapshot& a, const rgpu::proto::Snapshot& b) {
   if (a.init_result != b.init_result || a.driver_version != b.driver_version || a.devices.size() != b.devices.size() ||
-      a.errors.size() != b.errors.size())
+      a.errors.size() != b.errors.size() || a.cached_modules != b.cached_modules ||
+      a.module_cache_on != b.module_cache_on || a.loading_mode != b.loading_mode)
     return false;
   for (size_t i = 0; i < a.devices.size(); ++i) {
     const auto &x = a.devices[i], &y = b.devices[i];
@@ -38,6 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!rgpu::proto::decode_snapshot(r, &s)) return 0;
   if (s.devices.size() > rgpu::proto::kMaxSnapshotDevices || s.errors.size() > rgpu::proto::kMaxSnapshotErrors)
     std::abort();
+  if (s.loading_mode != 0 && s.loading_mode != CU_MODULE_EAGER_LOADING && s.loading_mode != CU_MODULE_LAZY_LOADING)
+    std::abort();  // the client hands it to programs as a CUmoduleLoadingMode
   rgpu::Writer w;
   rgpu::proto::encode_snapshot(s, w);
   rgpu::Reader r2(w.buf().data(), w.size());
@@ -59,6 +64,9 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   s.devices.push_back(d);
   s.errors.push_back({0, "CUDA_SUCCESS", "no error"});
   s.errors.push_back({801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"});
+  s.cached_modules.push_back({0x11, 0x22});
+  s.module_cache_on = true;
+  s.loading_mode = CU_MODULE_LAZY_LOADING;
   for (size_t devs : {0, 1, 2}) {
     rgpu::proto::Snapshot c = s;
     c.devices.resize(devs);
