@@ -97,6 +97,10 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   // note_read/wait_turn; tests/e2e/test_cross_thread.py); the ladder then passed 15/15 on the
   // H200 with one-way loads, GPT losses identical to local.
   const bool one_way = env::get().oneway_loads && parsed && img.native && batching();
+  if (!one_way)
+    log::debug("%s: the %zu-byte image's load waits (%s)", name, n,
+               !parsed ? "kernel layouts unread" : !img.native ? "no machine code for the server's GPU: JIT"
+                                                                 : "one-way loads off");
   if (one_way && !g_by_hash_unsupported.load(std::memory_order_relaxed) && server_has(hash)) {
     Call c(proto::kOpModuleByHash, kOneWay);
     c.args().put_u64(minted);

@@ -6,7 +6,7 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
-#   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,torchdev,bench,train   the steps to run (default: all)
+#   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,torchdev,bench,startup,train   the steps to run (default: all)
 #   RGPU_TRAIN_DELAYS="0 30"  RGPU_TRAIN_MODELS="small"   what the training benchmark runs (default "0 1 30", "small gpt2")
 #   RGPU_TRAIN_PAIRS=N             interleaved local/rgpu pairs per model at 0 ms (default 3; 0 for none)
 #   RGPU_GPU_CORPUS="NAME..."      runs only the corpus programs whose names contain one of NAME
@@ -26,7 +26,7 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
-STEPS=",${RGPU_GPU_STEPS:-core,runtime,corpus,samples,nvml,torch,torchdev,bench,train},"
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,corpus,samples,nvml,torch,torchdev,bench,startup,train},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
@@ -188,6 +188,24 @@ if want bench && [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
   cat "$OUT/driver_bench.md" 2>/dev/null || tail -30 "$OUT/bench.log"
   cp "$OUT/driver_bench.md" "$OUT/driver_bench.json" "$RESULTS/" 2>/dev/null
 fi
+if want startup; then
+  step "start-up through rgpu, warm (small model, 3 steps): the calls that waited, and the loads that waited and why"
+  PY=${RGPU_TORCH_PYTHON:-python3}
+  port=19716
+  build/bin/rgpu-server --listen 127.0.0.1:$port --driver "$REAL" --cache-dir "$OUT/startup-cache" >"$OUT/server_startup.log" 2>&1 &
+  sserver=$!
+  sleep 0.5
+  for run in cold warm; do
+    LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port RGPU_LOG=debug RGPU_ANSWER_CACHE="$OUT/startup-answers.txt" \
+      RGPU_STATS="$OUT/startup_$run.stats.json" "$PY" bench/train_bench.py --model small --steps 3 --warmup 1 \
+      --out "$OUT/startup_$run.json" >"$OUT/startup_$run.log" 2>&1 || { echo "startup $run: FAILED"; status=1; }
+  done
+  kill $sserver 2>/dev/null
+  grep -o "image's load waits (.*)" "$OUT/startup_warm.log" | sort | uniq -c
+  "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); print("round trips", s["round_trips"]); [print("  waited", o["waited"], o["op"], o["total_wait_us"] // 1000, "ms") for o in s["ops"] if o["waited"]]' \
+    "$OUT/startup_warm.stats.json"
+fi
+
 if want train; then
   step "training-step benchmark (bench/run_train_bench.sh): local GPU vs rgpu at 0, 1 and 30 ms added"
   bench/run_train_bench.sh --driver "$REAL" --out "$OUT" --delays "${RGPU_TRAIN_DELAYS:-0 1 30}" \
