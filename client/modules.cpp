@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 
+#include "client/answer_store.h"
 #include "client/call.h"
 #include "client/runtime.h"
 #include "common/crypto.h"
@@ -60,6 +61,17 @@ CUresult load_by_hash(uint16_t op, uint64_t id, const crypto::Digest& hash) {
 
 }  // namespace
 
+// An image without machine code for the server's GPU is compiled there (JIT), which can fail, so
+// its load waits for the answer, except when this image already compiled on this GPU and driver
+// in an earlier run (kept in the answer store): the same compiler on the same input succeeds
+// again, and the load is one-way. PyTorch's warm start on the H200 waited for four such loads.
+std::string jit_key(const crypto::Digest& hash) {
+  if (!answer_store::enabled()) return "";
+  std::string device = answer_store::device_tag(-1);
+  if (device.empty()) device = answer_store::device_tag(0);  // a library loaded before any context
+  return device.empty() ? device : "jit-ok|" + device + "|" + crypto::hex(hash.data(), hash.size());
+}
+
 CUresult load_image(uint16_t op, const char* name, const void* image, size_t max_len, uint64_t* id) {
   // A fatbin wrapper (what nvcc registers) points at the fatbin in this process: send that.
   if (image::detect(image, max_len) == image::Kind::kFatbinWrapper) {
@@ -87,8 +99,8 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   // code built for the server's GPU, nothing after the load needs the server's answer, so the
   // load is one-way, by hash when the server's cache index (learned at connect) holds the image,
   // with the bytes otherwise. A load that fails anyway (out of memory) reports its error with the
-  // next call that waits, as a failed launch does. PTX (JIT can fail), images the client cannot
-  // read, and RGPU_BATCH=0 wait for the load's answer.
+  // next call that waits, as a failed launch does. PTX (JIT can fail; but see jit_key), images
+  // the client cannot read, and RGPU_BATCH=0 wait for the load's answer.
   CUresult rc;
   // RGPU_ONEWAY_LOADS=0 makes every load wait. One-way loads once made PyTorch's cuDNN
   // convolution wrong on the H200: the server ran each client thread's calls on its own worker
@@ -96,10 +108,13 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   // one-way call) that had already returned. The server now keeps that order (server/session.cpp
   // note_read/wait_turn; tests/e2e/test_cross_thread.py); the ladder then passed 15/15 on the
   // H200 with one-way loads, GPT losses identical to local.
-  const bool one_way = env::get().oneway_loads && parsed && img.native && batching();
+  const bool may_be_one_way = env::get().oneway_loads && parsed && batching();
+  const std::string jit = may_be_one_way && !img.native ? jit_key(hash) : "";
+  std::string stored;
+  const bool one_way = may_be_one_way && (img.native || (!jit.empty() && answer_store::lookup(jit, &stored)));
   if (!one_way)
     log::debug("%s: the %zu-byte image's load waits (%s)", name, n,
-               !parsed ? "kernel layouts unread" : !img.native ? "no machine code for the server's GPU: JIT"
+               !parsed ? "kernel layouts unread" : !img.native ? "no machine code for the server's GPU: JIT, not seen before"
                                                                  : "one-way loads off");
   if (one_way && !g_by_hash_unsupported.load(std::memory_order_relaxed) && server_has(hash)) {
     Call c(proto::kOpModuleByHash, kOneWay);
@@ -119,6 +134,7 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
     }
   }
   if (rc != CUDA_SUCCESS) return rc;
+  if (!one_way && !jit.empty()) answer_store::store(jit, "1");
   ModuleRegistry::get().add_module(minted, std::move(img), parsed, crypto::hex(hash.data(), hash.size()));
   *id = minted;
   return CUDA_SUCCESS;

@@ -283,3 +283,24 @@ def test_releases_that_leave_the_context_retained_do_not_wait(server, tmp_path):
     before, after = out["free before, after"].split()
     assert before == after, out
     assert out["release after the last"] == "0 201", out  # CUDA_ERROR_INVALID_CONTEXT: none left
+
+
+JIT_LOAD = SHIM_PREAMBLE + textwrap.dedent(r"""
+    import json
+    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuModuleLoadData(ctypes.byref(mod), open(sys.argv[1], "rb").read()), "load")
+    ok(cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"rgpu_vec_add"), "function")
+    ok(cu.cuCtxSynchronize(), "sync")
+    ok(cu.rgpu_stats_write(), "stats")
+    s = json.load(open(os.environ["RGPU_STATS"]))
+    print("waited:", json.dumps({o["op"]: o["waited"] for o in s["ops"] if o["waited"]}))
+""")
+
+
+def test_an_image_that_compiled_on_this_gpu_before_loads_one_way(server, tmp_path):
+    """PTX only: the server compiles it, which can fail, so the first run's load waits; the
+    second run knows it compiled on this GPU and driver, and does not wait."""
+    outs = run_script_runs(server, tmp_path, JIT_LOAD, args=[str(BUILD / "tests/kernels/test_kernels.ptxonly.fatbin")])
+    first, second = (json.loads(o["waited"]) for o in outs)
+    assert first.get("cuModuleLoadData") == 1, first
+    assert "cuModuleLoadData" not in second and "control:20" not in second, second
