@@ -23,6 +23,20 @@ namespace {
 
 constexpr auto kIdleFlush = std::chrono::microseconds(200);
 
+// Adds the time from construction to destruction to *total (Connection::write_us).
+class WriteTimer {
+ public:
+  explicit WriteTimer(std::atomic<uint64_t>* total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~WriteTimer() {
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start_);
+    total_->fetch_add(static_cast<uint64_t>(us.count()), std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t>* total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 std::string identity() {
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
@@ -94,6 +108,7 @@ void Connection::mark_broken(const std::string& why) {
 bool Connection::flush_locked() {
   if (batch_.empty()) return !broken_;
   std::lock_guard<std::mutex> wlock(write_mu_);
+  WriteTimer timer(&write_us_);
   bool ok = !broken_ && net::write_full(fd_, batch_.data(), batch_.size());
   batch_.clear();
   if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
@@ -121,6 +136,7 @@ bool Connection::send_oneway(uint16_t op, uint32_t thread_id, const void* args, 
                     {const_cast<void*>(args), args_len},
                     {const_cast<void*>(extra), extra_len}};
     std::lock_guard<std::mutex> wlock(write_mu_);
+    WriteTimer timer(&write_us_);
     bool ok = net::writev_full(fd_, iov, 4);
     batch_.clear();
     if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
@@ -184,6 +200,7 @@ uint32_t Connection::submit(uint16_t op, uint32_t thread_id, const void* args, s
     bytes_sent_.fetch_add(sizeof h + args_len + extra_len, std::memory_order_relaxed);
     bool ok;
     std::lock_guard<std::mutex> wlock(write_mu_);
+    WriteTimer timer(&write_us_);
     if (batch_.empty()) {
       ok = proto::write_frame(fd_, op, 0, id, thread_id, args, args_len, extra, extra_len);
     } else {

@@ -97,6 +97,9 @@ class Connection {
   uint64_t oneway_calls() const { return oneway_calls_.load(); }
   // Frame bytes (headers and payloads) queued or sent, and received, after the handshake.
   uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  // Microseconds the program's threads spent writing frames (not the idle flusher's): long when
+  // the server reads slower than the program sends.
+  uint64_t write_us() const { return write_us_.load(std::memory_order_relaxed); }
   uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
 
   static constexpr size_t kFlushBytes = 256 << 10;
@@ -163,6 +166,7 @@ class Connection {
   std::atomic<uint64_t> round_trips_{0};
   std::atomic<uint64_t> oneway_calls_{0};
   std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> write_us_{0};
   std::atomic<uint64_t> bytes_received_{0};
 };
 

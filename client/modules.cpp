@@ -8,6 +8,7 @@
 #include "client/answer_store.h"
 #include "client/call.h"
 #include "client/runtime.h"
+#include "client/stats.h"
 #include "common/crypto.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -89,11 +90,19 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
     return CUDA_ERROR_INVALID_IMAGE;
   }
   uint64_t minted = mint_handle();
-  crypto::Digest hash = crypto::sha256(image, n);
+  crypto::Digest hash;
+  {
+    stats::Timer timer(stats::Time::kImageDigest);
+    hash = crypto::sha256(image, n);
+  }
   image::Image img;
   std::string err;
-  bool parsed = env::get().image_layouts ? image::parse(image, n, image_arch(), &img, &err)
-                                          : (err = "RGPU_IMAGE_LAYOUTS=0", false);
+  bool parsed;
+  {
+    stats::Timer timer(stats::Time::kImageParse);
+    parsed = env::get().image_layouts ? image::parse(image, n, image_arch(), &img, &err)
+                                      : (err = "RGPU_IMAGE_LAYOUTS=0", false);
+  }
   if (!parsed) log::debug("%s: cannot read kernel layouts from the image (%s); asking the server", name, err.c_str());
   // No round trip to load code (DESIGN.md §3): when the client has read the kernels from machine
   // code built for the server's GPU, nothing after the load needs the server's answer, so the

@@ -136,6 +136,8 @@ CUresult init(unsigned flags) {
   if (s.log == "warn") log::set_level(log::kWarn);
   if (s.log == "error") log::set_level(log::kError);
   stats::enable_from_env();
+  stats::note_connect_started();
+  stats::Timer timer(stats::Time::kConnect);
   std::string err;
   g_conn = Connection::open(s.server, s.token, &err);
   if (!g_conn) {

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -33,8 +35,43 @@ struct OpCounters {
   std::atomic<uint64_t> max_us{0};
 };
 
+constexpr const char* kTimeNames[] = {"connect", "image_digest", "image_parse"};
+static_assert(std::size(kTimeNames) == static_cast<size_t>(Time::kCount));
+
+int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// How long this process has been running, from /proc/self/stat's start time (field 22, clock
+// ticks since boot) and CLOCK_BOOTTIME; 0 when it cannot be read.
+uint64_t process_age_us() {
+  FILE* f = fopen("/proc/self/stat", "r");
+  if (!f) return 0;
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* p = strrchr(buf, ')');  // the command name may hold spaces; fields count from after it
+  if (!p) return 0;
+  unsigned long long start_ticks = 0;
+  // After ")": field 3 (state) ... field 22 (starttime): skip 19 fields.
+  if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+             &start_ticks) != 1)
+    return 0;
+  long hz = sysconf(_SC_CLK_TCK);
+  timespec ts{};
+  if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &ts) != 0) return 0;
+  uint64_t now_us = uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
+  uint64_t start_us = start_ticks * 1000000 / uint64_t(hz);
+  return now_us > start_us ? now_us - start_us : 0;
+}
+
 struct Table {
   OpCounters ops[kSlots];
+  std::atomic<uint64_t> time_us[static_cast<size_t>(Time::kCount)]{};
+  std::atomic<uint64_t> process_start_to_connect_us{0};
   std::string path;  // copied here: env's statics may be gone by the time the handler runs
   pid_t pid = 0;
 };
@@ -78,6 +115,22 @@ void record(uint16_t op, bool waited, uint64_t wait_us) {
   uint64_t prev = c.max_us.load(std::memory_order_relaxed);
   while (wait_us > prev && !c.max_us.compare_exchange_weak(prev, wait_us, std::memory_order_relaxed)) {
   }
+}
+
+void add_time(Time what, uint64_t us) {
+  Table* t = g_table.load(std::memory_order_acquire);
+  if (t) t->time_us[static_cast<size_t>(what)].fetch_add(us, std::memory_order_relaxed);
+}
+
+Timer::Timer(Time what) : what_(what), start_ns_(enabled() ? now_ns() : 0) {}
+
+Timer::~Timer() {
+  if (start_ns_) add_time(what_, static_cast<uint64_t>(now_ns() - start_ns_) / 1000);
+}
+
+void note_connect_started() {
+  Table* t = g_table.load(std::memory_order_acquire);
+  if (t) t->process_start_to_connect_us.store(process_age_us(), std::memory_order_relaxed);
 }
 
 bool write_now() {
@@ -143,8 +196,14 @@ bool write_now() {
     fprintf(f, "%s\n    \"%s\": %llu", i ? "," : "", all[i].name.c_str(), static_cast<unsigned long long>(all[i].count));
   fprintf(f, "%s},\n", all.empty() ? "" : "\n  ");
   list("ops", rows, false);
-  list("oneway_ops", oneway, true);
-  fprintf(f, "}\n");
+  list("oneway_ops", oneway, false);
+  fprintf(f, "  \"time_us\": {");
+  for (size_t i = 0; i < std::size(kTimeNames); ++i)
+    fprintf(f, "%s\"%s\": %llu", i ? ", " : "", kTimeNames[i],
+            static_cast<unsigned long long>(t->time_us[i].load(std::memory_order_relaxed)));
+  fprintf(f, ", \"socket_write\": %llu, \"process_start_to_connect\": %llu}\n}\n",
+          static_cast<unsigned long long>(conn ? conn->write_us() : 0),
+          static_cast<unsigned long long>(t->process_start_to_connect_us.load(std::memory_order_relaxed)));
   bool ok = !ferror(f);
   ok &= fclose(f) == 0;
   return ok;

@@ -18,7 +18,11 @@
 //     "oneway_ops": [              // at most 20 ops none of whose calls waited, by count
 //       {"op": "cuLaunchKernel", "count": 3, "waited": 0, "total_wait_us": 0, "max_wait_us": 0},
 //       ...
-//     ]
+//     ],
+//     "time_us": {                 // the client's own time that no wait above shows (Time below)
+//       "connect": 21000, "image_digest": 5300, "image_parse": 1200, "socket_write": 800,
+//       "process_start_to_connect": 2400000
+//     }
 //   }
 //
 // "count" is every call of that op; "waited" how many of them waited for their reply (all of
@@ -48,5 +52,29 @@ bool enabled();
 void record(uint16_t op, bool waited, uint64_t wait_us);
 // Writes the JSON file now (what the exit handler does). False if off or the file cannot be written.
 bool write_now();
+
+// Where a slow start goes when the waits do not explain it: the client's own time in each of
+// these, summed over threads ("time_us" in the file, with "socket_write": Connection::write_us).
+enum class Time : uint8_t {
+  kConnect,      // opening the connection: TCP connect, handshake and the device snapshot
+  kImageDigest,  // SHA-256 of module images (client/modules.cpp)
+  kImageParse,   // reading kernel parameter layouts from module images
+  kCount
+};
+void add_time(Time what, uint64_t us);
+// Adds the time from construction to destruction to `what`; nothing when stats are off.
+class Timer {
+ public:
+  explicit Timer(Time what);
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+ private:
+  Time what_;
+  int64_t start_ns_ = 0;  // 0: not timing
+};
+// Notes when the connection opens, as time since the process started ("process_start_to_connect").
+void note_connect_started();
 
 }  // namespace rgpu::client::stats

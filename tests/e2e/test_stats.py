@@ -36,6 +36,12 @@ def test_stats_file_counts_calls_bytes_and_waits(server, tmp_path):
         assert s["calls"][name] == o["count"]
     assert s["round_trips"] + s["oneway_calls"] >= sum(s["calls"].values()) > 0
     assert "cuCtxSynchronize" in ops and ops["cuCtxSynchronize"]["waited"] > 0
+    # The client's own time: the connection was opened (after the program started), images were
+    # hashed and read, frames written.
+    t = s["time_us"]
+    assert set(t) == {"connect", "image_digest", "image_parse", "socket_write", "process_start_to_connect"}, t
+    assert 0 < t["connect"] < 10_000_000 and t["image_digest"] > 0 and t["image_parse"] > 0, t
+    assert t["socket_write"] > 0 and 0 < t["process_start_to_connect"] < 60_000_000, t
 
 
 def test_stats_without_batching_counts_every_call_as_waiting(server, tmp_path):

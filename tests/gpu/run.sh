@@ -189,7 +189,7 @@ if want bench && [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
   cp "$OUT/driver_bench.md" "$OUT/driver_bench.json" "$RESULTS/" 2>/dev/null
 fi
 if want startup; then
-  step "start-up through rgpu, warm (small model, 3 steps): the calls that waited, and the loads that waited and why"
+  step "start-up through rgpu, warm (small model, 3 steps): the calls that waited, the loads that waited and why, the client's own time"
   PY=${RGPU_TORCH_PYTHON:-python3}
   port=19716
   build/bin/rgpu-server --listen 127.0.0.1:$port --driver "$REAL" --cache-dir "$OUT/startup-cache" >"$OUT/server_startup.log" 2>&1 &
@@ -202,7 +202,7 @@ if want startup; then
   done
   kill $sserver 2>/dev/null
   grep -o "image's load waits (.*)" "$OUT/startup_warm.log" | sort | uniq -c
-  "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); print("round trips", s["round_trips"]); [print("  waited", o["waited"], o["op"], o["total_wait_us"] // 1000, "ms") for o in s["ops"] if o["waited"]]' \
+  "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); print("round trips", s["round_trips"], "client time (us):", s.get("time_us")); [print("  waited", o["waited"], o["op"], o["total_wait_us"] // 1000, "ms") for o in s["ops"] if o["waited"]]' \
     "$OUT/startup_warm.stats.json"
 fi
 
