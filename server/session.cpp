@@ -244,7 +244,9 @@ class Session : public ClientCallbacks {
     // The client is gone: its process's GPU state goes with ours. Exit without waiting for
     // workers that may be blocked in the driver.
     end();
-    log::info("session for %s ended after %llu calls", opt_.identity.c_str(), static_cast<unsigned long long>(calls_));
+    log::info("session for %s ended after %llu calls (%.0f ms in the driver, %.0f ms of it loading modules)",
+              opt_.identity.c_str(), static_cast<unsigned long long>(calls_), handler_us_.load() / 1e3,
+              load_us_.load() / 1e3);
     unregister_session(opt_.sessions_dir, getpid());
     return failed_.load() ? 1 : status;
   }
@@ -391,6 +393,14 @@ class Session : public ClientCallbacks {
     cb_cv_.notify_all();
   }
 
+  // One handler's time; the session's last log line gives the sums (where a slow client start goes).
+  void note_handler_time(uint16_t op, std::chrono::steady_clock::duration d) {
+    const auto us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+    handler_us_.fetch_add(us, std::memory_order_relaxed);
+    if (op == op::cuModuleLoadData || op == op::cuLibraryLoadData || op == proto::kOpModuleByHash)
+      load_us_.fetch_add(us, std::memory_order_relaxed);
+  }
+
  private:
   struct AsyncReply {
     proto::FrameHeader req;
@@ -457,6 +467,9 @@ class Session : public ClientCallbacks {
   std::mutex write_mu_;
   std::atomic<bool> failed_{false};
   uint64_t calls_ = 0;
+  // Time in handlers (the driver, mostly), summed over workers, and the part of it in module loads.
+  std::atomic<uint64_t> handler_us_{0};
+  std::atomic<uint64_t> load_us_{0};
   // Cross-thread order (note_read, wait_turn, finished): one-way frames read and not yet run.
   std::mutex order_mu_;
   std::condition_variable order_cv_;
@@ -553,7 +566,9 @@ void Worker::loop() {
         if (!session_->forget_managed(address)) return;
       }
       Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_, &bulk};
+      const auto start = std::chrono::steady_clock::now();
       h(d);
+      session_->note_handler_time(f.h.op, std::chrono::steady_clock::now() - start);
       if (!in.ok() || body.size() < sizeof(int32_t)) {
         const char* name = op::name(f.h.op);
         session_->hostile(log::format("malformed arguments for %s (op %u, %u bytes)", name ? name : "?", f.h.op,
