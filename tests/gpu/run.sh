@@ -202,6 +202,7 @@ if want startup; then
   done
   kill $sserver 2>/dev/null
   grep -o "image's load waits (.*)" "$OUT/startup_warm.log" | sort | uniq -c
+  grep -E "warm:|ended after" "$OUT/server_startup.log" | grep -v "ended after [0-9] calls" | tail -4
   "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); print("round trips", s["round_trips"], "client time (us):", s.get("time_us")); [print("  waited", o["waited"], o["op"], o["total_wait_us"] // 1000, "ms") for o in s["ops"] if o["waited"]]' \
     "$OUT/startup_warm.stats.json"
 fi
