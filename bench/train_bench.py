@@ -18,6 +18,10 @@ T0 = float(os.environ.get("RGPU_BENCH_T0", time.time()))
 
 import torch  # noqa: E402  (imported after T0: its import is part of the time to first step)
 
+# Where the time to the first step goes: seconds from T0 at each point of the way there (host
+# clock, no synchronize added, so a mark is when the program got there, GPU work maybe pending).
+MARKS = {"torch_imported": time.time() - T0}
+
 
 def model_and_batch(kind):
     torch.manual_seed(0)
@@ -110,8 +114,10 @@ def main():
             import rgpu  # noqa: F401  (registers the device)
         a.fp32 = True
     model, data, V = model_and_batch(a.model)
+    MARKS["model_built"] = time.time() - T0
     model = model.to(a.device)
     batch = data.to(a.device)
+    MARKS["on_device"] = time.time() - T0
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=a.device == "cuda")
     times, losses = [], []
     first_step_s = None
@@ -123,9 +129,15 @@ def main():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not a.fp32):
             logits = model(batch[:, :-1])
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V).float(), batch[:, 1:].reshape(-1))
+        if i == 0:
+            MARKS["forward"] = time.time() - T0
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if i == 0:
+            MARKS["backward"] = time.time() - T0
         opt.step()
+        if i == 0:
+            MARKS["optimizer"] = time.time() - T0
         losses.append(loss.item())  # the one read per step: the loop's only wait
         times.append(time.perf_counter() - t)
         if i == 0:
@@ -142,6 +154,7 @@ def main():
         "step_ms_median": 1000 * statistics.median(steady),
         "step_ms_min": 1000 * min(steady),
         "first_step_s": first_step_s,
+        "first_step_marks_s": {**MARKS, "first_step": first_step_s},
         "losses": losses,
         "round_trips_per_step": (snap_after["round_trips"] - snap_before["round_trips"]) / measured
         if snap_before is not None and snap_after is not None and measured > 0 else None,

@@ -62,6 +62,16 @@ for model in ["small", "gpt2"]:
                      f"each pair {', '.join(f'{x:.2f}' for x in each)}) | {ratio:.2f} | | "
                      f"{first['rgpu_0ms']:.2f} s (local {first['local']:.2f} s) | "
                      f"≤ {TARGET[model]:.2f} {'pass' if ratio <= TARGET[model] else 'FAIL'} |")
+        # Where the first step's time goes: the median of each mark, local against rgpu at 0 ms.
+        names = [k for k in pairs[0][0].get("first_step_marks_s", {}) if all(k in p[1].get("first_step_marks_s", {})
+                                                                             for p in pairs)]
+        if names:
+            marks = {side: {k: statistics.median(p[i]["first_step_marks_s"][k] for p in pairs) for k in names}
+                     for i, side in ((0, "local"), (1, "rgpu_0ms"))}
+            rows[-1]["first_step_marks_median_s"] = marks
+            table.append(f"| {model} | first step, where the time goes (medians, s from start) | "
+                         + ", ".join(f"{k} {marks['local'][k]:.2f}/{marks['rgpu_0ms'][k]:.2f}" for k in names)
+                         + " (local/rgpu) | | | | |")
         if far:
             each_far = ", ".join(f"{r['first_step_s']:.2f}" for r in far)
             table.append(f"| {model} | {len(far)} interleaved runs at the largest delay | (first step each run {each_far} s) | | | "
