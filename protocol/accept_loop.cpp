@@ -78,10 +78,11 @@ void tell(int fd, int32_t message) {
 }
 
 // A spare's life: prepare, accept one connection, say so, then serve it as its session.
-[[noreturn]] void run_spare(int lfd, int notify_fd, const AcceptLoop& loop) {
+[[noreturn]] void run_spare(int lfd, int notify_fd, pid_t parent, const AcceptLoop& loop) {
   // Until it has a client, a spare ends with the parent (it would hold the port otherwise).
   prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() == 1) _exit(0);
+  if (getppid() != parent) _exit(0);  // the parent ended before the line above
+
   log::set_prefix(log::format("%s[%d]", loop.name.c_str(), static_cast<int>(getpid())));
   if (loop.prepare) loop.prepare();
   int fd;
@@ -142,6 +143,7 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
   signal(SIGPIPE, SIG_IGN);
 
   std::set<pid_t> spares;
+  const pid_t parent = getpid();
   auto started = std::chrono::steady_clock::now();
   for (;;) {
     if (spares.empty()) {
@@ -154,7 +156,7 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
       }
       if (pid == 0) {
         close(pipefd[0]);
-        run_spare(lfd, pipefd[1], loop);
+        run_spare(lfd, pipefd[1], parent, loop);
       }
       spares.insert(pid);
     }
