@@ -135,10 +135,9 @@ bool parse_pairs(const std::string& text, char sep, long long lo, long long hi,
 
 std::string device_tag(CUdevice dev) {
   if (dev < 0 && !contexts::device_of(contexts::current(), &dev)) return "";
-  CUdevice server = server_device(dev);
-  const auto& snap = snapshot();
-  if (server < 0 || static_cast<size_t>(server) >= snap.devices.size()) return "";
-  return crypto::hex(snap.devices[static_cast<size_t>(server)].uuid.data(), 16) + "/" + std::to_string(snap.driver_version);
+  const proto::DeviceInfo* d = device_info(dev);
+  if (!d) return "";
+  return crypto::hex(d->uuid.data(), d->uuid.size()) + "/" + std::to_string(snapshot().driver_version);
 }
 
 }  // namespace rgpu::client::answer_store

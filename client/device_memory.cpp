@@ -89,11 +89,9 @@ void predict(CUcontext ctx, size_t first_size) {
   if (key.empty() || !answer_store::lookup(key, &stored)) return;
   CUdevice dev = 0;
   if (!contexts::device_of(ctx, &dev)) return;
-  const auto& snap = snapshot();
-  CUdevice server = server_device(dev);
-  if (server < 0 || static_cast<size_t>(server) >= snap.devices.size()) return;
-  const uint64_t budget = std::min<uint64_t>(snap.devices[static_cast<size_t>(server)].total_mem / 4,
-                                             proto::kMaxAllocManyBytes);
+  const proto::DeviceInfo* device = device_info(dev);
+  if (!device) return;
+  const uint64_t budget = std::min<uint64_t>(device->total_mem / 4, proto::kMaxAllocManyBytes);
   std::vector<std::pair<long long, long long>> kept;  // "size:count,"
   if (!answer_store::parse_pairs(stored, ':', 1, std::numeric_limits<long long>::max(), &kept)) return;
   std::vector<std::pair<uint64_t, uint32_t>> want;

@@ -154,6 +154,11 @@ CUresult init(unsigned flags) {
 Connection* connection() { return g_conn; }
 const proto::Snapshot& snapshot() { return g_snapshot; }
 
+const proto::DeviceInfo* device_info(CUdevice client_ordinal) {
+  if (client_ordinal < 0 || static_cast<size_t>(client_ordinal) >= g_snapshot.devices.size()) return nullptr;
+  return &g_snapshot.devices[static_cast<size_t>(client_ordinal)];
+}
+
 uint32_t thread_id() {
   thread_local uint32_t id = g_next_thread.fetch_add(1);
   return id;

@@ -19,8 +19,11 @@ namespace rgpu::client {
 CUresult init(unsigned flags);
 // The connection, or nullptr before a successful init().
 Connection* connection();
-// Valid after a successful init().
+// Valid after a successful init(). Its devices are the visible ones, by client ordinal
+// (CUDA_VISIBLE_DEVICES applied; server_device() maps an ordinal to the server's).
 const proto::Snapshot& snapshot();
+// The snapshot's entry for a client device ordinal, or nullptr when there is no such device.
+const proto::DeviceInfo* device_info(CUdevice client_ordinal);
 // This thread's id on the wire (small, stable for the thread's life).
 uint32_t thread_id();
 // False when RGPU_BATCH=0: every call then waits for its reply.

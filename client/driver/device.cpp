@@ -20,13 +20,9 @@ const rgpu::proto::DeviceInfo* device(CUdevice dev, CUresult* rc) {
     *rc = CUDA_ERROR_NOT_INITIALIZED;
     return nullptr;
   }
-  const auto& devs = snapshot().devices;
-  if (dev < 0 || static_cast<size_t>(dev) >= devs.size()) {
-    *rc = CUDA_ERROR_INVALID_DEVICE;
-    return nullptr;
-  }
-  *rc = CUDA_SUCCESS;
-  return &devs[static_cast<size_t>(dev)];
+  const rgpu::proto::DeviceInfo* d = rgpu::client::device_info(dev);
+  *rc = d ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return d;
 }
 
 CUresult attribute(int* pi, int attrib, CUdevice dev) {
