@@ -66,11 +66,11 @@ CUresult load_by_hash(uint16_t op, uint64_t id, const crypto::Digest& hash) {
 // its load waits for the answer, except when this image already compiled on this GPU and driver
 // in an earlier run (kept in the answer store): the same compiler on the same input succeeds
 // again, and the load is one-way. PyTorch's warm start on the H200 waited for four such loads.
-std::string jit_key(const crypto::Digest& hash) {
+std::string jit_key(const std::string& digest) {
   if (!answer_store::enabled()) return "";
   std::string device = answer_store::device_tag(-1);
   if (device.empty()) device = answer_store::device_tag(0);  // a library loaded before any context
-  return device.empty() ? device : "jit-ok|" + device + "|" + crypto::hex(hash.data(), hash.size());
+  return device.empty() ? device : "jit-ok|" + device + "|" + digest;
 }
 
 CUresult load_image(uint16_t op, const char* name, const void* image, size_t max_len, uint64_t* id) {
@@ -118,7 +118,8 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   // note_read/wait_turn; tests/e2e/test_cross_thread.py); the ladder then passed 15/15 on the
   // H200 with one-way loads, GPT losses identical to local.
   const bool may_be_one_way = env::get().oneway_loads && parsed && batching();
-  const std::string jit = may_be_one_way && !img.native ? jit_key(hash) : "";
+  const std::string digest = crypto::hex(hash.data(), hash.size());
+  const std::string jit = may_be_one_way && !img.native ? jit_key(digest) : "";
   std::string stored;
   const bool one_way = may_be_one_way && (img.native || (!jit.empty() && answer_store::lookup(jit, &stored)));
   if (!one_way)
@@ -144,7 +145,7 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
   }
   if (rc != CUDA_SUCCESS) return rc;
   if (!one_way && !jit.empty()) answer_store::store(jit, "1");
-  ModuleRegistry::get().add_module(minted, std::move(img), parsed, crypto::hex(hash.data(), hash.size()));
+  ModuleRegistry::get().add_module(minted, std::move(img), parsed, digest);
   *id = minted;
   return CUDA_SUCCESS;
 }

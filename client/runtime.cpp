@@ -18,6 +18,7 @@
 #include "client/contexts.h"
 #include "client/device_work.h"
 #include "client/stats.h"
+#include "common/crypto.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "gen/ops.gen.h"
@@ -62,15 +63,11 @@ void at_exit_flush() {
 // The server ordinals the program may see, in the order it sees them (CUDA_VISIBLE_DEVICES).
 std::vector<CUdevice>& g_visible = *new std::vector<CUdevice>();
 
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi and CUDA_VISIBLE_DEVICES write it.
 std::string uuid_text(const std::array<uint8_t, 16>& u) {
-  std::string s = "GPU-";
-  static const char* kHex = "0123456789abcdef";
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += kHex[u[i] >> 4];
-    s += kHex[u[i] & 15];
-  }
-  return s;
+  const std::string h = crypto::hex(u.data(), u.size());
+  return "GPU-" + h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
+         h.substr(20);
 }
 
 // Applies CUDA_VISIBLE_DEVICES to the snapshot, as the driver does: entries are indices or

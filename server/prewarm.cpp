@@ -52,23 +52,21 @@ CUresult CUDAAPI retain(CUcontext* pctx, CUdevice dev) {
 }
 
 // SetFlags, Release and Reset: the driver answers as it would with no hold.
+void drop_hold_of(CUdevice dev) {
+  wait_ready();
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (holds(dev)) drop_locked();
+}
+
 template <CUresult(CUDAAPI* DriverTable::*Entry)(CUdevice, unsigned int)>
 CUresult CUDAAPI without_hold_flags(CUdevice dev, unsigned int flags) {
-  wait_ready();
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (holds(dev)) drop_locked();
-  }
+  drop_hold_of(dev);
   return (g_real.*Entry)(dev, flags);
 }
 
 template <CUresult(CUDAAPI* DriverTable::*Entry)(CUdevice)>
 CUresult CUDAAPI without_hold(CUdevice dev) {
-  wait_ready();
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (holds(dev)) drop_locked();
-  }
+  drop_hold_of(dev);
   return (g_real.*Entry)(dev);
 }
 
@@ -99,15 +97,6 @@ bool parse_level(const std::string& text, Level* out) {
   else if (text == "context") *out = Level::kContext;
   else return false;
   return true;
-}
-
-const char* level_name(Level level) {
-  switch (level) {
-    case Level::kNone: return "none";
-    case Level::kInit: return "init";
-    case Level::kContext: return "context";
-  }
-  return "?";
 }
 
 void start(DriverTable* table, Level level) {

@@ -29,7 +29,6 @@ inline constexpr auto kHoldFor = std::chrono::seconds(20);
 
 // "none", "init" or "context".
 bool parse_level(const std::string& text, Level* out);
-const char* level_name(Level level);
 
 // In the spare process: starts the warm-up on a thread of its own and wraps table's cuInit and
 // primary-context entry points so that calls wait for the warm-up and see the hold as described

@@ -139,11 +139,11 @@ std::string function_key(const char* question, CUfunction func, const std::strin
   return key.empty() ? key : key + args;
 }
 
-// The key of a question about the current context's device that holds across runs (a fresh
-// context's defaults), or "".
-std::string device_key(const char* question, const std::string& args) {
+// The key of a question about client device `dev` (-1: the current context's) that holds across
+// runs (a fresh context's defaults), or "".
+std::string device_key(const char* question, const std::string& args, CUdevice dev = -1) {
   if (!rgpu::client::answer_store::enabled()) return "";
-  std::string device = rgpu::client::answer_store::device_tag(-1);
+  std::string device = rgpu::client::answer_store::device_tag(dev);
   return device.empty() ? device : std::string(question) + "|" + device + "|" + args;
 }
 
@@ -575,8 +575,7 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int* ver
   CUdevice dev = -1;
   if (!key || !rgpu::client::contexts::device_of(key, &dev)) return rgpu_fwd_cuCtxGetApiVersion(ctx, version);
   return cached(g_api_versions, key, version, [&](unsigned int* out) {
-    std::string tag = rgpu::client::answer_store::enabled() ? rgpu::client::answer_store::device_tag(dev) : "";
-    return lasting_number(tag.empty() ? tag : "ctx-api-version|" + tag + "|", out,
+    return lasting_number(device_key("ctx-api-version", "", dev), out,
                           [&](unsigned int* v) { return rgpu_fwd_cuCtxGetApiVersion(ctx, v); });
   });
 }

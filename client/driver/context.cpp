@@ -215,13 +215,13 @@ RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned i
 // A release that leaves the context retained only counts on the server: one-way, as a retain of
 // a held context (cudart releases at exit; each was a round trip). The last one waits: it
 // destroys the context. True, with the call's result in *rc, when the release was such a one.
-static bool counted_release(uint16_t op, const char* name, CUdevice dev, CUresult* rc) {
+static bool counted_release(uint16_t op, CUdevice dev, CUresult* rc) {
   const int server_dev = rgpu::client::server_device(dev);
   if (server_dev < 0) return false;
   std::lock_guard<std::mutex> lock(g_primary_mu);
   auto it = g_primary_state.find(dev);
   if (it == g_primary_state.end() || it->second.retained <= 1) return false;
-  rgpu::client::trace_call(name);
+  rgpu::client::trace_call(rgpu::op::name(op));
   rgpu::client::Call c(op, rgpu::client::kOneWay);
   c.args().put<CUdevice>(server_dev);
   *rc = c.invoke();
@@ -230,13 +230,11 @@ static bool counted_release(uint16_t op, const char* name, CUdevice dev, CUresul
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  if (CUresult rc; counted_release(rgpu::op::cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease_v2", dev, &rc))
-    return rc;
+  if (CUresult rc; counted_release(rgpu::op::cuDevicePrimaryCtxRelease_v2, dev, &rc)) return rc;
   return primary_release(rgpu_fwd_cuDevicePrimaryCtxRelease_v2(dev), dev);
 }
 RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
-  if (CUresult rc; counted_release(rgpu::op::cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", dev, &rc))
-    return rc;
+  if (CUresult rc; counted_release(rgpu::op::cuDevicePrimaryCtxRelease, dev, &rc)) return rc;
   return primary_release(rgpu_fwd_cuDevicePrimaryCtxRelease(dev), dev);
 }
 RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
