@@ -36,16 +36,34 @@ proxy=""
 trap 'kill $server $proxy 2>/dev/null' EXIT
 sleep 0.5
 steps_for() { case "$1:$2" in *:30) echo 8 ;; gpt2:*) echo 30 ;; *) echo 40 ;; esac; }
+# One run of train_bench.py on the local GPU: MODEL NAME (its result: OUT/train/NAME.json).
+run_local() {
+  RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model "$1" \
+    --steps "$(steps_for "$1" 0)" --out "$OUT/train/$2.json" 2>&1 | tail -1
+}
+# One run through rgpu, warm unless the answer cache was removed: MODEL NAME SERVER DELAY LINES
+# [VAR=VALUE...] (LINES: how many of its last output lines to show; then extra environment).
+run_rgpu() {
+  local m=$1 name=$2 target=$3 d=$4 lines=$5
+  shift 5
+  env RGPU_BENCH_T0="$(date +%s.%N)" LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="$target" TRITON_LIBCUDA_PATH="$BUILD/lib" \
+    RGPU_ANSWER_CACHE="$OUT/train/answers.txt" "$@" "$PY" "$ROOT/bench/train_bench.py" --model "$m" \
+    --steps "$(steps_for "$m" "$d")" --warmup 3 --out "$OUT/train/$name.json" 2>&1 | tail -"$lines"
+}
+# Starts rgpu-delay-proxy adding DELAY ms in front of the server: sets pport and proxy.
+start_proxy() {
+  pport=$(free_port)
+  "$BUILD/bin/rgpu-delay-proxy" --listen 127.0.0.1:$pport --target 127.0.0.1:$port --delay-ms "$1" >"$OUT/train/$2" 2>&1 &
+  proxy=$!
+  sleep 0.3
+}
+stop_proxy() { [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }; }
 for m in $MODELS; do
-  RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
-    --steps "$(steps_for $m 0)" --out "$OUT/train/${m}_local.json" 2>&1 | tail -1
+  run_local $m ${m}_local
   for d in $DELAYS; do
     target=127.0.0.1:$port
     if [ "$d" != 0 ]; then
-      pport=$(free_port)
-      "$BUILD/bin/rgpu-delay-proxy" --listen 127.0.0.1:$pport --target 127.0.0.1:$port --delay-ms "$d" >"$OUT/train/proxy_$d.log" 2>&1 &
-      proxy=$!
-      sleep 0.3
+      start_proxy "$d" "proxy_$d.log"
       target=127.0.0.1:$pport
     fi
     # Twice: the first run fills the server's module cache and the client's answer cache
@@ -53,38 +71,22 @@ for m in $MODELS; do
     for run in cold warm; do
       [ "$run" = cold ] && [ "$d" != 0 ] && continue  # cold start measured at 0 ms only
       [ "$run" = cold ] && rm -f "$OUT/train/answers.txt"
-      RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=$target TRITON_LIBCUDA_PATH="$BUILD/lib" \
-        RGPU_ANSWER_CACHE="$OUT/train/answers.txt" \
-        RGPU_STATS="$OUT/train/${m}_rgpu_${d}ms_$run.stats.json" \
-        "$PY" "$ROOT/bench/train_bench.py" --model $m --steps "$(steps_for $m $d)" --warmup 3 \
-        --out "$OUT/train/${m}_rgpu_${d}ms_$run.json" 2>&1 | tail -2
+      run_rgpu $m ${m}_rgpu_${d}ms_$run $target "$d" 2 RGPU_STATS="$OUT/train/${m}_rgpu_${d}ms_$run.stats.json"
     done
-    [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }
+    stop_proxy
   done
   # Interleaved pairs: local, then rgpu at 0 ms, then (with a delay given) rgpu at the largest
   # delay, each warm: medians of each give step ratios and times to first step least moved by drift.
   far=$(for d in $DELAYS; do echo "$d"; done | sort -n | tail -1)
-  if [ "$PAIRS" -gt 0 ] && [ "$far" != 0 ]; then
-    pport=$(free_port)
-    "$BUILD/bin/rgpu-delay-proxy" --listen 127.0.0.1:$pport --target 127.0.0.1:$port --delay-ms "$far" \
-      >"$OUT/train/proxy_pairs.log" 2>&1 &
-    proxy=$!
-    sleep 0.3
-  fi
+  [ "$PAIRS" -gt 0 ] && [ "$far" != 0 ] && start_proxy "$far" proxy_pairs.log
   for ((i = 1; i <= PAIRS; i++)); do
-    RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
-      --steps "$(steps_for $m 0)" --out "$OUT/train/${m}_pair${i}_local.json" 2>&1 | tail -1
-    RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=127.0.0.1:$port TRITON_LIBCUDA_PATH="$BUILD/lib" \
-      RGPU_ANSWER_CACHE="$OUT/train/answers.txt" "$PY" "$ROOT/bench/train_bench.py" --model $m \
-      --steps "$(steps_for $m 0)" --warmup 3 --out "$OUT/train/${m}_pair${i}_rgpu.json" 2>&1 | tail -1
-    [ -n "$proxy" ] && RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER=127.0.0.1:$pport \
-      TRITON_LIBCUDA_PATH="$BUILD/lib" RGPU_ANSWER_CACHE="$OUT/train/answers.txt" "$PY" "$ROOT/bench/train_bench.py" \
-      --model $m --steps "$(steps_for $m "$far")" --warmup 3 --out "$OUT/train/${m}_pair${i}_rgpu${far}ms.json" 2>&1 | tail -1
+    run_local $m ${m}_pair${i}_local
+    run_rgpu $m ${m}_pair${i}_rgpu 127.0.0.1:$port 0 1
+    [ -n "$proxy" ] && run_rgpu $m ${m}_pair${i}_rgpu${far}ms 127.0.0.1:$pport "$far" 1
   done
-  [ -n "$proxy" ] && { kill $proxy 2>/dev/null; wait $proxy 2>/dev/null; proxy=""; }
+  stop_proxy
   # Local again, after the rgpu runs: the spread between the two local runs says how much of a
   # ratio is the machine's own noise (bench/train_report.py).
-  RGPU_BENCH_T0=$(date +%s.%N) LD_LIBRARY_PATH=$(dirname "$DRIVER") "$PY" "$ROOT/bench/train_bench.py" --model $m \
-    --steps "$(steps_for $m 0)" --out "$OUT/train/${m}_local_again.json" 2>&1 | tail -1
+  run_local $m ${m}_local_again
 done
 "$PY" "$ROOT/bench/train_report.py" "$OUT/train" "$OUT"
