@@ -5,9 +5,10 @@
 # OUT/train_bench.{json,md}. Needs a GPU, torch, and a build (build/).
 #   bench/run_train_bench.sh --driver /usr/local/nvidia/lib64/libcuda.so.1 [--out DIR] [--delays "0 1 30"]
 #   [--models "small gpt2"] [--pairs N]
-# --pairs N: also N interleaved pairs per model (local, then rgpu at 0 ms, then rgpu at the largest
-#   delay, all warm), whose medians give the ratio and the times to first step least moved by the host's own drift (a launch-bound model's local step time swings
-#   by more than its 10% target between identical runs on the H200 hosts).
+# --pairs N: also N interleaved pairs per model (local, rgpu at 0 ms and rgpu at the largest
+#   delay, all warm; local first in odd pairs, last in even ones), whose medians give the ratio
+#   and the times to first step least moved by the host's own drift (a launch-bound model's local
+#   step time swings by more than its 10% target between identical runs on the H200 hosts).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${RGPU_BUILD_DIR:-$ROOT/build}"
@@ -79,10 +80,13 @@ for m in $MODELS; do
   # delay, each warm: medians of each give step ratios and times to first step least moved by drift.
   far=$(for d in $DELAYS; do echo "$d"; done | sort -n | tail -1)
   [ "$PAIRS" -gt 0 ] && [ "$far" != 0 ] && start_proxy "$far" proxy_pairs.log
+  # Odd pairs run local first, even pairs last (ABBA), so a host that speeds up or slows down
+  # through the pairs (page cache, clocks) moves local and rgpu alike.
   for ((i = 1; i <= PAIRS; i++)); do
-    run_local $m ${m}_pair${i}_local
+    ((i % 2)) && run_local $m ${m}_pair${i}_local
     run_rgpu $m ${m}_pair${i}_rgpu 127.0.0.1:$port 0 1
     [ -n "$proxy" ] && run_rgpu $m ${m}_pair${i}_rgpu${far}ms 127.0.0.1:$pport "$far" 1
+    ((i % 2)) || run_local $m ${m}_pair${i}_local
   done
   stop_proxy
   # Local again, after the rgpu runs: the spread between the two local runs says how much of a

@@ -7,7 +7,11 @@ local row shows how far apart the two were, the spread any ratio carries. Interl
 (MODEL_pairN_local, MODEL_pairN_rgpu; run_train_bench.sh --pairs) add a row whose ratio is
 the rgpu median over the local median of the pairs, with every pair's own ratio, and the medians
 of the time to first step of each (local, rgpu at 0 ms, and rgpu at the largest delay when the
-pairs ran one: MODEL_pairN_rgpuDms)."""
+pairs ran one: MODEL_pairN_rgpuDms). With pairs, the targets are judged on the pairs' medians
+only: a single run's ratio is one sample against one local run, and two identical local runs of
+the launch-bound small model differ by 10 to 28% on the H200 hosts (the single rows say so). The
+time to first step at the largest delay is judged against issue 4's "local + 2 s + model upload",
+the upload being the median time those runs spent in model.to(device)."""
 import statistics
 import json
 import sys
@@ -32,7 +36,9 @@ for model in ["small", "gpt2"]:
             continue
         ratio = r["step_ms_median"] / local["step_ms_median"]
         delay = name.split("_")[2]
-        target = f"≤ {TARGET[model]:.2f} {'pass' if ratio <= TARGET[model] else 'FAIL'}" if delay == "0ms" else ""
+        has_pairs = f"{model}_pair1_rgpu" in runs
+        target = "" if delay != "0ms" else "(one sample: judged by the pairs)" if has_pairs else \
+            f"≤ {TARGET[model]:.2f} {'pass' if ratio <= TARGET[model] else 'FAIL'}"
         rt = r.get("round_trips_per_step")
         rows.append({"model": model, "run": name, "delay": delay, "step_ms": r["step_ms_median"], "ratio": ratio,
                      "round_trips_per_step": rt, "first_step_s": r["first_step_s"],
@@ -55,6 +61,10 @@ for model in ["small", "gpt2"]:
         far = [p[2] for p in pairs if p[2]]
         if far:
             first["rgpu_far"] = statistics.median(r["first_step_s"] for r in far)
+            marks_far = [r.get("first_step_marks_s", {}) for r in far]
+            upload = statistics.median(m["on_device"] - m["model_built"] for m in marks_far) \
+                if all("on_device" in m and "model_built" in m for m in marks_far) else 0.0
+            first["upload_far"] = upload
         rows.append({"model": model, "run": "pairs", "pairs": len(pairs), "local_median_ms": lo, "rgpu_median_ms": hi,
                      "ratio": ratio, "ratio_each_pair": each, "first_step_median_s": first,
                      "first_step_each_pair_s": [[r["first_step_s"] for r in p if r] for p in pairs]})
@@ -75,8 +85,9 @@ for model in ["small", "gpt2"]:
         if far:
             each_far = ", ".join(f"{r['first_step_s']:.2f}" for r in far)
             table.append(f"| {model} | {len(far)} interleaved runs at the largest delay | (first step each run {each_far} s) | | | "
-                         f"{first['rgpu_far']:.2f} s (median; +{first['rgpu_far'] - first['local']:.2f} s over local's "
-                         f"median) | ≤ local + 2 s + upload |")
+                         f"{first['rgpu_far']:.2f} s (median; {first['rgpu_far'] - first['local']:+.2f} s over local's "
+                         f"median) | ≤ local + 2 s + upload ({first['upload_far']:.2f} s) "
+                         f"{'pass' if first['rgpu_far'] <= first['local'] + 2 + first['upload_far'] else 'FAIL'} |")
 (out / "train_bench.json").write_text(json.dumps(rows, indent=1))
 (out / "train_bench.md").write_text("\n".join(table) + "\n")
 print("\n".join(table))
