@@ -162,7 +162,17 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   crypto::Digest sp{};
   if (!token.empty()) sp = proof(token, "rgpu-server-proof", client_nonce, server_nonce);
   ch.append(sp.data(), sp.size());
-  if (!send(fd, kOpChallenge, ch)) {
+  crypto::random_bytes(out->session.data(), out->session.size());
+  out->capabilities = caps & kOurCapabilities;
+  Writer wel;
+  wel.append(out->session.data(), out->session.size());
+  wel.put_u64(out->capabilities);
+  // Without a token nothing in Auth can change the answer, so Welcome goes right behind
+  // Challenge: the client finds it waiting when it has sent Auth, one round trip fewer per
+  // connection (30 ms of every process start at a 30 ms round trip). With a token, Welcome waits
+  // for the client's proof.
+  const bool welcome_early = token.empty();
+  if (!send(fd, kOpChallenge, ch) || (welcome_early && !send(fd, kOpWelcome, wel))) {
     *err = "client " + identity + " went away during the handshake";
     return false;
   }
@@ -183,12 +193,7 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
       return false;
     }
   }
-  crypto::random_bytes(out->session.data(), out->session.size());
-  out->capabilities = caps & kOurCapabilities;
-  Writer wel;
-  wel.append(out->session.data(), out->session.size());
-  wel.put_u64(out->capabilities);
-  if (!send(fd, kOpWelcome, wel)) {
+  if (!welcome_early && !send(fd, kOpWelcome, wel)) {
     *err = "client " + identity + " went away during the handshake";
     return false;
   }

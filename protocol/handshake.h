@@ -8,6 +8,9 @@
 //   client → Auth       32 bytes client proof
 //   server → Welcome    16 bytes session id, u64 agreed capabilities
 //          | Refused    str reason (then the server closes)
+// A server without a token sends Welcome right behind Challenge, before Auth arrives (there is
+// nothing to check), so the client's wait for it costs no round trip; the client sends Auth all
+// the same.
 //
 // Proofs (the token never crosses the wire):
 //   server proof = HMAC-SHA256(token, "rgpu-server-proof" || client nonce || server nonce)

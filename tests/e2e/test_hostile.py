@@ -246,3 +246,28 @@ def test_module_image_that_does_not_fit_its_payload_is_refused(server, image):
             assert_still_serving(server)
         assert r.result == 200  # CUDA_ERROR_INVALID_IMAGE
         assert c.mem_get_info()[0] == wire.CUDA_SUCCESS
+
+
+def test_a_server_without_a_token_sends_welcome_before_auth(server, token_server):
+    # One round trip fewer per connection: with nothing to check, Welcome follows Challenge at
+    # once; a server with a token holds it until the client's proof has been checked.
+    for srv, early in ((server, True), (token_server, False)):
+        with wire.Conn(srv.addr, handshake=False, timeout=2.0) as c:
+            payload, _ = wire.hello()
+            c.send(wire.frame(wire.OP_HELLO, payload))
+            assert wire.recv_frame(c.sock)[0] == wire.OP_CHALLENGE
+            c.sock.settimeout(0.5)
+            try:
+                got = wire.recv_frame(c.sock)[0]
+            except socket.timeout:
+                got = None
+            assert got == (wire.OP_WELCOME if early else None), srv.addr
+    # The client's Auth is still read (and a truncated one still refused) after an early Welcome.
+    with wire.Conn(server.addr, handshake=False) as c:
+        c.send(wire.frame(wire.OP_HELLO, wire.hello()[0]))
+        assert wire.recv_frame(c.sock)[0] == wire.OP_CHALLENGE
+        assert wire.recv_frame(c.sock)[0] == wire.OP_WELCOME
+        c.send(wire.frame(wire.OP_AUTH, b"\x00" * 5))
+        assert wire.peer_closed(c.sock)
+    wait_for_log(server, "truncated Auth")
+    assert_still_serving(server)
