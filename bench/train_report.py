@@ -11,7 +11,9 @@ pairs ran one: MODEL_pairN_rgpuDms). With pairs, the targets are judged on the p
 only: a single run's ratio is one sample against one local run, and two identical local runs of
 the launch-bound small model differ by 10 to 28% on the H200 hosts (the single rows say so). The
 time to first step at the largest delay is judged against issue 4's "local + 2 s + model upload",
-the upload being the median time those runs spent in model.to(device)."""
+the upload being the median time those runs spent in model.to(device), on the median over pairs of
+each far run's time minus its own pair's local time (a paired comparison: the hosts' local first
+step moved by up to 3 s between runs of one call, slowly, so pairs next to each other agree best)."""
 import statistics
 import json
 import sys
@@ -65,6 +67,10 @@ for model in ["small", "gpt2"]:
             upload = statistics.median(m["on_device"] - m["model_built"] for m in marks_far) \
                 if all("on_device" in m and "model_built" in m for m in marks_far) else 0.0
             first["upload_far"] = upload
+            # Each far run against the local run of its own pair: what drift between pairs moves
+            # (a host whose local first step went from 9.9 to 12.8 s in one call) cancels out.
+            first["far_minus_local_each_pair"] = [p[2]["first_step_s"] - p[0]["first_step_s"] for p in pairs if p[2]]
+            first["far_minus_local_median"] = statistics.median(first["far_minus_local_each_pair"])
         rows.append({"model": model, "run": "pairs", "pairs": len(pairs), "local_median_ms": lo, "rgpu_median_ms": hi,
                      "ratio": ratio, "ratio_each_pair": each, "first_step_median_s": first,
                      "first_step_each_pair_s": [[r["first_step_s"] for r in p if r] for p in pairs]})
@@ -84,10 +90,13 @@ for model in ["small", "gpt2"]:
                          + " (local/rgpu) | | | | |")
         if far:
             each_far = ", ".join(f"{r['first_step_s']:.2f}" for r in far)
-            table.append(f"| {model} | {len(far)} interleaved runs at the largest delay | (first step each run {each_far} s) | | | "
+            over = first["far_minus_local_median"]
+            each_over = ", ".join(f"{x:+.2f}" for x in first["far_minus_local_each_pair"])
+            table.append(f"| {model} | {len(far)} interleaved runs at the largest delay | (first step each run {each_far} s; "
+                         f"over its pair's local run {each_over} s) | | | "
                          f"{first['rgpu_far']:.2f} s (median; {first['rgpu_far'] - first['local']:+.2f} s over local's "
-                         f"median) | ≤ local + 2 s + upload ({first['upload_far']:.2f} s) "
-                         f"{'pass' if first['rgpu_far'] <= first['local'] + 2 + first['upload_far'] else 'FAIL'} |")
+                         f"median; {over:+.2f} s the median over its pair's local run) | ≤ local + 2 s + upload "
+                         f"({first['upload_far']:.2f} s), judged per pair: {'pass' if over <= 2 + first['upload_far'] else 'FAIL'} |")
 (out / "train_bench.json").write_text(json.dumps(rows, indent=1))
 (out / "train_bench.md").write_text("\n".join(table) + "\n")
 print("\n".join(table))

@@ -52,5 +52,18 @@ def test_first_step_at_the_largest_delay_allows_two_seconds_plus_the_upload(tmp_
             r[f"small_pair{i}_rgpu30ms"] = result(40.0, far_first_s, built=4.4, on_device=5.4)  # upload 1.0 s
         return r
     row = "3 interleaved runs at the largest delay"
-    assert "upload (1.00 s) pass" in report(tmp_path / "a", runs(11.9))[row]  # 9.0 + 2 + 1 = 12.0
-    assert "upload (1.00 s) FAIL" in report(tmp_path / "b", runs(12.1))[row]
+    assert "upload (1.00 s), judged per pair: pass" in report(tmp_path / "a", runs(11.9))[row]  # 9.0 + 2 + 1 = 12.0
+    assert "upload (1.00 s), judged per pair: FAIL" in report(tmp_path / "b", runs(12.1))[row]
+
+
+def test_first_step_is_judged_on_each_pair_against_its_own_local_run(tmp_path):
+    # The host drifts (local 8, 9, 12 s): each far run over its own pair's local run is +4.5, +2.0
+    # and +0.9 s, median +2.0: pass (2 s + 1 s upload); the medians' difference, 12.5 - 9 = +3.5 s,
+    # would have failed.
+    r = {"small_local": result(10.0, 8.0)}
+    for i, (lo, far) in enumerate([(8.0, 12.5), (9.0, 11.0), (12.0, 12.9)], 1):
+        r[f"small_pair{i}_local"], r[f"small_pair{i}_rgpu"] = result(10.0, lo), result(10.0, lo)
+        r[f"small_pair{i}_rgpu30ms"] = result(40.0, far, built=4.4, on_device=5.4)
+    row = report(tmp_path, r)["3 interleaved runs at the largest delay"]
+    assert "+3.50 s over local's median" in row
+    assert "+2.00 s the median over its pair's local run" in row and "judged per pair: pass" in row
