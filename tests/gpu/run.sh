@@ -7,6 +7,7 @@
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
 #   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,torchdev,bench,startup,train   the steps to run (default: all)
+#   RGPU_STARTUP_MODEL=small|gpt2   the model the startup step runs (default small)
 #   RGPU_TRAIN_DELAYS="0 30"  RGPU_TRAIN_MODELS="small"   what the training benchmark runs (default "0 1 30", "small gpt2")
 #   RGPU_TRAIN_PAIRS=N             interleaved local/rgpu pairs per model at 0 ms (default 3; 0 for none)
 #   RGPU_GPU_CORPUS="NAME..."      runs only the corpus programs whose names contain one of NAME
@@ -189,7 +190,8 @@ if want bench && [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
   cp "$OUT/driver_bench.md" "$OUT/driver_bench.json" "$RESULTS/" 2>/dev/null
 fi
 if want startup; then
-  step "start-up through rgpu, warm (small model, 3 steps): the calls that waited, the loads that waited and why, the client's own time"
+  SMODEL=${RGPU_STARTUP_MODEL:-small}
+  step "start-up through rgpu, warm ($SMODEL model, 3 steps): the calls that waited, the loads that waited and why, the client's own time"
   PY=${RGPU_TORCH_PYTHON:-python3}
   port=19716
   build/bin/rgpu-server --listen 127.0.0.1:$port --driver "$REAL" --cache-dir "$OUT/startup-cache" >"$OUT/server_startup.log" 2>&1 &
@@ -197,7 +199,7 @@ if want startup; then
   sleep 0.5
   for run in cold warm; do
     LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port RGPU_LOG=debug RGPU_ANSWER_CACHE="$OUT/startup-answers.txt" \
-      RGPU_STATS="$OUT/startup_$run.stats.json" "$PY" bench/train_bench.py --model small --steps 3 --warmup 1 \
+      RGPU_STATS="$OUT/startup_$run.stats.json" "$PY" bench/train_bench.py --model "$SMODEL" --steps 3 --warmup 1 \
       --out "$OUT/startup_$run.json" >"$OUT/startup_$run.log" 2>&1 || { echo "startup $run: FAILED"; status=1; }
   done
   kill $sserver 2>/dev/null
@@ -205,6 +207,8 @@ if want startup; then
   grep -E "warm:|ended after" "$OUT/server_startup.log" | grep -v "ended after [0-9] calls" | tail -4
   "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); print("round trips", s["round_trips"], "client time (us):", s.get("time_us")); [print("  waited", o["waited"], o["op"], o["total_wait_us"] // 1000, "ms") for o in s["ops"] if o["waited"]]' \
     "$OUT/startup_warm.stats.json"
+  "$PY" -c 'import json,sys; [print(r, "marks (s):", {k: round(v, 2) for k, v in json.load(open(sys.argv[1].replace("RUN", r)))["first_step_marks_s"].items()}) for r in ("cold", "warm")]' \
+    "$OUT/startup_RUN.json"
 fi
 
 if want train; then
