@@ -2,7 +2,7 @@
 # Training-step benchmark through rgpu against the local GPU, same machine, same run (issue 4):
 # bench/train_bench.py for the small 6-layer model and GPT-2 small, locally and through rgpu at
 # each added round-trip delay (rgpu-delay-proxy), cold (a server with an empty module cache, no
-# client answer cache) and warm (both filled by the cold run), then bench/train_report.py writes
+# client answer cache or NVRTC cache) and warm (all filled by the cold run), then bench/train_report.py writes
 # OUT/train_bench.{json,md}. Needs a GPU, torch, and a build (build/).
 #   bench/run_train_bench.sh --driver /usr/local/nvidia/lib64/libcuda.so.1 [--out DIR] [--delays "0 1 30"]
 #   [--models "small gpt2"] [--pairs N]
@@ -58,7 +58,7 @@ run_rgpu() {
   local m=$1 name=$2 target=$3 d=$4 lines=$5
   shift 5
   env RGPU_BENCH_T0="$(date +%s.%N)" LD_LIBRARY_PATH="$BUILD/lib" RGPU_SERVER="$target" TRITON_LIBCUDA_PATH="$BUILD/lib" \
-    RGPU_ANSWER_CACHE="$OUT/train/answers.txt" "$@" "$PY" "$ROOT/bench/train_bench.py" --model "$m" \
+    RGPU_ANSWER_CACHE="$OUT/train/answers.txt" RGPU_NVRTC_CACHE="$OUT/train/nvrtc" "$@" "$PY" "$ROOT/bench/train_bench.py" --model "$m" \
     --steps "$(steps_for "$m" "$d")" --warmup 3 --out "$OUT/train/$name.json" 2>&1 | tail -"$lines"
 }
 # Starts rgpu-delay-proxy adding DELAY ms in front of the server at PORT: DELAY LOG PORT; sets
@@ -76,9 +76,10 @@ reach() { if [ "$1" = 0 ]; then target=127.0.0.1:$2; else start_proxy "$1" "$3" 
 for m in $MODELS; do
   run_local $m ${m}_local
   for d in $DELAYS; do
-    # Cold: a fresh server (empty module cache) and no client answer cache; then warm: the shared
-    # server with the cold run's images, and the answers the cold run kept (client/answer_store.h).
-    rm -rf "$OUT/train/cold-cache" "$OUT/train/answers.txt"
+    # Cold: a fresh server (empty module cache), no client answer cache and no NVRTC cache; then
+    # warm: the shared server with the cold run's images, and the answers and NVRTC compiles the
+    # cold run kept (client/answer_store.h, client/dark_api/nvrtc_cache.cpp).
+    rm -rf "$OUT/train/cold-cache" "$OUT/train/answers.txt" "$OUT/train/nvrtc"
     start_server cold_server_${m}_${d}ms "$OUT/train/cold-cache"
     cold_server=$spid
     reach "$d" $sport "proxy_${d}ms_cold.log"

@@ -34,6 +34,7 @@ void read_all() {
   s.oneway_sync = str("RGPU_ONEWAY_SYNC", "1") != "0";
   s.alloc_ahead = str("RGPU_ALLOC_AHEAD", "1") != "0";
   s.answer_cache = str("RGPU_ANSWER_CACHE", "");
+  s.nvrtc_cache = str("RGPU_NVRTC_CACHE", "");
   s.tools_stream = str("RGPU_TOOLS_STREAM", "1") != "0";
   s.image_layouts = str("RGPU_IMAGE_LAYOUTS", "1") != "0";
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {

@@ -43,6 +43,9 @@ struct Settings {
   // RGPU_ANSWER_CACHE: the file of answers kept across runs, "none" for none
   // (client/answer_store.h); empty: the default file.
   std::string answer_cache;
+  // RGPU_NVRTC_CACHE: the directory of NVRTC's compiles kept across runs, "none" for none
+  // (client/dark_api/nvrtc_cache.cpp); empty: the default directory.
+  std::string nvrtc_cache;
   bool tools_stream = true;
   // RGPU_IMAGE_LAYOUTS=0: kernel parameter layouts are asked from the server instead of read from
   // the images (debugging a launch; tests of the asking path).

@@ -32,7 +32,7 @@ enum class TableId : uint8_t {
   kContextChecks,
   kToolsContext,
   kCublasLt1734,
-  kNvrtcCompiler,
+  kNvrtcCache,
   kToolsModule,
   kNvmlPrivate,
   kCount,
@@ -114,5 +114,12 @@ const void* device_extended_rt_table();     // device_extended.cpp
 const void* integrity_check_table();        // integrity_check.cpp
 const void* tools_context_table();          // tools_context.cpp
 const void* tools_module_table();           // tools_module.cpp
+const void* nvrtc_cache_table();            // nvrtc_cache.cpp
+
+// What NVRTC's cache (nvrtc_cache.cpp) has done in this process, for tests.
+struct NvrtcCacheCounts {
+  uint64_t hits, misses, writes;
+};
+NvrtcCacheCounts nvrtc_cache_counts();
 
 }  // namespace rgpu::client::dark

@@ -70,10 +70,11 @@ const TableSpec kTables[] = {
   {T::kCublasLt1734, "CUBLASLT_1734DC26",
    U("1734dc26800d47458726c0f1e7dd8bca"), 17, true,
    stub_only_table<T::kCublasLt1734, 17, true>},
-  // NVRTC compiles NVVM bitcode through the driver: that has to run on the server.
-  {T::kNvrtcCompiler, "NVRTC_COMPILER",
+  // NVRTC keeps its compiles in the driver's compute cache through it; rgpu keeps them on the
+  // client (nvrtc_cache.cpp).
+  {T::kNvrtcCache, "NVRTC_CACHE",
    U("da9151d33ae6cc41a5c04f26d533e328"), 7, true,
-   stub_only_table<T::kNvrtcCompiler, 7, true>},
+   nvrtc_cache_table},
   // The driver's CU_ETID_ToolsModule; cuFFT calls slot 7 (walks a module's functions with a
   // visitor that receives each CUfunction and its name).
   {T::kToolsModule, "TOOLS_MODULE",

@@ -14,6 +14,7 @@ IMAGE = os.environ.get("RGPU_TEST_IMAGE", str(BUILD / "tests/kernels/test_kernel
 # Answers kept across runs (client/answer_store.h) would change what later tests count; the tests
 # that are about them name a file of their own.
 os.environ.setdefault("RGPU_ANSWER_CACHE", "none")
+os.environ.setdefault("RGPU_NVRTC_CACHE", "none")  # likewise NVRTC's compiles (test_nvrtc_cache.py)
 
 # The start of a Python test script that drives the shim with ctypes (run with SHIM set to
 # build/lib/libcuda.so.1): `cu`, a checker `ok` that exits on the first failed call, and `ctx`,

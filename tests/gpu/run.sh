@@ -198,12 +198,15 @@ if want startup; then
   sserver=$!
   sleep 0.5
   for run in cold warm; do
-    LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port RGPU_LOG=debug RGPU_ANSWER_CACHE="$OUT/startup-answers.txt" \
+    LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port RGPU_LOG=debug RGPU_ANSWER_CACHE="$OUT/startup-answers.txt" RGPU_NVRTC_CACHE="$OUT/startup-nvrtc" \
       RGPU_STATS="$OUT/startup_$run.stats.json" "$PY" bench/train_bench.py --model "$SMODEL" --steps 3 --warmup 1 \
       --out "$OUT/startup_$run.json" >"$OUT/startup_$run.log" 2>&1 || { echo "startup $run: FAILED"; status=1; }
   done
   kill $sserver 2>/dev/null
   grep -o "image's load waits (.*)" "$OUT/startup_warm.log" | sort | uniq -c
+  for run in cold warm; do
+    echo "$run: NVRTC cache $(grep -c 'nvrtc cache: hit' "$OUT/startup_$run.log") hits, $(grep -c 'nvrtc cache: miss' "$OUT/startup_$run.log") misses"
+  done
   grep -E "warm:|ended after" "$OUT/server_startup.log" | grep -v "ended after [0-9] calls" | tail -4
   "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); print("round trips", s["round_trips"], "client time (us):", s.get("time_us")); [print("  waited", o["waited"], o["op"], o["total_wait_us"] // 1000, "ms") for o in s["ops"] if o["waited"]]' \
     "$OUT/startup_warm.stats.json"
