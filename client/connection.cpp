@@ -52,7 +52,8 @@ std::string identity() {
 
 }  // namespace
 
-Connection* Connection::open(const std::string& server, const std::string& token, std::string* err) {
+Connection* Connection::open(const std::string& server, const std::string& token, std::string* err,
+                             bool want_snapshot) {
   net::Address addr;
   // Several servers (comma-separated) are a later feature; the first one serves all devices now.
   std::string first = server.substr(0, server.find(','));
@@ -69,14 +70,37 @@ Connection* Connection::open(const std::string& server, const std::string& token
   auto* c = new Connection();
   c->fd_ = fd;
   c->server_name_ = addr.str();
-  if (!proto::client_handshake(fd, token, identity(), c->server_name_, &c->hs_, err)) {
+  const uint64_t caps = proto::kOurCapabilities | (want_snapshot ? proto::kCapPushedSnapshot : 0);
+  if (!proto::client_handshake(fd, token, identity(), c->server_name_, &c->hs_, err, caps)) {
     ::close(fd);
     delete c;
     return nullptr;
   }
+  if (c->hs_.capabilities & proto::kCapPushedSnapshot) {
+    proto::FrameHeader h{};
+    std::string why;
+    proto::ReadResult rr = proto::read_frame(fd, proto::kMaxPayload, &h, &c->pushed_snapshot_, &why);
+    if (rr != proto::ReadResult::kOk || h.op != proto::kOpSnapshot || !(h.flags & proto::kReply) || h.request_id != 0) {
+      *err = "rgpu-server at " + c->server_name_ + " did not send its device snapshot after the handshake (" +
+             (rr != proto::ReadResult::kOk ? why : "it sent message " + std::to_string(h.op)) +
+             "); are client and server the same rgpu release?";
+      ::close(fd);
+      delete c;
+      return nullptr;
+    }
+    c->has_pushed_snapshot_ = true;
+    c->bytes_received_.fetch_add(sizeof h + c->pushed_snapshot_.size(), std::memory_order_relaxed);
+  }
   net::set_recv_timeout(fd, 0);  // replies to a long synchronize may take as long as the kernel
   c->flusher_ = std::thread([c] { c->idle_flusher(); });
   return c;
+}
+
+bool Connection::take_pushed_snapshot(std::vector<uint8_t>* payload) {
+  if (!has_pushed_snapshot_) return false;
+  has_pushed_snapshot_ = false;
+  *payload = std::move(pushed_snapshot_);
+  return true;
 }
 
 Connection::~Connection() {

@@ -48,8 +48,14 @@ struct ReplySlot {
 
 class Connection {
  public:
-  // Connects and runs the handshake. On failure returns nullptr with a sentence in *err.
-  static Connection* open(const std::string& server, const std::string& token, std::string* err);
+  // Connects and runs the handshake. With want_snapshot, asks the server to send its device
+  // snapshot right behind the handshake (kCapPushedSnapshot), kept for take_pushed_snapshot. On
+  // failure returns nullptr with a sentence in *err.
+  static Connection* open(const std::string& server, const std::string& token, std::string* err,
+                          bool want_snapshot = false);
+  // The pushed snapshot's reply payload (ReplyPrefix, CUresult, snapshot), once; false when the
+  // server pushed none (an older server, or not asked).
+  bool take_pushed_snapshot(std::vector<uint8_t>* payload);
   ~Connection();
 
   // Queues a one-way frame. `extra` is copied or already sent on return (the caller may reuse its
@@ -126,6 +132,8 @@ class Connection {
   int fd_ = -1;
   std::string server_name_;
   proto::ClientHandshakeResult hs_;
+  std::vector<uint8_t> pushed_snapshot_;
+  bool has_pushed_snapshot_ = false;
 
   // send_mu_ guards the batch; write_mu_ is held for every write to the socket and is always
   // taken with send_mu_ held (send_mu_ -> write_mu_), so writes go out in the order frames were

@@ -107,11 +107,23 @@ void apply_visible_devices() {
   for (CUdevice d : g_visible) g_snapshot.devices.push_back(all[static_cast<size_t>(d)]);
 }
 
+// The device snapshot: the one the server pushed behind the handshake (no round trip), else asked.
 CUresult fetch_snapshot() {
-  Call c(proto::kOpSnapshot, kWaits);
-  CUresult rc = c.invoke();
-  if (rc != CUDA_SUCCESS) return rc;
-  if (!proto::decode_snapshot(c.reply(), &g_snapshot)) {
+  std::vector<uint8_t> pushed;
+  bool decoded;
+  if (g_conn->take_pushed_snapshot(&pushed)) {
+    Reader r(pushed.data(), pushed.size());
+    r.get<proto::ReplyPrefix>();
+    int32_t rc = r.get<int32_t>();
+    if (r.ok() && rc != CUDA_SUCCESS) return static_cast<CUresult>(rc);
+    decoded = r.ok() && proto::decode_snapshot(r, &g_snapshot);
+  } else {
+    Call c(proto::kOpSnapshot, kWaits);
+    CUresult rc = c.invoke();
+    if (rc != CUDA_SUCCESS) return rc;
+    decoded = proto::decode_snapshot(c.reply(), &g_snapshot);
+  }
+  if (!decoded) {
     log::error("rgpu-server at %s sent a malformed device snapshot; are client and server the same rgpu release?",
                g_conn->server_name().c_str());
     return CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -136,7 +148,7 @@ CUresult init(unsigned flags) {
   stats::note_connect_started();
   stats::Timer timer(stats::Time::kConnect);
   std::string err;
-  g_conn = Connection::open(s.server, s.token, &err);
+  g_conn = Connection::open(s.server, s.token, &err, /*want_snapshot=*/true);
   if (!g_conn) {
     log::error("%s", err.c_str());
     g_init_result = CUDA_ERROR_DEVICE_UNAVAILABLE;

@@ -102,7 +102,7 @@ void tell(int fd, int32_t message) {
   net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
   ServerHandshakeResult hs;
   std::string err;
-  if (!server_handshake(fd, loop.token, &hs, &err)) {
+  if (!server_handshake(fd, loop.token, &hs, &err, loop.capabilities, loop.welcomed)) {
     if (hs.said_nothing)
       log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
     else

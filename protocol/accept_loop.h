@@ -44,6 +44,9 @@ struct AcceptLoop {
   // Optional: runs in each spare process before its connection arrives. It must return promptly
   // (what takes long, it starts on a thread of its own): the spare accepts only after it.
   std::function<void()> prepare;
+  // What the server offers in the handshake, and what it sends right behind Welcome (optional).
+  uint64_t capabilities = kOurCapabilities;
+  Welcomed welcomed;
 };
 
 // Serves the listening socket forever: reaps session processes on a thread of its own (logging

@@ -63,13 +63,13 @@ void refuse(int fd, const std::string& reason) {
 }  // namespace
 
 bool client_handshake(int fd, const std::string& token, const std::string& identity, const std::string& server_name,
-                      ClientHandshakeResult* out, std::string* err) {
+                      ClientHandshakeResult* out, std::string* err, uint64_t capabilities) {
   Nonce client_nonce;
   crypto::random_bytes(client_nonce.data(), client_nonce.size());
   Writer hello;
   hello.put_u32(kMagic);
   hello.put_u16(kProtocolVersion);
-  hello.put_u64(kOurCapabilities);
+  hello.put_u64(capabilities);
   hello.put_str(identity.substr(0, 512));
   SessionId none{};
   hello.append(none.data(), none.size());
@@ -125,7 +125,8 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
   return true;
 }
 
-bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err) {
+bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
+                      uint64_t capabilities, const Welcomed& welcomed) {
   std::vector<uint8_t> payload;
   if (!expect(fd, kOpHello, &payload, err, "client", &out->said_nothing)) return false;
   Reader r(payload.data(), payload.size());
@@ -156,14 +157,14 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   Writer ch;
   ch.put_u32(kMagic);
   ch.put_u16(kProtocolVersion);
-  ch.put_u64(kOurCapabilities);
+  ch.put_u64(capabilities);
   ch.put_u8(token.empty() ? 0 : 1);
   ch.append(server_nonce.data(), server_nonce.size());
   crypto::Digest sp{};
   if (!token.empty()) sp = proof(token, "rgpu-server-proof", client_nonce, server_nonce);
   ch.append(sp.data(), sp.size());
   crypto::random_bytes(out->session.data(), out->session.size());
-  out->capabilities = caps & kOurCapabilities;
+  out->capabilities = caps & capabilities;
   Writer wel;
   wel.append(out->session.data(), out->session.size());
   wel.put_u64(out->capabilities);
@@ -172,7 +173,8 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   // connection (30 ms of every process start at a 30 ms round trip). With a token, Welcome waits
   // for the client's proof.
   const bool welcome_early = token.empty();
-  if (!send(fd, kOpChallenge, ch) || (welcome_early && !send(fd, kOpWelcome, wel))) {
+  if (!send(fd, kOpChallenge, ch) ||
+      (welcome_early && (!send(fd, kOpWelcome, wel) || (welcomed && !welcomed(fd, out->capabilities))))) {
     *err = "client " + identity + " went away during the handshake";
     return false;
   }
@@ -193,7 +195,7 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
       return false;
     }
   }
-  if (!welcome_early && !send(fd, kOpWelcome, wel)) {
+  if (!welcome_early && (!send(fd, kOpWelcome, wel) || (welcomed && !welcomed(fd, out->capabilities)))) {
     *err = "client " + identity + " went away during the handshake";
     return false;
   }

@@ -10,7 +10,9 @@
 //          | Refused    str reason (then the server closes)
 // A server without a token sends Welcome right behind Challenge, before Auth arrives (there is
 // nothing to check), so the client's wait for it costs no round trip; the client sends Auth all
-// the same.
+// the same. With kCapPushedSnapshot agreed, the device snapshot follows Welcome at once (a reply
+// frame to kOpSnapshot with request id 0): with no token a process start takes two round trips
+// before its first call (TCP's and Hello's), with one three.
 //
 // Proofs (the token never crosses the wire):
 //   server proof = HMAC-SHA256(token, "rgpu-server-proof" || client nonce || server nonce)
@@ -23,7 +25,10 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "protocol/messages.h"
 
 namespace rgpu::proto {
 
@@ -34,10 +39,10 @@ struct ClientHandshakeResult {
   uint64_t capabilities = 0;
 };
 
-// Runs the client side on a connected socket. On failure returns false with *err a sentence for
-// the user (e.g. that the server refused the token and what to do).
+// Runs the client side on a connected socket, asking for `capabilities`. On failure returns false
+// with *err a sentence for the user (e.g. that the server refused the token and what to do).
 bool client_handshake(int fd, const std::string& token, const std::string& identity, const std::string& server_name,
-                      ClientHandshakeResult* out, std::string* err);
+                      ClientHandshakeResult* out, std::string* err, uint64_t capabilities = kOurCapabilities);
 
 struct ServerHandshakeResult {
   SessionId session{};
@@ -47,8 +52,13 @@ struct ServerHandshakeResult {
   bool said_nothing = false;
 };
 
-// Runs the server side. On failure returns false with *err saying why (for the server's log);
-// the client has already been sent a Refused message where one applies.
-bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err);
+// Runs after Welcome is written, with the agreed capabilities: what the server sends unasked
+// (kCapPushedSnapshot). False when the connection is gone.
+using Welcomed = std::function<bool(int fd, uint64_t agreed)>;
+
+// Runs the server side, offering `capabilities`. On failure returns false with *err saying why
+// (for the server's log); the client has already been sent a Refused message where one applies.
+bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
+                      uint64_t capabilities = kOurCapabilities, const Welcomed& welcomed = nullptr);
 
 }  // namespace rgpu::proto

@@ -61,6 +61,10 @@ enum Capability : uint64_t {
   kCapDeferredErrors = 1 << 0,
   kCapClientHandles = 1 << 1,
   kCapBulkSink = 1 << 2,
+  // The server sends its device snapshot (the reply to kOpSnapshot, request id 0) right behind
+  // Welcome, unasked: the client's first call needs it, and asking would cost a round trip. Asked
+  // for by the CUDA shim's connection, offered by rgpu-server (not part of kOurCapabilities).
+  kCapPushedSnapshot = 1 << 3,
 };
 inline constexpr uint64_t kOurCapabilities = kCapDeferredErrors | kCapClientHandles | kCapBulkSink;
 

@@ -122,6 +122,10 @@ int main(int argc, char** argv) {
   loop.token = token;
   loop.on_exit = [](pid_t pid) { rgpu::server::unregister_session(sessions_dir, static_cast<int>(pid)); };
   loop.prepare = [] { rgpu::server::prewarm::start(&table, prewarm_level); };
+  loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapPushedSnapshot;
+  loop.welcomed = [](int fd, uint64_t agreed) {
+    return !(agreed & rgpu::proto::kCapPushedSnapshot) || rgpu::server::push_snapshot(fd, table);
+  };
   loop.session = [](int fd, const std::string& peer, const rgpu::proto::ServerHandshakeResult& hs) {
     rgpu::server::prewarm::session_started();
     rgpu::server::SessionOptions opt{&table, peer, hs.identity, sessions_dir};

@@ -672,6 +672,19 @@ void sessions(Dispatch& d) {
 }
 }  // namespace handlers
 
+bool push_snapshot(int fd, const DriverTable& driver) {
+  HandleMap handles;
+  std::vector<uint8_t> body;
+  Writer out(&body);
+  Reader in(nullptr, 0);
+  Dispatch d{driver, handles, in, out, proto::kOpSnapshot};
+  handlers::snapshot(d);
+  proto::ReplyPrefix prefix{};
+  proto::FrameHeader h = proto::make_header(proto::kOpSnapshot, proto::kReply, 0, 0, sizeof prefix + body.size());
+  iovec iov[3] = {{&h, sizeof h}, {&prefix, sizeof prefix}, {body.data(), body.size()}};
+  return net::writev_full(fd, iov, 3);
+}
+
 int run_session(int fd, const SessionOptions& options) {
   g_sessions_dir = options.sessions_dir;
   register_session(options.sessions_dir, options.identity, options.peer);

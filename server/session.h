@@ -32,4 +32,9 @@ void unregister_session(const std::string& dir, int pid);
 // Serves the connection until the client leaves or misbehaves. Returns the process exit status.
 int run_session(int fd, const SessionOptions& options);
 
+// Sends the device snapshot unasked, right behind the handshake's Welcome (kCapPushedSnapshot,
+// protocol/handshake.h): the reply kOpSnapshot would get, with request id 0. False when the
+// connection is gone.
+bool push_snapshot(int fd, const DriverTable& driver);
+
 }  // namespace rgpu::server

@@ -271,3 +271,27 @@ def test_a_server_without_a_token_sends_welcome_before_auth(server, token_server
         assert wire.peer_closed(c.sock)
     wait_for_log(server, "truncated Auth")
     assert_still_serving(server)
+
+
+def test_the_snapshot_is_pushed_only_to_a_client_that_asks(server, token_server):
+    # kCapPushedSnapshot (1 << 3): with no token, Challenge, Welcome and the snapshot reply
+    # (request id 0) all come before the client has sent Auth; with a token, right after Welcome.
+    for srv, token in ((server, None), (token_server, TOKEN)):
+        with wire.Conn(srv.addr, handshake=False, timeout=5.0) as c:
+            payload, nonce = wire.hello(caps=wire.OUR_CAPS | 8)
+            c.send(wire.frame(wire.OP_HELLO, payload))
+            ch = wire.recv_frame(c.sock)[4]
+            if token:
+                c.send(wire.frame(wire.OP_AUTH, wire.proof(token, b"rgpu-client-proof", ch[15:47], nonce)))
+            op, flags, rid, _, wel = wire.recv_frame(c.sock)
+            assert op == wire.OP_WELCOME and struct.unpack_from("<Q", wel, 16)[0] & 8
+            op, flags, rid, _, snap = wire.recv_frame(c.sock)
+            assert (op, rid) == (wire.OP_SNAPSHOT, 0) and flags & wire.K_REPLY and len(snap) > 100
+            if not token:
+                c.send(wire.frame(wire.OP_AUTH, bytes(32)))
+            assert c.snapshot()[0] == wire.CUDA_SUCCESS  # the session goes on: asking works as before
+    # Not asked: nothing comes unasked (the handshake helper asks without the bit).
+    with wire.Conn(server.addr, timeout=0.5) as c:
+        assert not c.capabilities & 8
+        with pytest.raises(socket.timeout):
+            wire.recv_frame(c.sock)

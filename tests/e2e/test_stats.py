@@ -55,3 +55,18 @@ def test_no_stats_file_without_the_variable(server, tmp_path):
     r = run_client([PROGRAM, IMAGE], server, env_extra={"RGPU_STATS": ""})
     assert r.returncode == 0, r.stdout + r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_the_device_snapshot_comes_with_the_handshake_not_asked(server, token_server, tmp_path):
+    # rgpu-server pushes the snapshot right behind Welcome (kCapPushedSnapshot): cuInit waits for
+    # no call of its own, with or without a token.
+    script = tmp_path / "init.py"
+    script.write_text("import ctypes, os\ncu = ctypes.CDLL(os.environ['SHIM'])\nn = ctypes.c_int()\n"
+                      "assert cu.cuInit(0) == 0 and cu.cuDeviceGetCount(ctypes.byref(n)) == 0 and n.value == 1\n")
+    for srv, token in ((server, None), (token_server, "correct horse battery staple")):
+        path = tmp_path / "stats.json"
+        r = run_client(["python3", str(script)], srv, token=token,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(path)})
+        assert r.returncode == 0, r.stdout + r.stderr
+        s = json.loads(path.read_text())
+        assert s["round_trips"] == 0 and "control:16" not in s["calls"], s
