@@ -57,8 +57,9 @@ class NvrtcCache : public ::testing::Test {
       EXPECT_EQ(testing::slot<Free>(TableId::kNvrtcCache, 6)(data), CUDA_SUCCESS);
     } else {
       EXPECT_EQ(rc, CUDA_ERROR_NOT_FOUND);
-      if (!output.empty())
+      if (!output.empty()) {
         EXPECT_EQ(testing::slot<Write>(TableId::kNvrtcCache, 4)(entry, 0, output.data(), output.size()), CUDA_SUCCESS);
+      }
     }
     EXPECT_EQ(testing::slot<Close>(TableId::kNvrtcCache, 2)(entry), CUDA_SUCCESS);
     return found;
