@@ -70,7 +70,7 @@ Connection* Connection::open(const std::string& server, const std::string& token
   auto* c = new Connection();
   c->fd_ = fd;
   c->server_name_ = addr.str();
-  const uint64_t caps = proto::kOurCapabilities | (want_snapshot ? proto::kCapPushedSnapshot : 0);
+  const uint64_t caps = proto::kOurCapabilities | (want_snapshot ? uint64_t{proto::kCapPushedSnapshot} : 0);
   if (!proto::client_handshake(fd, token, identity(), c->server_name_, &c->hs_, err, caps)) {
     ::close(fd);
     delete c;
