@@ -188,7 +188,8 @@ CUresult cache_write(void* entry, int /*zero*/, const void* data, size_t size) {
   std::memcpy(header, kMagic, sizeof kMagic);
   std::memcpy(header + sizeof kMagic, &n, sizeof n);
   std::memcpy(header + sizeof kMagic + sizeof n, d.data(), d.size());
-  std::string tmp = e->path + ".tmp." + std::to_string(getpid());
+  static std::atomic<uint64_t> writes_begun{0};  // two threads writing one entry get two files
+  std::string tmp = e->path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(writes_begun++);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   bool ok = fd >= 0 && write(fd, header, sizeof header) == static_cast<ssize_t>(sizeof header);
   for (size_t put = 0; ok && put < size;) {
