@@ -121,5 +121,7 @@ struct NvrtcCacheCounts {
   uint64_t hits, misses, writes;
 };
 NvrtcCacheCounts nvrtc_cache_counts();
+// The cache directory's limit in bytes (default 512 MiB), for tests.
+void set_nvrtc_cache_limit(uint64_t bytes);
 
 }  // namespace rgpu::client::dark

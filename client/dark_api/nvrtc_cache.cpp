@@ -24,13 +24,16 @@
 // to move it, `none` for none; CUDA_CACHE_DISABLE=1 turns it off as it does the driver's): no round
 // trip, and PTX does not depend on the GPU, only on what the key holds. A file is named by the
 // SHA-256 of everything open() received and holds its output after a header with the output's own
-// SHA-256, so a damaged or cut-short file is a miss (and removed), never wrong PTX.
+// SHA-256, so a damaged or cut-short file is a miss (and removed), never wrong PTX. At 512 MiB the
+// least recently used entries make room for new ones (a hit marks its entry used, as the driver's
+// own cache does).
 #include <cuda.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -50,7 +53,9 @@ namespace {
 constexpr char kMagic[8] = {'R', 'G', 'P', 'U', 'N', 'V', 'C', '1'};
 constexpr size_t kHeader = sizeof kMagic + sizeof(uint64_t) + sizeof(crypto::Digest);
 constexpr size_t kMaxEntryBytes = 64u << 20;   // one compile's PTX; larger outputs are not kept
-constexpr size_t kMaxCacheBytes = 512u << 20;  // the whole directory; full means no more writes
+// The whole directory. A write that would pass it first removes the least recently used entries
+// (a hit marks its entry used) until the cache is at three quarters of it.
+std::atomic<uint64_t> g_max_cache_bytes{512u << 20};
 
 std::atomic<uint64_t> g_hits{0}, g_misses{0}, g_writes{0};
 
@@ -150,22 +155,45 @@ CUresult cache_read(void* entry, int /*zero*/, void** data, uint32_t* size) {
     return CUDA_ERROR_NOT_FOUND;
   }
   g_hits.fetch_add(1, std::memory_order_relaxed);
+  utimensat(AT_FDCWD, e->path.c_str(), nullptr, 0);  // used now: the last to go when the cache is full
   log::debug("nvrtc cache: hit %s (%llu bytes)", e->path.c_str(), static_cast<unsigned long long>(n));
   *data = out;
   *size = static_cast<uint32_t>(n);
   return CUDA_SUCCESS;
 }
 
-uint64_t directory_bytes(const std::string& dir) {
+// Makes room for `incoming` bytes: when the directory's files and it would pass the limit, removes
+// entries, least recently used first, down to three quarters of the limit. False when there is
+// still no room (a single output bigger than that).
+bool make_room(const std::string& dir, uint64_t incoming) {
+  struct File {
+    timespec used;
+    uint64_t bytes;
+    std::string name;
+  };
+  std::vector<File> files;
   uint64_t total = 0;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* ent = readdir(d)) {
       struct stat st;
-      if (fstatat(dirfd(d), ent->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_size);
+      if (fstatat(dirfd(d), ent->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode)) continue;
+      files.push_back({st.st_mtim, static_cast<uint64_t>(st.st_size), ent->d_name});
+      total += static_cast<uint64_t>(st.st_size);
     }
     closedir(d);
   }
-  return total;
+  const uint64_t limit = g_max_cache_bytes.load(std::memory_order_relaxed);
+  if (total + incoming <= limit) return true;
+  std::sort(files.begin(), files.end(), [](const File& a, const File& b) {
+    return a.used.tv_sec != b.used.tv_sec ? a.used.tv_sec < b.used.tv_sec : a.used.tv_nsec < b.used.tv_nsec;
+  });
+  for (const File& f : files) {
+    if (total + incoming <= limit / 4 * 3) break;
+    if (unlinkat(AT_FDCWD, (dir + "/" + f.name).c_str(), 0) == 0) total -= f.bytes;
+  }
+  log::debug("nvrtc cache: %s was full (limit %llu MiB); removed the least recently used entries", dir.c_str(),
+             static_cast<unsigned long long>(limit >> 20));
+  return total + incoming <= limit;
 }
 
 CUresult cache_write(void* entry, int /*zero*/, const void* data, size_t size) {
@@ -177,11 +205,7 @@ CUresult cache_write(void* entry, int /*zero*/, const void* data, size_t size) {
     log::debug("nvrtc cache: cannot create %s: %s", dir.c_str(), std::strerror(errno));
     return CUDA_SUCCESS;
   }
-  if (directory_bytes(dir) + size > kMaxCacheBytes) {
-    log::debug("nvrtc cache: %s is at its limit of %zu MiB; not keeping this compile", dir.c_str(),
-               kMaxCacheBytes >> 20);
-    return CUDA_SUCCESS;
-  }
+  if (!make_room(dir, kHeader + size)) return CUDA_SUCCESS;
   char header[kHeader];
   uint64_t n = size;
   crypto::Digest d = crypto::sha256(data, size);
@@ -214,6 +238,8 @@ CUresult cache_free(void* data) {
 }
 
 }  // namespace
+
+void set_nvrtc_cache_limit(uint64_t bytes) { g_max_cache_bytes.store(bytes, std::memory_order_relaxed); }
 
 NvrtcCacheCounts nvrtc_cache_counts() {
   return {g_hits.load(std::memory_order_relaxed), g_misses.load(std::memory_order_relaxed),
