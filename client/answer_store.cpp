@@ -17,6 +17,7 @@
 #include "client/runtime.h"
 #include "common/crypto.h"
 #include "common/env.h"
+#include "common/files.h"
 #include "common/log.h"
 
 namespace rgpu::client::answer_store {
@@ -30,23 +31,13 @@ auto& g_answers = *new std::unordered_map<std::string, std::string>();
 bool g_loaded = false;
 std::string g_path;  // "" when off
 
-std::string default_path() {
-  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/rgpu/answers.txt";
-  if (const char* h = getenv("HOME"); h && *h) return std::string(h) + "/.cache/rgpu/answers.txt";
-  return "";
-}
-
-void make_parent_dirs(const std::string& path) {
-  for (size_t i = 1; i < path.size(); ++i)
-    if (path[i] == '/') mkdir(path.substr(0, i).c_str(), 0700);
-}
 
 // Reads the file once (mu() held).
 void load_locked() {
   if (g_loaded) return;
   g_loaded = true;
   const std::string& setting = env::get().answer_cache;
-  g_path = setting.empty() ? default_path() : setting == "none" || setting == "0" ? "" : setting;
+  g_path = setting.empty() ? files::cache_path("answers.txt") : setting == "none" || setting == "0" ? "" : setting;
   if (g_path.empty()) return;
   struct stat st {};
   if (stat(g_path.c_str(), &st) == 0 && static_cast<size_t>(st.st_size) > kMaxFileBytes) {
@@ -102,7 +93,8 @@ void store(const std::string& key, const std::string& value) {
   std::string line = key + "\t" + value + "\n";
   int fd = open(g_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0 && errno == ENOENT) {
-    make_parent_dirs(g_path);
+    size_t slash = g_path.rfind('/');
+    if (slash != std::string::npos && slash > 0) files::make_dirs(g_path.substr(0, slash));
     fd = open(g_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   }
   if (fd < 0) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/files.h"
 #include "common/log.h"
 
 namespace rgpu::server::module_cache {
@@ -54,28 +55,6 @@ uint64_t total_bytes() {
   return total;
 }
 
-bool mkdirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    std::string part = path.substr(0, i);
-    if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return false;
-  }
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool write_all(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string hex(const crypto::Digest& d) { return crypto::hex(d.data(), d.size()); }
@@ -89,7 +68,7 @@ std::string default_dir() {
 bool configure(const std::string& dir, uint64_t max_bytes, std::string* err) {
   g_dir.clear();
   if (dir.empty()) return true;
-  if (!mkdirs(dir)) {
+  if (!files::make_dirs(dir)) {
     *err = "cannot create the module cache directory " + dir + ": " + std::strerror(errno);
     return false;
   }
@@ -150,7 +129,7 @@ void store(const void* data, size_t n) {
     return;
   }
   // No fsync: an image cut short by a crash fails its hash check on load and is removed.
-  bool ok = write_all(fd, data, n);
+  bool ok = files::write_all(fd, data, n);
   const timespec times[2] = {kVerifiedStamp, kVerifiedStamp};
   ok = ok && futimens(fd, times) == 0;
   ok = close(fd) == 0 && ok;

@@ -45,7 +45,9 @@
 #include "client/dark_api/dark_api.h"
 #include "common/crypto.h"
 #include "common/env.h"
+#include "common/files.h"
 #include "common/log.h"
+#include "common/net.h"
 
 namespace rgpu::client::dark {
 namespace {
@@ -69,18 +71,7 @@ std::string directory() {
   if (off && std::strcmp(off, "1") == 0) return "";
   const std::string& setting = env::get().nvrtc_cache;
   if (setting == "none" || setting == "0") return "";
-  if (!setting.empty()) return setting;
-  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/rgpu/nvrtc";
-  if (const char* h = getenv("HOME"); h && *h) return std::string(h) + "/.cache/rgpu/nvrtc";
-  return "";
-}
-
-bool make_dirs(const std::string& dir) {
-  for (size_t i = 1; i <= dir.size(); ++i)
-    if (i == dir.size() || dir[i] == '/') {
-      if (mkdir(dir.substr(0, i).c_str(), 0700) != 0 && errno != EEXIST) return false;
-    }
-  return true;
+  return setting.empty() ? files::cache_path("nvrtc") : setting;
 }
 
 void put_bytes(std::string* key, const void* p, size_t n) { key->append(static_cast<const char*>(p), n); }
@@ -114,16 +105,6 @@ CUresult cache_close(void* entry) {
   return CUDA_SUCCESS;
 }
 
-bool read_all(int fd, void* buf, size_t n) {
-  for (size_t got = 0; got < n;) {
-    ssize_t r = ::read(fd, static_cast<char*>(buf) + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    got += static_cast<size_t>(r);
-  }
-  return true;
-}
-
 CUresult cache_read(void* entry, int /*zero*/, void** data, uint32_t* size) {
   auto* e = static_cast<Entry*>(entry);
   if (!e || !data || !size) return CUDA_ERROR_INVALID_VALUE;
@@ -138,11 +119,12 @@ CUresult cache_read(void* entry, int /*zero*/, void** data, uint32_t* size) {
   uint64_t n = 0;
   crypto::Digest want{};
   void* out = nullptr;
-  bool ok = read_all(fd, header, sizeof header) && std::memcmp(header, kMagic, sizeof kMagic) == 0;
+  bool ok = net::read_full(fd, header, sizeof header) == static_cast<ssize_t>(sizeof header) && std::memcmp(header, kMagic, sizeof kMagic) == 0;
   if (ok) {
     std::memcpy(&n, header + sizeof kMagic, sizeof n);
     std::memcpy(want.data(), header + sizeof kMagic + sizeof n, want.size());
-    ok = n > 0 && n <= kMaxEntryBytes && (out = std::malloc(n)) != nullptr && read_all(fd, out, n);
+    ok = n > 0 && n <= kMaxEntryBytes && (out = std::malloc(n)) != nullptr &&
+         net::read_full(fd, out, n) == static_cast<ssize_t>(n);
     char extra;
     ok = ok && ::read(fd, &extra, 1) == 0 && crypto::sha256(out, n) == want;
   }
@@ -201,7 +183,7 @@ CUresult cache_write(void* entry, int /*zero*/, const void* data, size_t size) {
   if (!e || (!data && size)) return CUDA_ERROR_INVALID_VALUE;
   if (e->path.empty() || size == 0 || size > kMaxEntryBytes) return CUDA_SUCCESS;  // not kept
   std::string dir = e->path.substr(0, e->path.rfind('/'));
-  if (!make_dirs(dir)) {
+  if (!files::make_dirs(dir)) {
     log::debug("nvrtc cache: cannot create %s: %s", dir.c_str(), std::strerror(errno));
     return CUDA_SUCCESS;
   }
@@ -215,13 +197,7 @@ CUresult cache_write(void* entry, int /*zero*/, const void* data, size_t size) {
   static std::atomic<uint64_t> writes_begun{0};  // two threads writing one entry get two files
   std::string tmp = e->path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(writes_begun++);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  bool ok = fd >= 0 && write(fd, header, sizeof header) == static_cast<ssize_t>(sizeof header);
-  for (size_t put = 0; ok && put < size;) {
-    ssize_t w = write(fd, static_cast<const char*>(data) + put, size - put);
-    if (w < 0 && errno == EINTR) continue;
-    ok = w > 0;
-    if (ok) put += static_cast<size_t>(w);
-  }
+  bool ok = fd >= 0 && files::write_all(fd, header, sizeof header) && files::write_all(fd, data, size);
   if (fd >= 0) ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp.c_str(), e->path.c_str()) != 0) {
     log::debug("nvrtc cache: cannot write %s: %s", e->path.c_str(), std::strerror(errno));
