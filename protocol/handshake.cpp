@@ -173,8 +173,8 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   // connection (30 ms of every process start at a 30 ms round trip). With a token, Welcome waits
   // for the client's proof.
   const bool welcome_early = token.empty();
-  if (!send(fd, kOpChallenge, ch) ||
-      (welcome_early && (!send(fd, kOpWelcome, wel) || (welcomed && !welcomed(fd, out->capabilities))))) {
+  auto welcome = [&] { return send(fd, kOpWelcome, wel) && (!welcomed || welcomed(fd, out->capabilities)); };
+  if (!send(fd, kOpChallenge, ch) || (welcome_early && !welcome())) {
     *err = "client " + identity + " went away during the handshake";
     return false;
   }
@@ -195,7 +195,7 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
       return false;
     }
   }
-  if (!welcome_early && (!send(fd, kOpWelcome, wel) || (welcomed && !welcomed(fd, out->capabilities)))) {
+  if (!welcome_early && !welcome()) {
     *err = "client " + identity + " went away during the handshake";
     return false;
   }
