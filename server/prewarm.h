@@ -4,10 +4,11 @@
 // snapshot, the context inside its first cuDevicePrimaryCtxRetain).
 //
 // The context is held for the client: its first cuDevicePrimaryCtxRetain of device 0 takes the
-// hold over instead of creating a context. Until then the client must not see it, so the session's
-// primary-context entry points are wrapped: cuDevicePrimaryCtxGetState answers "inactive";
-// cuDevicePrimaryCtxSetFlags, Release and Reset drop the hold first (destroying the context), so
-// the driver answers them exactly as it would have without. A hold the client has not taken
+// hold over instead of creating a context. Until then the client must not see it. The shim never
+// asks for cuDevicePrimaryCtxGetState (it answers from its own count, client/driver/context.cpp),
+// so only the calls that change the state are wrapped: cuDevicePrimaryCtxSetFlags, Release and
+// Reset drop the hold first (destroying the context), so the driver answers them exactly as it
+// would have without. A hold the client has not taken
 // kHoldFor after its session started is dropped too (a session of NVML calls only, or one that
 // never uses device 0), so no GPU memory stays tied up for nothing.
 #pragma once
