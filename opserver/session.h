@@ -1,5 +1,5 @@
 // One client's session in rgpu-opserver: the storages it holds by id and the ATen ops it runs on
-// them (opserver/op_wire.h is the spec). Transport-free: handle() takes one frame's payload and
+// them (protocol/torch_wire.h is the spec). Transport-free: handle() takes one frame's payload and
 // produces the reply payload, so the socket loop (serve) and the fuzz target drive the same code.
 //
 // Two kinds of failure, kept apart on purpose:
@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "opserver/op_wire.h"
+#include "protocol/torch_wire.h"
 
 namespace rgpu::opserver {
 
@@ -55,7 +55,7 @@ class Session {
   bool hello(Reader& r, torchwire::ReplyStatus* st, Writer* w, std::string* why);
   void alloc(uint64_t id, uint64_t nbytes);
   void free_storage(uint64_t id);
-  // The kWithStorage prefix (op_wire.h): decodes it (Malformed when truncated), then allocates
+  // The kWithStorage prefix (protocol/torch_wire.h): decodes it (Malformed when truncated), then allocates
   // and frees; allocation failures are deferred.
   void apply_storage_changes(Reader& r);
   void resize(uint64_t id, uint64_t nbytes);

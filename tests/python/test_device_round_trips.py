@@ -71,7 +71,7 @@ def test_a_transformer_training_step_waits_once_for_the_loss():
     assert waits <= 1, f"{waits} blocking round trips per step; what waited (3 steps): {by_reason}"
     assert {k: n for k, n in by_reason.items() if n} == {"read": 3}, by_reason
     assert after["posts"] > before["posts"]
-    # Storage allocations and frees ride in the op frames (op_wire.h, kWithStorage): about 150
+    # Storage allocations and frees ride in the op frames (protocol/torch_wire.h, kWithStorage): about 150
     # one-way messages a step here, 430 when each was a message of its own.
     posts = (after["posts"] - before["posts"]) / 3
     assert posts <= 200, f"{posts} one-way messages per step (allocations and frees are to ride in op frames)"

@@ -21,7 +21,7 @@
 
 #include "aten/meta_cache.h"
 #include "aten/remote.h"
-#include "opserver/op_wire.h"
+#include "protocol/torch_wire.h"
 #include "runtime/connection.h"
 #include "runtime/device.h"
 

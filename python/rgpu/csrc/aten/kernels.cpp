@@ -12,7 +12,7 @@
 
 #include "aten/kernels.h"
 #include "aten/remote.h"
-#include "opserver/op_wire.h"
+#include "protocol/torch_wire.h"
 #include "runtime/connection.h"
 #include "runtime/device.h"
 

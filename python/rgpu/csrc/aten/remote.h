@@ -1,4 +1,4 @@
-// How the rgpu kernels talk about tensors and ATen ops on the wire (opserver/op_wire.h): the
+// How the rgpu kernels talk about tensors and ATen ops on the wire (protocol/torch_wire.h): the
 // boxed fallback that every ATen op without a local kernel goes through, and the encoders the
 // local kernels share with it.
 #pragma once

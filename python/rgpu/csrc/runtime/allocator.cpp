@@ -4,7 +4,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 
-#include "opserver/op_wire.h"
+#include "protocol/torch_wire.h"
 #include "runtime/connection.h"
 #include "runtime/device.h"
 

@@ -14,7 +14,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
-#include "opserver/op_wire.h"
+#include "protocol/torch_wire.h"
 #include "protocol/frame.h"
 #include "protocol/handshake.h"
 #include "protocol/messages.h"

@@ -1,4 +1,4 @@
-// The process's one connection to rgpu-opserver (opserver/op_wire.h is the wire spec).
+// The process's one connection to rgpu-opserver (protocol/torch_wire.h is the wire spec).
 //
 // Contract:
 // - get() connects on first use (RGPU_OPSERVER, RGPU_TOKEN), runs the handshake and the torch
@@ -88,7 +88,7 @@ class Connection {
   std::string broken_why_;
   uint32_t next_request_ = 1;
   uint64_t next_id_ = 0;
-  // Storage changes not yet in a frame (op_wire.h, kWithStorage), under mu_.
+  // Storage changes not yet in a frame (protocol/torch_wire.h, kWithStorage), under mu_.
   std::vector<std::pair<uint64_t, uint64_t>> pending_allocs_;  // id, nbytes
   std::vector<uint64_t> pending_frees_;
   uint64_t frames_ = 0;  // frames appended since connect, under mu_ (the flusher's idleness test)

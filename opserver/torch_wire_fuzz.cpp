@@ -1,4 +1,4 @@
-// Fuzz target for rgpu-opserver's decoder (opserver/session.h, spec in opserver/op_wire.h): the
+// Fuzz target for rgpu-opserver's decoder (opserver/session.h, spec in protocol/torch_wire.h): the
 // input is a series of frames a client might send after the handshake, each as
 //   u16 op (added to kFirstTorchOp when below 64), u8 flags (bit 0: one-way, bit 1: the payload
 //   starts with storage changes, kWithStorage), u16 length, bytes
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/wire.h"
-#include "opserver/op_wire.h"
+#include "protocol/torch_wire.h"
 #include "opserver/session.h"
 #include "protocol/messages.h"
 
