@@ -22,7 +22,11 @@
 //      fails on the server, its error is kept and handed to the next reply on the same thread
 //      (ReplyPrefix::deferred_*), so no error is ever dropped.
 //   3. Either side may close. A malformed frame (length over the limit, a payload that does not
-//      decode, an unknown op) makes the server log why and close this connection only.
+//      decode) makes the server log why and close this connection only. An op the server has
+//      no handler for is not malformed (a newer client may know ops this server does not): the
+//      server logs it and answers CUDA_ERROR_NOT_SUPPORTED (deferred, for a one-way call, to the
+//      next reply on its thread) and the connection stays open (tests/e2e/test_hostile.py,
+//      test_unknown_op_is_answered_not_supported_and_the_connection_stays).
 //
 // Op ids are never reused: retired ones stay in place, renamed obsolete_*. Control ops live
 // below kFirstCudaOp; CUDA entry points are numbered from kFirstCudaOp in gen/ops.gen.h, from
