@@ -7,6 +7,7 @@
 // - A context poisoned by a fault (sticky CUDA_ERROR_ILLEGAL_ADDRESS) answers that error to every
 //   call that uses it until it is destroyed or (primary) reset, as the real driver does.
 #include <algorithm>
+#include <iterator>
 
 #include "fakecuda/internal.h"
 
@@ -34,6 +35,53 @@ CUctx_st* primary_locked() {
 
 bool usable_locked(CUctx_st* c) { return ctx_alive_locked(c) && (!c->primary || c->primary_refs > 0); }
 
+// Every CUlimit cuda.h 13.0 declares, with what a fresh context on an H200 under driver 580
+// answers, and how cuCtxSetLimit treats it. Values the header documents (the printf FIFO, the
+// heap, the launch counts) are the driver's; the rest are marked "guess" until the conformance
+// program has compared them with the GPU's. cuBLASLt 13's cublasLtCreate asks
+// for CU_LIMIT_CIG_ENABLED; answering it CUDA_ERROR_UNSUPPORTED_LIMIT stopped every cuBLAS
+// program on the fake (FakeLimits.* in fakecuda_test pin this table).
+enum class SetRule {
+  kStore,        // kept as given
+  kL2Hint,       // a hint of 0..128 bytes; above that CUDA_ERROR_INVALID_VALUE (guess)
+  kClampPersist, // clamped to CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE (guess)
+  kRefuse,       // CUDA_ERROR_UNSUPPORTED_LIMIT
+};
+struct LimitRule {
+  CUlimit limit;
+  size_t initial;
+  SetRule set;
+};
+constexpr size_t kMaxPersistingL2 = 82837504;  // the device's attribute (device.cpp)
+constexpr LimitRule kLimits[] = {
+    {CU_LIMIT_STACK_SIZE, 1024, SetRule::kStore},                // bytes per thread
+    {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20, SetRule::kStore},       // 1 MiB
+    {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20, SetRule::kStore},       // 8 MiB
+    // cuda.h: settable only below compute capability 9.0, UNSUPPORTED_LIMIT on an H200; the
+    // value read back is the documented default of two levels (guess that it is still answered).
+    {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2, SetRule::kRefuse},
+    {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048, SetRule::kStore},
+    {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32, SetRule::kL2Hint},  // 32: guess
+    {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0, SetRule::kClampPersist},
+    // CIG (CUDA in graphics) limits of a context that is not CIG-enabled, which no cuCtxCreate
+    // through rgpu is. "Can only be queried" (cuda.h); the refusal's code is a guess. The shared
+    // memory a kernel may use is the device's opt-in maximum per block (guess).
+    {CU_LIMIT_SHMEM_SIZE, 232448, SetRule::kRefuse},
+    {CU_LIMIT_CIG_ENABLED, 0, SetRule::kRefuse},
+    {CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED, 1, SetRule::kStore},  // 1 (fallback on): guess
+};
+static_assert(std::size(kLimits) == CU_LIMIT_MAX, "a CUlimit of cuda.h has no rule");
+
+const LimitRule* limit_rule(CUlimit limit) {
+  for (const LimitRule& rule : kLimits)
+    if (rule.limit == limit) return &rule;
+  return nullptr;
+}
+
+void reset_limits(CUctx_st* c) {
+  for (const LimitRule& rule : kLimits) c->limits[rule.limit] = rule.initial;
+}
+
 }  // namespace
 
 bool ctx_alive_locked(CUctx_st* c) { return c && g_ctxs.count(c); }
@@ -43,10 +91,7 @@ CUctx_st* new_ctx_locked(unsigned flags, bool primary) {
   CUctx_st* raw = c.get();
   raw->flags = flags;
   raw->primary = primary;
-  raw->limits = {{CU_LIMIT_STACK_SIZE, 1024},           {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
-                 {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20},   {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2},
-                 {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048}, {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32},
-                 {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0}};
+  reset_limits(raw);
   g_ctxs.emplace(raw, std::move(c));
   raw->null_stream = new_stream_locked(raw, 0, 0, true);
   return raw;
@@ -90,6 +135,7 @@ void teardown_ctx(std::unique_lock<std::mutex>& lk, CUctx_st* c) {
   free_ctx_allocations(c);
   lk.lock();
   c->sticky = CUDA_SUCCESS;
+  reset_limits(c);  // a primary context active again starts as a new one does
 }
 
 void poison(CUctx_st* c, CUresult err) {
@@ -264,10 +310,18 @@ FAKE_API CUresult CUDAAPI cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
 FAKE_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
+  const LimitRule* rule = limit_rule(limit);
+  if (!rule) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  switch (rule->set) {
+    case SetRule::kStore: break;
+    case SetRule::kL2Hint:
+      if (value > 128) return CUDA_ERROR_INVALID_VALUE;
+      break;
+    case SetRule::kClampPersist: value = std::min(value, kMaxPersistingL2); break;
+    case SetRule::kRefuse: return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  }
   std::lock_guard lk(g_mu);
-  auto it = c->limits.find(limit);
-  if (it == c->limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
-  it->second = value;
+  c->limits[limit] = value;
   return CUDA_SUCCESS;
 }
 

@@ -219,6 +219,74 @@ TEST_F(Fake, ContextQueries) {
   EXPECT_LT(greatest, 0);
 }
 
+TEST_F(Fake, AnswersEveryLimitCudaHDeclaresWithTheDriversDefaults) {
+  // cuBLASLt 13's cublasLtCreate asks for CU_LIMIT_CIG_ENABLED; the fake once knew only limits 0
+  // to 6 and answered it CUDA_ERROR_UNSUPPORTED_LIMIT, so no cuBLAS program ran on it.
+  const std::pair<CUlimit, size_t> expected[] = {
+      {CU_LIMIT_STACK_SIZE, 1024},
+      {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
+      {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20},
+      {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2},
+      {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048},
+      {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32},
+      {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0},
+      {CU_LIMIT_SHMEM_SIZE, 232448},
+      {CU_LIMIT_CIG_ENABLED, 0},
+      {CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED, 1},
+  };
+  ASSERT_EQ(std::size(expected), size_t(CU_LIMIT_MAX));
+  for (auto [limit, value] : expected) {
+    size_t got = 12345;
+    EXPECT_EQ(cuCtxGetLimit(&got, limit), CUDA_SUCCESS) << limit;
+    EXPECT_EQ(got, value) << limit;
+  }
+  size_t got = 0;
+  EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_MAX), CUDA_ERROR_UNSUPPORTED_LIMIT);
+  EXPECT_EQ(cuCtxGetLimit(nullptr, CU_LIMIT_CIG_ENABLED), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(Fake, SetLimitStoresClampsOrRefusesAsTheDriver) {
+  size_t got = 0;
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 4 << 20), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_PRINTF_FIFO_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(got, size_t(4) << 20);
+  // Query-only limits, and the sync depth on compute capability 9.0 (cuda.h), are refused and
+  // keep their value.
+  for (CUlimit limit : {CU_LIMIT_SHMEM_SIZE, CU_LIMIT_CIG_ENABLED, CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH}) {
+    size_t before = 0;
+    ASSERT_EQ(cuCtxGetLimit(&before, limit), CUDA_SUCCESS);
+    EXPECT_EQ(cuCtxSetLimit(limit, 1), CUDA_ERROR_UNSUPPORTED_LIMIT) << limit;
+    EXPECT_EQ(cuCtxGetLimit(&got, limit), CUDA_SUCCESS);
+    EXPECT_EQ(got, before) << limit;
+  }
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MAX, 1), CUDA_ERROR_UNSUPPORTED_LIMIT);
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 129), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 64), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_MAX_L2_FETCH_GRANULARITY), CUDA_SUCCESS);
+  EXPECT_EQ(got, 64u);
+  // The persisting L2 size is clamped to the device's maximum (its attribute).
+  int max_persisting = 0;
+  ASSERT_EQ(cuDeviceGetAttribute(&max_persisting, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, size_t(1) << 40), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_PERSISTING_L2_CACHE_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(got, size_t(max_persisting));
+}
+
+TEST_F(Fake, APrimaryContextActiveAgainHasTheDefaultLimits) {
+  CUcontext p = nullptr;
+  size_t got = 0;
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&p, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxPushCurrent_v2(p), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 64 << 20), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);  // the last reference
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&p, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_MALLOC_HEAP_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(got, size_t(8) << 20);
+  ASSERT_EQ(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+  CUcontext popped = nullptr;
+  EXPECT_EQ(cuCtxPopCurrent_v2(&popped), CUDA_SUCCESS);
+}
+
 // ---------- memory ----------
 
 TEST_F(Fake, AllocationsAreAlignedDeviceAddressesWithinTheReportedTotal) {
