@@ -1032,6 +1032,45 @@ def emit_proc_address_h() -> str:
                       "extern const size_t kProcAddressCount;\n", "}  // namespace rgpu::client", ""])
 
 
+# The enums whose names rgpu prints (traces, tests/conformance): each as a table of (value, name)
+# in the header's order, so the first name of a value is the one cuda.h gives it first.
+NAMED_ENUMS = ["CUresult", "CUdevice_attribute", "CUlimit", "CUpointer_attribute", "CUfunction_attribute",
+               "CUstreamCaptureStatus", "CUmemAllocationHandleType", "CUgraphNodeType", "CUmemPool_attribute"]
+
+
+def parse_enums(path: Path, wanted: list[str], args: list[str]) -> dict[str, list[tuple[int, str]]]:
+    """The constants of each typedef'd enum in wanted that the header declares, by the typedef's name."""
+    inc = gcc_include()
+    tu = ci.Index.create().parse(str(path), args=args + ([f"-I{inc}"] if inc else []))
+    out: dict[str, list[tuple[int, str]]] = {}
+    for cur in tu.cursor.get_children():
+        if cur.kind != ci.CursorKind.TYPEDEF_DECL or cur.spelling not in wanted or cur.spelling in out:
+            continue
+        decl = cur.underlying_typedef_type.get_canonical().get_declaration()
+        if decl.kind != ci.CursorKind.ENUM_DECL:
+            continue
+        out[cur.spelling] = [(c.enum_value, c.spelling) for c in decl.get_children()
+                             if c.kind == ci.CursorKind.ENUM_CONSTANT_DECL]
+    return {w: out[w] for w in wanted if w in out}
+
+
+def emit_enum_names(enums: dict[str, list[tuple[int, str]]], banner: str, header: str, namespace: str) -> str:
+    """A header of constexpr (value, name) tables, one per enum, and a lookup by value."""
+    lines = [f"// {banner}\n//\n// The names {header} gives the values of its enums, in its order (the first name of a\n"
+             "// value is the one it gives first), for traces and tests/conformance: k<enum type>[].",
+             "#pragma once\n", "#include <cstddef>", "#include <cstdint>\n", f"namespace {namespace} {{\n",
+             "struct EnumName {", "  int64_t value;", "  const char* name;", "};\n",
+             "template <size_t N>",
+             "constexpr const char* enum_name(const EnumName (&table)[N], int64_t value) {",
+             "  for (const EnumName& e : table)", "    if (e.value == value) return e.name;", "  return nullptr;", "}\n"]
+    for name, consts in enums.items():
+        lines.append(f"inline constexpr EnumName k{name}[] = {{")
+        lines += [f"    {{{v}, \"{c}\"}}," for v, c in consts]
+        lines.append("};")
+    lines.append(f"\n}}  // namespace {namespace}")
+    return "\n".join(lines) + "\n"
+
+
 def generate(header: Path, annotations: Path, op_ids: Path,
              proc_probe: Path | None = None) -> tuple[dict[str, str], str]:
     funcs = parse_header(header)
@@ -1055,6 +1094,9 @@ def generate(header: Path, annotations: Path, op_ids: Path,
         "client_exports.gen.h": emit_client_exports_h(),
         "client_exports.gen.cpp": emit_client_exports_cpp(funcs),
         "coverage.txt": emit_coverage(funcs),
+        "cuda_enums.gen.h": emit_enum_names(
+            parse_enums(header, NAMED_ENUMS, ["-x", "c", f"-I{header.parent}", "-I/usr/local/cuda/include"]),
+            BANNER, "cuda.h", "rgpu::cuda_enum"),
     }
     if proc_probe and proc_probe.exists():
         files["proc_address.gen.h"] = emit_proc_address_h()

@@ -697,6 +697,20 @@ def emit_coverage(funcs: list[Func], header: Path) -> str:
     return "\n".join(o) + "\n"
 
 
+# The enums whose names rgpu prints (traces, tests/conformance), as generate.py's cuda_enums.gen.h.
+NAMED_ENUMS = ["nvmlReturn_t", "nvmlEnableState_t", "nvmlGpuP2PStatus_t", "nvmlGpuP2PCapsIndex_t"]
+
+
+def emit_enums(header: Path) -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import generate as cuda_gen  # noqa: PLC0415: the one enum model, shared with the CUDA side
+    try:
+        enums = cuda_gen.parse_enums(header, NAMED_ENUMS, ["-x", "c", f"-I{header.parent}"])
+    except cuda_gen.GenError as e:
+        raise GenError(str(e)) from e
+    return cuda_gen.emit_enum_names(enums, BANNER, "nvml.h", "rgpu::nvml_enum")
+
+
 def generate(header: Path, annotations: Path, ids_path: Path, write_ids: bool) -> tuple[dict[str, str], list[str]]:
     funcs = load(header, annotations)
     ids, ids_text = op_ids(ids_path, funcs, write_ids)
@@ -717,6 +731,7 @@ def generate(header: Path, annotations: Path, ids_path: Path, write_ids: bool) -
         "nvml_server_table.gen.cpp": tc,
         "nvml_server_dispatch.gen.cpp": disp,
         "nvml_coverage.txt": emit_coverage(funcs, header),
+        "nvml_enums.gen.h": emit_enums(header),
     }
     return files, ids_text
 
