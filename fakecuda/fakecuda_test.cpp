@@ -350,6 +350,23 @@ TEST_F(Fake, CopiesRoundTripAndBadRangesAreRefusedWithoutWriting) {
   cuMemFree_v2(b);
 }
 
+// Mapped pinned memory (DEVICEMAP) is reachable from the device at its host address, but it is
+// host memory: its pointer attributes say so (they crashed, looking for a device allocation).
+TEST_F(Fake, MappedPinnedMemoryHasHostPointerAttributes) {
+  void* h = nullptr;
+  ASSERT_EQ(cuMemHostAlloc(&h, 65536, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+  unsigned type = 0;
+  EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CUdeviceptr(h)), CUDA_SUCCESS);
+  EXPECT_EQ(type, unsigned(CU_MEMORYTYPE_HOST));
+  CUcontext c = nullptr;
+  EXPECT_EQ(cuPointerGetAttribute(&c, CU_POINTER_ATTRIBUTE_CONTEXT, CUdeviceptr(h) + 100), CUDA_SUCCESS);
+  EXPECT_EQ(c, ctx_);
+  void* hp = nullptr;
+  EXPECT_EQ(cuPointerGetAttribute(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER, CUdeviceptr(h)), CUDA_SUCCESS);
+  EXPECT_EQ(hp, h);
+  EXPECT_EQ(cuMemFreeHost(h), CUDA_SUCCESS);
+}
+
 TEST_F(Fake, MemsetsFillWithTheirElementWidth) {
   CUdeviceptr d = alloc(64);
   uint8_t out[64];

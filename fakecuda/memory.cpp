@@ -623,7 +623,8 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr
     if (auto* m = find_managed_locked(ptr)) return managed_attribute(data, attr, ptr, *m);
   }
   Span s;
-  bool device = device_span(ptr, 1, &s);
+  // device_span also finds mapped pinned host memory (no allocation behind it): that is host memory here.
+  bool device = device_span(ptr, 1, &s) && s.hold;
   bool pinned = !device && host_is_pinned(reinterpret_cast<void*>(ptr), 1);
   if (!device && !pinned) return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
