@@ -6,7 +6,7 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
-#   RGPU_GPU_STEPS=core,runtime,corpus,samples,nvml,torch,torchdev,bench,startup,train   the steps to run (default: all)
+#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,torch,torchdev,bench,startup,train   the steps to run (default: all)
 #   RGPU_STARTUP_MODEL=small|gpt2   the model the startup step runs (default small)
 #   RGPU_TRAIN_DELAYS="0 30"  RGPU_TRAIN_MODELS="small"   what the training benchmark runs (default "0 1 30", "small gpt2")
 #   RGPU_TRAIN_PAIRS=N             interleaved local/rgpu pairs per model at 0 ms (default 3; 0 for none)
@@ -27,7 +27,7 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
-STEPS=",${RGPU_GPU_STEPS:-core,runtime,corpus,samples,nvml,torch,torchdev,bench,startup,train},"
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,torch,torchdev,bench,startup,train},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
@@ -82,16 +82,32 @@ server=$!
 trap 'kill $server 2>/dev/null' EXIT
 sleep 0.5
 if want runtime; then
-step "runtime needs (libraries, pinned memory, callbacks...): real driver, then through rgpu"
-LD_LIBRARY_PATH=$REAL_DIR build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_local.log" 2>&1; echo "local: rc $? $(tail -1 "$OUT/runtime_needs_local.log")"
-LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/runtime_needs_test $IMAGE >"$OUT/runtime_needs_rgpu.log" 2>&1
-rc=$?; echo "rgpu:  rc $rc $(tail -1 "$OUT/runtime_needs_rgpu.log")"; [ $rc = 0 ] || status=1
-for prog in memcpy2d_test extras_test exit_teardown_test printf_test graph_test; do
-  LD_LIBRARY_PATH=$REAL_DIR build/bin/$prog $IMAGE >"$OUT/${prog}_local.log" 2>&1; l=$?
-  LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/$prog $IMAGE >"$OUT/${prog}_rgpu.log" 2>&1; r=$?
+step "runtime needs and the other e2e programs: real driver (must pass), then through rgpu"
+# Each program runs directly on the real driver first: what it checks holds there too, or the
+# program (or the fake it was written against) is wrong.
+pair() {  # pair NAME ARGS...: the program on the real driver, then through rgpu
+  local prog=$1; shift
+  LD_LIBRARY_PATH=$REAL_DIR build/bin/$prog "$@" >"$OUT/${prog}_local.log" 2>&1; local l=$?
+  LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$port build/bin/$prog "$@" >"$OUT/${prog}_rgpu.log" 2>&1; local r=$?
   echo "$prog: local rc $l, rgpu rc $r: $(tail -1 "$OUT/${prog}_rgpu.log")"
+  [ $l = 0 ] || { echo "  $prog FAILED on the real driver: $(tail -3 "$OUT/${prog}_local.log")"; status=1; }
   [ $r = 0 ] || status=1
-done
+}
+pair runtime_needs_test $IMAGE
+for prog in memcpy2d_test extras_test exit_teardown_test printf_test managed_test; do pair $prog $IMAGE; done
+pair graph_test $IMAGE build/tests/kernels/test_kernels.ptx
+pair mapped_traffic_test
+fi
+
+if want conformance; then
+  step "conformance: the same calls on the real driver, the fake and through rgpu (tests/conformance)"
+  # Writes real.txt, fake.txt, rgpu_real.txt and the diffs to $RESULTS/conformance; fails when
+  # the fake differs from the real driver beyond tests/conformance/known_fake.txt.
+  python3 tests/conformance/run.py real --build build --image $IMAGE --out "$RESULTS/conformance" \
+    --cuda "$REAL" --nvml "${RGPU_REAL_NVML:-$REAL_DIR/libnvidia-ml.so.1}" >"$OUT/conformance.log" 2>&1
+  rc=$?
+  head -80 "$OUT/conformance.log"
+  [ $rc = 0 ] || status=1
 fi
 
 if want corpus; then
