@@ -183,4 +183,21 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 
 void record_stream(at::Tensor&, c10::Stream) {}
 
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  // Plain dense tensors of rgpu and of the backends torch itself lets swap metadata (the list in
+  // c10::TensorImpl::has_compatible_shallow_copy_type): both are a c10::TensorImpl with a
+  // storage, so set_data's shallow_copy_from carries everything over. Sparse, quantized and
+  // wrapper tensors keep torch's answer.
+  auto plain_dense = [](const at::Tensor& t) {
+    constexpr auto backends = c10::DispatchKeySet(
+        {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit, c10::BackendComponent::MPSBit,
+         c10::BackendComponent::HIPBit, c10::BackendComponent::XPUBit, c10::BackendComponent::HPUBit,
+         c10::BackendComponent::MTIABit, c10::BackendComponent::PrivateUse1Bit});
+    c10::DispatchKeySet ks = t.key_set();
+    return ks.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && ks.has_any(backends);
+  };
+  auto* impl = self.unsafeGetTensorImpl();
+  return impl->has_compatible_shallow_copy_type(from.key_set()) || (plain_dense(self) && plain_dense(from));
+}
+
 }  // namespace rgpu::torchdev

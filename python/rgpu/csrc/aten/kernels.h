@@ -34,5 +34,9 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
 // .item(): waits for the value.
 c10::Scalar local_scalar_dense(const at::Tensor& self);
 void record_stream(at::Tensor& self, c10::Stream s);
+// Whether `from`'s metadata may replace `self`'s in place (Tensor.data = from). torch answers it
+// from a list of its own dense backends, which PrivateUse1 is not on, so without this kernel
+// nn.Module._apply makes a new Parameter per module at .to("rgpu") and unties shared weights.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from);
 
 }  // namespace rgpu::torchdev

@@ -68,6 +68,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   // Composite ops whose decomposition would end in a *_overrideable op no backend implements, or
   // in many small ops: sent to the server whole, through the fallback.
   for (const char* name : {"convolution", "convolution_backward", "_convolution"})
