@@ -40,14 +40,14 @@ class WriteTimer {
 std::string identity() {
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
-  const char* user = getenv("USER");
+  const std::string& user = env::get().user;
   std::string prog = "unknown";
   if (FILE* f = fopen("/proc/self/comm", "r")) {
     char buf[64] = {0};
     if (fgets(buf, sizeof buf, f)) prog = std::string(buf, strcspn(buf, "\n"));
     fclose(f);
   }
-  return log::format("%s@%s pid=%d prog=%s", user ? user : "?", host, static_cast<int>(getpid()), prog.c_str());
+  return log::format("%s@%s pid=%d prog=%s", user.empty() ? "?" : user.c_str(), host, static_cast<int>(getpid()), prog.c_str());
 }
 
 }  // namespace

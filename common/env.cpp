@@ -1,50 +1,170 @@
-// Implementation of common/env.h.
+// Implementation of common/env.h: the table of variables, and the one place that reads them.
 #include "common/env.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 namespace rgpu::env {
 namespace {
 
+constexpr unsigned kShims = kClient | kNvml;
+
+// The source of the README's table (rgpu-env-table --write README.md). Keep the meanings to one
+// line each; say where the longer story is.
+constexpr Variable kVariables[] = {
+    {"RGPU_SERVER", "127.0.0.1:9713", nullptr, kShims, "`host:port` of rgpu-server"},
+    {"RGPU_TOKEN", "", "none", kShims | kServer | kOpserver | kTorch,
+     "the shared token; it never crosses the wire (HMAC-SHA256 challenge and response); the servers "
+     "take it when given no `--token-file`"},
+    {"RGPU_TRACE", "0", nullptr, kClient,
+     "`0` off, `1` stdout, `2` stderr, anything else a file: one line per driver call"},
+    {"RGPU_BATCH", "1", nullptr, kClient, "`0`: every call waits for its reply (debugging)"},
+    {"RGPU_STATS", "", "none", kClient,
+     "a file path: round trips, one-way calls, bytes and per-call waits, as JSON at exit"},
+    {"RGPU_OPSERVER", "127.0.0.1:9720", nullptr, kTorch, "`host:port` of rgpu-opserver for the PyTorch device"},
+    {"CUDA_VISIBLE_DEVICES", "", "all", kClient,
+     "which of the server's GPUs the program sees, as with a local driver: indices or UUIDs "
+     "(`GPU-...`), up to the first entry that names none"},
+    {"RGPU_LOG", "info", nullptr, kClient,
+     "`error`, `warn`, `info`, `debug`: what the shim logs to stderr (the servers take `--log`)"},
+    {"RGPU_CONNECT_TIMEOUT", "10", nullptr, kShims | kTorch,
+     "seconds to wait for the server's handshake before giving up"},
+    {"RGPU_BULK_CHUNK", "1048576", "`1048576` (1 MiB)", kClient,
+     "bytes per bulk-copy frame, 64 KiB to 32 MiB (a tuning knob for benchmarks)"},
+    {"RGPU_ONEWAY_SYNC", "1", nullptr, kClient,
+     "`0`: every synchronize waits for the server (by default one that follows only copies into "
+     "memory the program allocated does not; `client/device_work.h`)"},
+    {"RGPU_ALLOC_AHEAD", "1", nullptr, kClient,
+     "`0`: every `cuMemAlloc` asks the server (by default a few more of a size asked before are "
+     "allocated ahead, at most 256 MiB in all; `client/device_memory.h`)"},
+    {"RGPU_ANSWER_CACHE", "", "`~/.cache/rgpu/answers.txt`", kClient,
+     "the file of answers about kernels kept across runs (attributes, occupancy), `none` for none "
+     "(`client/answer_store.h`)"},
+    {"RGPU_NVRTC_CACHE", "", "`~/.cache/rgpu/nvrtc`", kClient,
+     "the directory where NVRTC's compiles are kept across runs, as the driver's compute cache keeps "
+     "them locally, `none` for none (`client/dark_api/nvrtc_cache.cpp`)"},
+    {"CUDA_CACHE_DISABLE", "", "unset", kClient,
+     "`1`: no NVRTC compile cache either, as with the driver's own"},
+    {"RGPU_ONEWAY_LOADS", "1", nullptr, kClient,
+     "`0`: every module load waits for the server's answer (by default loads of cubins for the GPU "
+     "do not, nor PTX that compiled on this GPU and driver in an earlier run)"},
+    {"RGPU_TOOLS_STREAM", "1", nullptr, kClient,
+     "`0`: answer the driver's TOOLS_CONTEXT slot 51 for the NULL stream whatever stream it names "
+     "(diagnostic, `client/dark_api/README.md`)"},
+    {"RGPU_IMAGE_LAYOUTS", "1", nullptr, kClient,
+     "`0`: ask the server for kernel parameter layouts instead of reading them from the images "
+     "(debugging launches)"},
+    {"RGPU_ORDER_WAIT_MS", "10000", nullptr, kServer,
+     "how long a call waits for another client thread's earlier one-way call still running in the "
+     "driver before it runs anyway"},
+    {"RGPU_FAKE_NOOP_KERNELS", "0", nullptr, kFake,
+     "`1`: kernels the fake driver has no host code for run and do nothing, instead of failing "
+     "with NOT_SUPPORTED, so unmodified programs (PyTorch training) run on `--driver fake`; their "
+     "numbers are garbage"},
+    {"RGPU_FAKE_LOAD_DELAY_MS", "0", nullptr, kFake,
+     "milliseconds each module load takes on the fake driver, as a real driver's take (tests)"},
+    {"XDG_CACHE_HOME", "", "unset", kClient | kServer,
+     "the on-disk caches live in `$XDG_CACHE_HOME/rgpu/` (the server's module cache is that "
+     "directory itself)"},
+    {"HOME", "", "unset", kClient | kServer,
+     "without `XDG_CACHE_HOME` the caches live in `$HOME/.cache/rgpu/` (the server's in `modules/` "
+     "there); with neither, none is kept"},
+    {"USER", "", "unset: `?`", kShims | kTorch,
+     "the user name a connection gives the server for its logs (with host, pid and program)"},
+    {"RGPU_BUILD_DIR", "", "`build/` of the source tree", kTorch,
+     "the CMake build the Python package takes `librgpu_torch.so`, the shims and `rgpu-opserver` "
+     "from (`python/rgpu/__init__.py`)"},
+};
+
 // Leaked on purpose: read by calls made from exit handlers, after static destructors.
 Settings& g_settings = *new Settings();
+std::vector<std::string>& g_names_read = *new std::vector<std::string>();
 std::once_flag g_once;
 
-std::string str(const char* name, const std::string& def) {
+const Variable& variable(const char* name) {
+  for (const Variable& v : kVariables)
+    if (std::strcmp(v.name, name) == 0) return v;
+  // A programming error: every variable is in the table (common_test EnvTable.* catch this).
+  std::fprintf(stderr, "rgpu: %s is read but missing from the table in common/env.cpp\n", name);
+  std::abort();
+}
+
+// The variable's value; its table fallback when unset or empty.
+std::string str(const char* name) {
+  const Variable& var = variable(name);
+  g_names_read.push_back(name);
   const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : def;
+  return v && *v ? std::string(v) : std::string(var.fallback);
+}
+
+bool is_set(const char* name) { return std::getenv(name) != nullptr; }
+
+// A positive number: the variable's, else (unset, not a number, not positive) the table's fallback.
+long long positive(const char* name) {
+  long long v = std::atoll(str(name).c_str());
+  return v > 0 ? v : std::atoll(variable(name).fallback);
 }
 
 void read_all() {
+  g_names_read.clear();
   Settings s;
-  s.server = str("RGPU_SERVER", s.server);
-  s.opserver = str("RGPU_OPSERVER", s.opserver);
-  s.token = str("RGPU_TOKEN", "");
-  s.trace = str("RGPU_TRACE", "0");
-  s.stats = str("RGPU_STATS", "");
-  s.batch = str("RGPU_BATCH", "1") != "0";
-  s.log = str("RGPU_LOG", "info");
-  s.connect_timeout_s = std::atoi(str("RGPU_CONNECT_TIMEOUT", "10").c_str());
-  if (s.connect_timeout_s <= 0) s.connect_timeout_s = 10;
-  long long chunk = std::atoll(str("RGPU_BULK_CHUNK", "0").c_str());
-  if (chunk > 0) s.bulk_chunk = static_cast<size_t>(std::clamp(chunk, 64ll << 10, 32ll << 20));
-  s.oneway_loads = str("RGPU_ONEWAY_LOADS", "1") != "0";
-  s.oneway_sync = str("RGPU_ONEWAY_SYNC", "1") != "0";
-  s.alloc_ahead = str("RGPU_ALLOC_AHEAD", "1") != "0";
-  s.answer_cache = str("RGPU_ANSWER_CACHE", "");
-  s.nvrtc_cache = str("RGPU_NVRTC_CACHE", "");
-  s.tools_stream = str("RGPU_TOOLS_STREAM", "1") != "0";
-  s.image_layouts = str("RGPU_IMAGE_LAYOUTS", "1") != "0";
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
-    s.has_visible_devices = true;
-    s.visible_devices = v;
-  }
+  s.server = str("RGPU_SERVER");
+  s.opserver = str("RGPU_OPSERVER");
+  s.token = str("RGPU_TOKEN");
+  s.trace = str("RGPU_TRACE");
+  s.stats = str("RGPU_STATS");
+  s.batch = str("RGPU_BATCH") != "0";
+  s.log = str("RGPU_LOG");
+  s.connect_timeout_s = static_cast<int>(std::min(positive("RGPU_CONNECT_TIMEOUT"), 1ll << 30));
+  s.bulk_chunk = static_cast<size_t>(std::clamp(positive("RGPU_BULK_CHUNK"), 64ll << 10, 32ll << 20));
+  s.oneway_loads = str("RGPU_ONEWAY_LOADS") != "0";
+  s.oneway_sync = str("RGPU_ONEWAY_SYNC") != "0";
+  s.alloc_ahead = str("RGPU_ALLOC_AHEAD") != "0";
+  s.answer_cache = str("RGPU_ANSWER_CACHE");
+  s.nvrtc_cache = str("RGPU_NVRTC_CACHE");
+  s.cuda_cache_disable = str("CUDA_CACHE_DISABLE") == "1";
+  s.tools_stream = str("RGPU_TOOLS_STREAM") != "0";
+  s.image_layouts = str("RGPU_IMAGE_LAYOUTS") != "0";
+  // Set but empty means "no devices", as with the driver.
+  s.visible_devices = str("CUDA_VISIBLE_DEVICES");
+  s.has_visible_devices = is_set("CUDA_VISIBLE_DEVICES");
+  s.xdg_cache_home = str("XDG_CACHE_HOME");
+  s.home = str("HOME");
+  s.user = str("USER");
+  s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
+  s.fake_noop_kernels = str("RGPU_FAKE_NOOP_KERNELS") == "1";
+  s.fake_load_delay_ms = std::max(0, std::atoi(str("RGPU_FAKE_LOAD_DELAY_MS").c_str()));
   g_settings = s;
 }
 
+std::string readers_text(unsigned readers) {
+  static const std::pair<unsigned, const char*> kNames[] = {
+      {kClient, "client"},       {kNvml, "NVML shim"},  {kServer, "server"},
+      {kOpserver, "opserver"},   {kFake, "fake driver"}, {kTorch, "torch device"}};
+  std::string out;
+  for (const auto& [bit, name] : kNames) {
+    if (!(readers & bit)) continue;
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::span<const Variable> variables() { return kVariables; }
+
+std::string readme_table() {
+  std::string out = "| variable | default | read by | meaning |\n|---|---|---|---|\n";
+  for (const Variable& v : kVariables) {
+    std::string def = v.shown_default ? v.shown_default : "`" + std::string(v.fallback) + "`";
+    out += "| `" + std::string(v.name) + "` | " + def + " | " + readers_text(v.readers) + " | " + v.meaning + " |\n";
+  }
+  return out;
+}
 
 const Settings& get() {
   std::call_once(g_once, read_all);
@@ -54,6 +174,11 @@ const Settings& get() {
 void reload() {
   std::call_once(g_once, [] {});
   read_all();
+}
+
+std::vector<std::string> names_read() {
+  get();
+  return g_names_read;
 }
 
 }  // namespace rgpu::env

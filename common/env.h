@@ -1,62 +1,82 @@
-// Every environment variable rgpu reads, in one table, read in one place.
+// Every environment variable rgpu reads, in one table (kVariables in env.cpp), read in one place.
 //
-// | variable        | side   | meaning                                                          |
-// |-----------------|--------|------------------------------------------------------------------|
-// | RGPU_SERVER     | client | host:port[,host:port...] of rgpu-server (default 127.0.0.1:9713) |
-// | RGPU_OPSERVER   | client | host:port of rgpu-opserver (default 127.0.0.1:9720)              |
-// | RGPU_TOKEN      | both   | shared secret for the challenge-response handshake               |
-// | RGPU_TRACE      | client | 0 off, 1 stdout, 2 stderr, anything else: a file path; one line  |
-// |                 |        | per driver call                                                  |
-// | RGPU_STATS      | client | a file path: call statistics written at exit                     |
-// | RGPU_BATCH      | client | 0: every call waits for its reply (debugging); default 1         |
-// | RGPU_LOG        | both   | error, warn, info (default), debug                               |
-// | RGPU_CONNECT_TIMEOUT | client | seconds to wait for the handshake (default 10)            |
-// | RGPU_BULK_CHUNK | client | bytes per bulk-copy frame (default 1 MiB, 64 KiB..32 MiB); a     |
-// |                 |        | tuning knob for benchmarks                                       |
-// | RGPU_ONEWAY_LOADS | client | 0: every module load waits for its answer (client/modules.cpp) |
-// | RGPU_TOOLS_STREAM | client | 1: TOOLS_CONTEXT slot 51's argument read as a stream          |
-// |                 |        | (diagnostic; client/dark_api/tools_context.cpp)                  |
-// | CUDA_VISIBLE_DEVICES | client | which of the server's GPUs the program sees, as with CUDA:  |
-// |                 |        | indices or UUIDs (GPU-...), up to the first invalid entry        |
+// The table is the source: each variable a user may set, the value used when it is unset, which
+// component reads it and what it means. read_all() in env.cpp takes every value from the
+// environment through it (a name missing from the table aborts there, and common_test
+// EnvTable.EveryVariableReadIsInTheTable fails), the README's table of variables is generated from
+// it (build/bin/rgpu-env-table --write README.md; ctest env_table_readme fails when they differ),
+// and common_test EnvTable.NothingElseReadsTheEnvironment fails when code outside common/env.cpp
+// calls getenv. Components that cannot link common/ read nothing themselves: the fake driver links
+// this file alone (rgpu_env), the Python package reads only what the table lists for it.
 #pragma once
 
+#include <cstddef>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace rgpu::env {
 
+// Who reads a variable (Variable::readers is a set of these).
+enum Reader : unsigned {
+  kClient = 1 << 0,    // the CUDA shim, libcuda.so.1 (client/)
+  kNvml = 1 << 1,      // the NVML shim, libnvidia-ml.so.1 (client/nvml/; rgpu-smi, nvidia-smi)
+  kServer = 1 << 2,    // rgpu-server (server/)
+  kOpserver = 1 << 3,  // rgpu-opserver (opserver/)
+  kFake = 1 << 4,      // the fake driver, libfakecuda.so (fakecuda/)
+  kTorch = 1 << 5,     // the PyTorch device rgpu (python/rgpu/, its C++ in python/rgpu/csrc/)
+};
+
+struct Variable {
+  const char* name;
+  // The value read when the variable is unset or empty; "" for none.
+  const char* fallback;
+  // What the README's default column shows, when it is not `fallback` in backticks (a computed
+  // default, or none); nullptr otherwise.
+  const char* shown_default;
+  unsigned readers;
+  // Markdown, one line: what the variable does.
+  const char* meaning;
+};
+
+// The table, in the order the README shows it.
+std::span<const Variable> variables();
+// The README's table (markdown, one row per variable, ending in a newline).
+std::string readme_table();
+
 struct Settings {
-  std::string server = "127.0.0.1:9713";
-  std::string opserver = "127.0.0.1:9720";
-  std::string token;
-  std::string trace = "0";
-  std::string stats;
-  bool batch = true;
-  std::string log = "info";
-  int connect_timeout_s = 10;
-  size_t bulk_chunk = 1u << 20;
-  bool oneway_loads = true;
-  // RGPU_ONEWAY_SYNC=0: every synchronize waits, even after only copies to the device
-  // (client/device_work.h).
-  bool oneway_sync = true;
-  // RGPU_ALLOC_AHEAD=0: every cuMemAlloc asks the server (client/device_memory.h).
-  bool alloc_ahead = true;
-  // RGPU_ANSWER_CACHE: the file of answers kept across runs, "none" for none
-  // (client/answer_store.h); empty: the default file.
-  std::string answer_cache;
-  // RGPU_NVRTC_CACHE: the directory of NVRTC's compiles kept across runs, "none" for none
-  // (client/dark_api/nvrtc_cache.cpp); empty: the default directory.
-  std::string nvrtc_cache;
-  bool tools_stream = true;
-  // RGPU_IMAGE_LAYOUTS=0: kernel parameter layouts are asked from the server instead of read from
-  // the images (debugging a launch; tests of the asking path).
-  bool image_layouts = true;
-  bool has_visible_devices = false;
-  std::string visible_devices;
+  std::string server;                       // RGPU_SERVER
+  std::string opserver;                     // RGPU_OPSERVER
+  std::string token;                        // RGPU_TOKEN
+  std::string trace;                        // RGPU_TRACE
+  std::string stats;                        // RGPU_STATS
+  bool batch = true;                        // RGPU_BATCH
+  std::string log;                          // RGPU_LOG
+  int connect_timeout_s = 0;                // RGPU_CONNECT_TIMEOUT
+  size_t bulk_chunk = 0;                   // RGPU_BULK_CHUNK
+  bool oneway_loads = true;                 // RGPU_ONEWAY_LOADS
+  bool oneway_sync = true;                  // RGPU_ONEWAY_SYNC (client/device_work.h)
+  bool alloc_ahead = true;                  // RGPU_ALLOC_AHEAD (client/device_memory.h)
+  std::string answer_cache;                 // RGPU_ANSWER_CACHE (client/answer_store.h); "": default
+  std::string nvrtc_cache;                  // RGPU_NVRTC_CACHE (client/dark_api/nvrtc_cache.cpp)
+  bool cuda_cache_disable = false;          // CUDA_CACHE_DISABLE=1
+  bool tools_stream = true;                 // RGPU_TOOLS_STREAM
+  bool image_layouts = true;                // RGPU_IMAGE_LAYOUTS
+  bool has_visible_devices = false;         // CUDA_VISIBLE_DEVICES is set (even if empty)
+  std::string visible_devices;              // CUDA_VISIBLE_DEVICES
+  std::string xdg_cache_home;               // XDG_CACHE_HOME (common/files.h, server/module_cache.h)
+  std::string home;                         // HOME
+  std::string user;                         // USER: the identity a connection gives the server
+  long long order_wait_ms = 0;              // RGPU_ORDER_WAIT_MS (server/session.cpp)
+  bool fake_noop_kernels = false;           // RGPU_FAKE_NOOP_KERNELS=1 (fakecuda/launch.cpp)
+  int fake_load_delay_ms = 0;               // RGPU_FAKE_LOAD_DELAY_MS (fakecuda/module.cpp)
 };
 
 // Reads the environment once; later calls return the same values.
 const Settings& get();
 // Re-reads the environment (tests).
 void reload();
+// The names read_all() looked up in its last read, in order (tests).
+std::vector<std::string> names_read();
 
 }  // namespace rgpu::env

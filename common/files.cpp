@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "common/env.h"
+
 namespace rgpu::files {
 
 bool make_dirs(const std::string& dir) {
@@ -32,8 +34,9 @@ bool write_all(int fd, const void* data, size_t n) {
 }
 
 std::string cache_path(const std::string& name) {
-  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/rgpu/" + name;
-  if (const char* h = getenv("HOME"); h && *h) return std::string(h) + "/.cache/rgpu/" + name;
+  const env::Settings& s = env::get();
+  if (!s.xdg_cache_home.empty()) return s.xdg_cache_home + "/rgpu/" + name;
+  if (!s.home.empty()) return s.home + "/.cache/rgpu/" + name;
   return "";
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env.h"
 #include "fakecuda/internal.h"
 
 using namespace fake;
@@ -67,11 +68,7 @@ CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], u
   HostKernel impl = find_host_kernel(name);
   // RGPU_FAKE_NOOP_KERNELS=1: such kernels run and do nothing, so a real program's calls (PyTorch
   // training, its start-up round trips) can be followed on the fake; its numbers are garbage.
-  static const bool noop = [] {
-    const char* v = std::getenv("RGPU_FAKE_NOOP_KERNELS");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  if (!impl && noop) impl = [](const LaunchDims&, const uint8_t*) { return CUDA_SUCCESS; };
+  if (!impl && rgpu::env::get().fake_noop_kernels) impl = [](const LaunchDims&, const uint8_t*) { return CUDA_SUCCESS; };
   if (!impl) {
     std::fprintf(stderr, "fakecuda: kernel %s has no host implementation\n", name.c_str());
     return CUDA_ERROR_NOT_SUPPORTED;

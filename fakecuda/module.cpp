@@ -8,6 +8,7 @@
 #include <iterator>
 #include <thread>
 
+#include "common/env.h"
 #include "fakecuda/internal.h"
 
 using namespace fake;
@@ -18,10 +19,7 @@ CUresult load(CUmodule* module, const void* image, size_t max_len) {
   if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
   // RGPU_FAKE_LOAD_DELAY_MS: each load takes this long, as a real driver's does (milliseconds), so
   // tests can see what runs before a load has finished.
-  static const int delay_ms = [] {
-    const char* v = std::getenv("RGPU_FAKE_LOAD_DELAY_MS");
-    return v ? std::atoi(v) : 0;
-  }();
+  const int delay_ms = rgpu::env::get().fake_load_delay_ms;
   if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;

@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
 
@@ -50,8 +51,8 @@ bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* ad
       log::error("%s", err.c_str());
       return false;
     }
-  } else if (const char* t = getenv("RGPU_TOKEN"); t && *t) {
-    *token = t;
+  } else {
+    *token = env::get().token;
   }
   if (!net::parse_address(o.listen, o.default_port, addr, &err)) {
     log::error("--listen: %s", err.c_str());

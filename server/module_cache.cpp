@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env.h"
 #include "common/files.h"
 #include "common/log.h"
 
@@ -60,8 +61,9 @@ uint64_t total_bytes() {
 std::string hex(const crypto::Digest& d) { return crypto::hex(d.data(), d.size()); }
 
 std::string default_dir() {
-  if (const char* x = getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/rgpu";
-  if (const char* h = getenv("HOME"); h && *h) return std::string(h) + "/.cache/rgpu/modules";
+  const env::Settings& s = env::get();
+  if (!s.xdg_cache_home.empty()) return s.xdg_cache_home + "/rgpu";
+  if (!s.home.empty()) return s.home + "/.cache/rgpu/modules";
   return "";
 }
 

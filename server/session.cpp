@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/wire.h"
@@ -478,10 +479,7 @@ class Session : public ClientCallbacks {
   bool order_timeout_logged_ = false;
   // How long a call waits for earlier one-way calls of other threads (wait_turn): 10 s;
   // RGPU_ORDER_WAIT_MS shortens it (tests).
-  const std::chrono::milliseconds order_wait_{[] {
-    const char* v = std::getenv("RGPU_ORDER_WAIT_MS");
-    return v && std::atol(v) > 0 ? std::atol(v) : 10000L;
-  }()};
+  const std::chrono::milliseconds order_wait_{env::get().order_wait_ms};
   std::unordered_map<uint32_t, std::unique_ptr<Worker>> workers_;
   // Host callbacks waiting for the client's answer: id -> answered.
   std::mutex cb_mu_;

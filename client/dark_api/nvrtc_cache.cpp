@@ -67,8 +67,7 @@ struct Entry {
 
 // The cache directory, or "" when off. Read per call: cheap, and tests change the environment.
 std::string directory() {
-  const char* off = getenv("CUDA_CACHE_DISABLE");
-  if (off && std::strcmp(off, "1") == 0) return "";
+  if (env::get().cuda_cache_disable) return "";
   const std::string& setting = env::get().nvrtc_cache;
   if (setting == "none" || setting == "0") return "";
   return setting.empty() ? files::cache_path("nvrtc") : setting;

@@ -39,11 +39,11 @@ constexpr size_t kMaxPendingStorage = 4096;
 std::string identity() {
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
-  const char* user = getenv("USER");
+  const std::string& user = env::get().user;
   std::string prog = "?";
   std::ifstream comm("/proc/self/comm");
   if (comm) std::getline(comm, prog);
-  return log::format("%s@%s pid=%d prog=%s torch", user ? user : "?", host, static_cast<int>(getpid()), prog.c_str());
+  return log::format("%s@%s pid=%d prog=%s torch", user.empty() ? "?" : user.c_str(), host, static_cast<int>(getpid()), prog.c_str());
 }
 
 // net.cpp and handshake.cpp speak of rgpu-server; this connection goes to rgpu-opserver.

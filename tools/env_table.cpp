@@ -1,0 +1,74 @@
+// rgpu-env-table: writes or checks the README's table of environment variables, which is
+// generated from the one table in common/env.cpp (env::readme_table()).
+//
+//   rgpu-env-table                 prints the table
+//   rgpu-env-table --check FILE    exit 1 when FILE's table differs (ctest env_table_readme)
+//   rgpu-env-table --write FILE    replaces FILE's table
+//
+// The table sits between the two marker lines below, which FILE must hold once each.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/env.h"
+
+namespace {
+
+constexpr char kBegin[] =
+    "<!-- environment variables: generated from common/env.cpp by build/bin/rgpu-env-table --write "
+    "README.md (ctest env_table_readme checks it) -->\n";
+constexpr char kEnd[] = "<!-- end of the generated table -->\n";
+
+int usage() {
+  std::fprintf(stderr, "usage: rgpu-env-table [--check FILE | --write FILE]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string table = rgpu::env::readme_table();
+  if (argc == 1) {
+    std::fputs(table.c_str(), stdout);
+    return 0;
+  }
+  if (argc != 3) return usage();
+  const bool write = std::strcmp(argv[1], "--write") == 0;
+  if (!write && std::strcmp(argv[1], "--check") != 0) return usage();
+  const char* path = argv[2];
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "rgpu-env-table: cannot read %s\n", path);
+    return 2;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const size_t b = text.find(kBegin);
+  const size_t e = b == std::string::npos ? std::string::npos : text.find(kEnd, b);
+  if (e == std::string::npos || text.find(kBegin, b + 1) != std::string::npos) {
+    std::fprintf(stderr, "rgpu-env-table: %s must hold the lines\n%s...\n%sonce each, in that order\n", path, kBegin,
+                 kEnd);
+    return 2;
+  }
+  const size_t start = b + std::strlen(kBegin);
+  const std::string current = text.substr(start, e - start);
+  if (current == table) return 0;
+  if (!write) {
+    std::fprintf(stderr,
+                 "rgpu-env-table: the table of environment variables in %s differs from the one in "
+                 "common/env.cpp, which is the source. Run build/bin/rgpu-env-table --write %s (after "
+                 "building) and commit the result. Generated:\n%s",
+                 path, path, table.c_str());
+    return 1;
+  }
+  std::ofstream out(path, std::ios::trunc);
+  out << text.substr(0, start) << table << text.substr(e);
+  if (!out.flush()) {
+    std::fprintf(stderr, "rgpu-env-table: cannot write %s\n", path);
+    return 2;
+  }
+  return 0;
+}
