@@ -53,6 +53,10 @@ class OpServer:
         args = [str(OPSERVER), "--device", SERVER_DEVICE, "--listen", self.addr, *extra_args]
         env = dict(os.environ)
         env.pop("RGPU_TOKEN", None)
+        # One intra-op thread, as the parity tests' local reference runs (test_device_parity.py):
+        # the same kernels on both sides, and no OpenMP threads spinning on a busy 2-core machine
+        # (a DCGAN's 24 steps took 38 s on 2 threads under ctest -j2 load, 1.7 s on one).
+        env.setdefault("OMP_NUM_THREADS", "1")
         if token:
             token_file = BUILD / f"opserver-token-{self.port}"
             token_file.write_text(token + "\n")
