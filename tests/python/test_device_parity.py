@@ -284,14 +284,9 @@ PROGRAMS = {
     "dcgan": gan_program,
     "shared_submodules": shared_program,
 }
-# nn.LSTM and nn.GRU reach aten::_thnn_fused_lstm_cell / _thnn_fused_gru_cell on PrivateUse1,
-# which a cpu server cannot run (issue 14, item 2; helper torchops fixes it).
-RNN_PENDING = pytest.mark.xfail(reason="issue 14 item 2: aten::_thnn_fused_lstm_cell/_thnn_fused_gru_cell on a cpu "
-                                "rgpu-opserver", raises=RuntimeError, strict=False)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=RNN_PENDING) if n in ("lstm_lm", "gru_lm") else n
-                                  for n in PROGRAMS])
+@pytest.mark.parametrize("name", list(PROGRAMS))
 def test_training_matches_the_reference(name):
     torch.manual_seed(1234)
     model, make_opt, step = PROGRAMS[name]()
