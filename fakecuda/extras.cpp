@@ -1,14 +1,11 @@
-// Occupancy by block-size search, VMM granularity and stream attributes: enough for CI to run
-// rgpu's client/server paths for them (tests/e2e/extras_test.c).
+// Occupancy by block-size search and stream attributes: enough for CI to run rgpu's client/server
+// paths for them (tests/e2e/extras_test.c). Virtual memory management is vmm.cpp.
 //
 // - cuOccupancyMaxPotentialBlockSize[WithFlags]: tries every multiple of 32 up to the limit
 //   (blockSizeLimit, else 1024) with the formula of cuOccupancyMaxActiveBlocksPerMultiprocessor
 //   (library.cpp: 2048 threads, 32 blocks and the SM's shared memory per SM), calling the
 //   block-size → shared-memory function for each; the largest block of the best occupancy wins,
 //   minGridSize is blocks per SM × 132 SMs.
-// - cuMemGetAllocationGranularity: 2 MiB, minimum and recommended, for pinned device memory.
-//   The rest of virtual memory management (cuMemCreate, cuMemMap, ...) is not implemented: the
-//   server answers CUDA_ERROR_NOT_SUPPORTED for names this library lacks.
 // - cuStreamGet/SetAttribute: priority is the stream's own (clamped to [-5, 0] as at creation);
 //   the other attributes valid for streams are stored and returned as set (synchronization
 //   policy defaults to CU_SYNC_POLICY_AUTO), and nothing acts on them.
@@ -22,15 +19,6 @@
 using namespace fake;
 
 namespace {
-
-int blocks_per_sm(int block_size, size_t smem) {
-  if (block_size <= 0 || block_size > kMaxThreadsPerBlock) return 0;
-  int by_threads = 2048 / block_size;
-  size_t sm_smem = size_t(device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR));
-  if (smem > size_t(device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))) return 0;
-  int by_smem = smem ? int(sm_smem / smem) : 32;
-  return std::max(0, std::min({by_threads, by_smem, 32}));
-}
 
 CUresult potential_block_size(int* minGridSize, int* blockSize, CUfunction func, CUoccupancyB2DSize b2d,
                               size_t dynamicSMemSize, int blockSizeLimit) {
@@ -124,17 +112,6 @@ FAKE_API CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGrid
   if (flags & ~unsigned(CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)) return CUDA_ERROR_INVALID_VALUE;
   return potential_block_size(minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize,
                               blockSizeLimit);
-}
-
-FAKE_API CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
-                                                        CUmemAllocationGranularity_flags option) {
-  if (CUresult r = check_init()) return r;
-  if (!granularity || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0 ||
-      (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
-    return CUDA_ERROR_INVALID_VALUE;
-  *granularity = size_t(2) << 20;
-  return CUDA_SUCCESS;
 }
 
 FAKE_API CUresult CUDAAPI cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue* value) {

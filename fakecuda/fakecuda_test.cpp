@@ -3,6 +3,7 @@
 // dlsym's). Tests share one process, so each makes its own context and leaves none behind.
 #include <cuda.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -364,7 +365,77 @@ TEST_F(Fake, MappedPinnedMemoryHasHostPointerAttributes) {
   void* hp = nullptr;
   EXPECT_EQ(cuPointerGetAttribute(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER, CUdeviceptr(h)), CUDA_SUCCESS);
   EXPECT_EQ(hp, h);
+  // One buffer: the same id at both ends, the whole range (rgpu-server's graph handler relies on it).
+  unsigned long long first = 0, last = 1;
+  EXPECT_EQ(cuPointerGetAttribute(&first, CU_POINTER_ATTRIBUTE_BUFFER_ID, CUdeviceptr(h)), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&last, CU_POINTER_ATTRIBUTE_BUFFER_ID, CUdeviceptr(h) + 65535), CUDA_SUCCESS);
+  EXPECT_EQ(first, last);
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  EXPECT_EQ(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CUdeviceptr(h) + 100), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, CUdeviceptr(h) + 100), CUDA_SUCCESS);
+  EXPECT_EQ(start, CUdeviceptr(h));
+  EXPECT_EQ(size, 65536u);
   EXPECT_EQ(cuMemFreeHost(h), CUDA_SUCCESS);
+}
+
+// VMM: physical memory by handle, mapped into a reservation, reachable once access is set; the
+// memory lives while mapped after its handle is released; an exported fd maps the same bytes.
+TEST_F(Fake, VirtualMemoryMapsHandlesIntoReservations) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t g = 0;
+  ASSERT_EQ(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cuMemGetInfo_v2(&free0, &total), CUDA_SUCCESS);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(cuMemAddressReserve(&va, 2 * g, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(va % g, 0u);
+  CUmemGenericAllocationHandle h = 0, h2 = 0;
+  ASSERT_EQ(cuMemCreate(&h, g, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemCreate(&h2, g + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  size_t free1 = 0;
+  cuMemGetInfo_v2(&free1, &total);
+  EXPECT_EQ(free0 - free1, g);
+  ASSERT_EQ(cuMemMap(va, g, 0, h, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemMap(va, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);          // already mapped there
+  EXPECT_EQ(cuMemMap(va + 4 * g, g, 0, h, 0), CUDA_ERROR_INVALID_VALUE);  // outside the reservation
+  uint32_t word = 1;
+  EXPECT_EQ(cuMemsetD32_v2(va, 5, 1), CUDA_ERROR_INVALID_VALUE);  // no access yet
+  CUmemAccessDesc acc{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  EXPECT_EQ(cuMemSetAccess(va, 2 * g, &acc, 1), CUDA_ERROR_INVALID_VALUE);  // half of it unmapped
+  ASSERT_EQ(cuMemSetAccess(va, g, &acc, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD32_v2(va, 0xfeedu, g / 4), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(va), CUDA_ERROR_INVALID_VALUE);  // a mapping is not cuMemAlloc's
+
+  int fd = -1;
+  ASSERT_EQ(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle imported = 0;
+  ASSERT_EQ(cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(intptr_t(fd)),
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_SUCCESS);
+  close(fd);
+  ASSERT_EQ(cuMemMap(va + g, g, 0, imported, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemSetAccess(va + g, g, &acc, 1), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(&word, va + g + 64, 4), CUDA_SUCCESS);
+  EXPECT_EQ(word, 0xfeedu);  // the same physical memory
+
+  EXPECT_EQ(cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(imported), CUDA_SUCCESS);
+  word = 0;
+  ASSERT_EQ(cuMemcpyDtoH_v2(&word, va, 4), CUDA_SUCCESS);  // still mapped: still there
+  EXPECT_EQ(word, 0xfeedu);
+  EXPECT_EQ(cuMemAddressFree(va, 2 * g), CUDA_ERROR_INVALID_VALUE);  // mappings left
+  EXPECT_EQ(cuMemUnmap(va, g / 2), CUDA_ERROR_INVALID_VALUE);         // part of a mapping
+  ASSERT_EQ(cuMemUnmap(va, 2 * g), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemcpyDtoH_v2(&word, va, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemAddressFree(va, 2 * g), CUDA_SUCCESS);
+  size_t free2 = 0;
+  cuMemGetInfo_v2(&free2, &total);
+  EXPECT_EQ(free2, free0);
+  EXPECT_EQ(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(Fake, MemsetsFillWithTheirElementWidth) {

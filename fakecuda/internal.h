@@ -119,6 +119,11 @@ CUctx_st* new_ctx_locked(unsigned flags, bool primary);
 // Drains the context's streams and frees everything it owns; the object itself stays.
 void teardown_ctx(std::unique_lock<std::mutex>& lk, CUctx_st* c);
 
+// ---------- occupancy (library.cpp) ----------
+// Blocks of block_size threads and smem bytes of dynamic shared memory resident on one SM at once
+// (cuOccupancyMaxActiveBlocksPerMultiprocessor; cooperative launches are held to it times the SMs).
+int blocks_per_sm(int block_size, size_t smem);
+
 // ---------- functions (module.cpp) ----------
 // cuFuncGetParamInfo without the handle-kind check (cuKernelGetParamInfo shares it).
 CUresult param_info_locked(CUfunction func, size_t index, size_t* offset, size_t* size);
@@ -143,8 +148,12 @@ struct Alloc {
   CUdeviceptr base;
   size_t size;
   CUctx_st* ctx;
-  std::unique_ptr<uint8_t[]> data;
+  std::shared_ptr<uint8_t[]> data;     // the bytes at base (for a VMM mapping: its physical memory's)
   CUmemPoolHandle_st* pool = nullptr;  // stream-ordered allocations (memory.cpp)
+  // A VMM mapping (vmm.cpp): not freed by cuMemFree or with a context; reachable from the device
+  // only after cuMemSetAccess (access: CUmemAccess_flags).
+  bool vmm = false;
+  int access = 0;
 };
 // Device bytes [p, p + n), all inside one live allocation. hold keeps them alive while used.
 struct Span {
@@ -152,6 +161,12 @@ struct Span {
   uint8_t* host = nullptr;
 };
 bool device_span(CUdeviceptr p, size_t n, Span* out);
+// For vmm.cpp: the allocation table's lock, and (with it held) address space and accounting.
+std::mutex& mem_mutex();
+CUdeviceptr reserve_va_locked(size_t size, size_t align);  // fresh addresses, never handed out again; 0: none left
+bool charge_locked(size_t n);                              // counts n bytes used; false: out of memory
+void uncharge_locked(size_t n);
+std::map<CUdeviceptr, std::shared_ptr<Alloc>>& allocs_locked();
 bool host_is_pinned(const void* p, size_t n);
 void free_ctx_allocations(CUctx_st* c);
 

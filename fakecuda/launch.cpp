@@ -1,5 +1,11 @@
-// cuLaunchKernel / cuLaunchKernelEx: checks dimensions, packs the arguments by the image's
-// parameter layout, and queues the kernel's host implementation on the stream.
+// cuLaunchKernel / cuLaunchKernelEx / cuLaunchCooperativeKernel: checks dimensions, packs the
+// arguments by the image's parameter layout, and queues the kernel's host implementation on the
+// stream.
+//
+// A cooperative launch (cuLaunchCooperativeKernel, or cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_COOPERATIVE) must fit on the device at once: more blocks than the occupancy
+// per SM (library.cpp) times the SMs → CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE. The host
+// implementations run a grid block by block, so grid-wide synchronisation has nothing to do.
 //
 // Errors at launch: bad dimensions or argument packaging → CUDA_ERROR_INVALID_VALUE; a kernel
 // with no host implementation → CUDA_ERROR_NOT_SUPPORTED and one line on stderr naming it.
@@ -19,7 +25,7 @@ using namespace fake;
 namespace {
 
 CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared, CUstream h,
-                void** kernelParams, void** extra) {
+                void** kernelParams, void** extra, bool cooperative = false) {
   if (CUresult r = check_init()) return r;
   for (int i = 0; i < 3; ++i)
     if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -34,6 +40,12 @@ CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], u
   {
     std::lock_guard lk(g_mu);
     if (!g_funcs.count(f)) return CUDA_ERROR_INVALID_HANDLE;
+    if (cooperative) {
+      uint64_t blocks = uint64_t(grid[0]) * grid[1] * grid[2];
+      uint64_t resident = uint64_t(blocks_per_sm(int(block[0] * block[1] * block[2]), shared)) *
+                          uint64_t(device_attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
+      if (blocks > resident) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    }
     name = f->kernel->name;
     params = f->kernel->params;
     param_bytes = f->kernel->param_bytes;
@@ -97,10 +109,30 @@ FAKE_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, un
 FAKE_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
                                            void** extra) {
   if (!config) return CUDA_ERROR_INVALID_VALUE;
-  // Launch attributes (cluster dims, priorities, ...) change nothing the fake can show.
+  if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
+  // Launch attributes other than cooperative (cluster dims, priorities, ...) change nothing the
+  // fake can show.
+  bool cooperative = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) cooperative = config->attrs[i].value.cooperative != 0;
   const unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   const unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
-  return launch(f, grid, block, config->sharedMemBytes, config->hStream, kernelParams, extra);
+  return launch(f, grid, block, config->sharedMemBytes, config->hStream, kernelParams, extra, cooperative);
+}
+
+FAKE_API CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                    unsigned int gridDimZ, unsigned int blockDimX,
+                                                    unsigned int blockDimY, unsigned int blockDimZ,
+                                                    unsigned int sharedMemBytes, CUstream hStream, void** kernelParams) {
+  const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ}, block[3] = {blockDimX, blockDimY, blockDimZ};
+  return launch(f, grid, block, sharedMemBytes, hStream, kernelParams, nullptr, true);
+}
+
+FAKE_API CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                                         unsigned int gz, unsigned int bx, unsigned int by,
+                                                         unsigned int bz, unsigned int shared, CUstream h,
+                                                         void** kernelParams) {
+  return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, h, kernelParams);
 }
 
 FAKE_API CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,

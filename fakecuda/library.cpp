@@ -195,16 +195,17 @@ CUresult live_func(CUfunction f) {
   return g_funcs.count(f) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+}  // namespace
+
 // 2048 threads and 32 blocks per SM; shared memory limits blocks too.
-int blocks_per_sm(int block_size, size_t smem) {
+int fake::blocks_per_sm(int block_size, size_t smem) {
   if (block_size <= 0 || block_size > kMaxThreadsPerBlock) return 0;
   int by_threads = 2048 / block_size;
   size_t sm_smem = size_t(device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR));
+  if (smem > size_t(device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))) return 0;
   int by_smem = smem ? int(sm_smem / smem) : 32;
   return std::max(0, std::min({by_threads, by_smem, 32}));
 }
-
-}  // namespace
 
 FAKE_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, CUfunction func,
                                                                                int blockSize, size_t dynamicSMemSize,

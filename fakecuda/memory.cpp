@@ -144,6 +144,7 @@ bool device_span(CUdeviceptr p, size_t n, Span* out) {
   const Alloc& a = *it->second;
   uint64_t off = p - a.base;
   if (p < a.base || off >= a.size || n > a.size - off) return false;
+  if (a.vmm && !(a.access & CU_MEM_ACCESS_FLAGS_PROT_READ)) return false;  // mapped, no access set yet
   out->hold = it->second;
   out->host = a.data.get() + off;
   return true;
@@ -158,10 +159,28 @@ bool host_is_pinned(const void* p, size_t n) {
   return u >= it->first && u - it->first < it->second.size && n <= it->second.size - (u - it->first);
 }
 
+std::mutex& mem_mutex() { return g_mem_mu; }
+std::map<CUdeviceptr, std::shared_ptr<Alloc>>& allocs_locked() { return g_allocs; }
+
+CUdeviceptr reserve_va_locked(size_t size, size_t align) {
+  if (!align || align & (align - 1)) return 0;
+  CUdeviceptr base = (g_next + align - 1) & ~CUdeviceptr(align - 1);
+  if (base < g_next || size > kDeviceEnd - base || size + kAlign > kDeviceEnd - base - size) return 0;
+  g_next = base + size + kAlign;  // the gap after each range, as for allocations
+  return base;
+}
+
+bool charge_locked(size_t n) {
+  if (n > kTotalMem - g_used) return false;
+  g_used += n;
+  return true;
+}
+void uncharge_locked(size_t n) { g_used -= n; }
+
 void free_ctx_allocations(CUctx_st* c) {
   std::lock_guard lk(g_mem_mu);
   for (auto it = g_allocs.begin(); it != g_allocs.end();) {
-    if (it->second->ctx != c) {
+    if (it->second->ctx != c || it->second->vmm) {
       ++it;
       continue;
     }
@@ -277,7 +296,7 @@ FAKE_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   {
     std::lock_guard lk(g_mem_mu);
     auto it = g_allocs.find(dptr);
-    if (it == g_allocs.end()) return CUDA_ERROR_INVALID_VALUE;
+    if (it == g_allocs.end() || it->second->vmm) return CUDA_ERROR_INVALID_VALUE;
     owner = it->second->ctx;
   }
   drain_ctx(owner);
@@ -490,7 +509,8 @@ FAKE_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   if (CUresult r = current_ctx(&c)) return r;
   {
     std::lock_guard lk(g_mem_mu);
-    if (!g_allocs.count(dptr)) return CUDA_ERROR_INVALID_VALUE;
+    auto it = g_allocs.find(dptr);
+    if (it == g_allocs.end() || it->second->vmm) return CUDA_ERROR_INVALID_VALUE;
   }
   std::lock_guard lk(g_mu);
   std::shared_ptr<CUstream_st> s;
@@ -625,8 +645,16 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr
   Span s;
   // device_span also finds mapped pinned host memory (no allocation behind it): that is host memory here.
   bool device = device_span(ptr, 1, &s) && s.hold;
-  bool pinned = !device && host_is_pinned(reinterpret_cast<void*>(ptr), 1);
-  if (!device && !pinned) return CUDA_ERROR_INVALID_VALUE;
+  // A pinned host range: its base and size (its whole range is one buffer, as the driver reports).
+  uintptr_t pin_base = 0;
+  size_t pin_size = 0;
+  if (!device) {
+    std::lock_guard lk(g_mem_mu);
+    auto it = g_pinned.upper_bound(ptr);
+    if (it != g_pinned.begin() && ptr - std::prev(it)->first < std::prev(it)->second.size)
+      pin_base = std::prev(it)->first, pin_size = std::prev(it)->second.size;
+  }
+  if (!device && !pin_size) return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = device ? s.hold->ctx : current_ctx_locked(); break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST; break;
@@ -635,10 +663,10 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr
       if (device) return CUDA_ERROR_INVALID_VALUE;
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = device ? s.hold->base : ptr; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = device ? s.hold->base : pin_base; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = device ? s.hold->base : ptr; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = device ? s.hold->size : 1; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = device ? s.hold->base : pin_base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = device ? s.hold->size : pin_size; break;
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:

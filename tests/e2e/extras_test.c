@@ -1,9 +1,10 @@
 /* Occupancy with a block-size -> shared-memory function, virtual memory management and stream
  * attributes, as NVIDIA's samples (vectorAddMMAP, cudaCompressibleMemory, simpleOccupancy) and
  * PyTorch's expandable segments use them. One body, run through rgpu (shim -> server -> fake or
- * real driver) and directly against the real driver; every check holds on both. The fake driver
- * has no cuMemCreate: the VMM part then checks the refusal and says it skipped. Under rgpu
- * (RGPU_SERVER set) shareable handles must be refused.
+ * real driver) and directly against the real driver; every check holds on both. A driver without
+ * cuMemCreate makes the VMM part say it skipped (tests/e2e/test_extras.py holds the fake to
+ * having it). Under rgpu (RGPU_SERVER set) shareable handles must be refused. Cooperative
+ * launches: the most blocks that fit at once run, one more is refused.
  * Usage: extras_test FATBIN   (tests/kernels image) */
 #include <cuda.h>
 #include <stdint.h>
@@ -59,6 +60,55 @@ static void test_occupancy(CUfunction f) {
   CHECK(cuOccupancyMaxPotentialBlockSize(NULL, &block, f, NULL, 0, 0) != CUDA_SUCCESS, "NULL minGridSize accepted");
 }
 
+/* ---------- cooperative launches ---------- */
+
+static void test_cooperative(CUfunction fill, CUdevice dev) {
+  int per_sm = 0, sms = 0, coop = 0;
+  CU(cuDeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, dev));
+  CHECK(coop == 1, "cooperative launch attribute %d", coop);
+  CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fill, 256, 0));
+  unsigned most = (unsigned)(per_sm * sms);
+  CHECK(most > 0, "no block fits: %d per SM, %d SMs", per_sm, sms);
+  const unsigned long long n = 1 << 20;
+  CUdeviceptr p = 0;
+  CU(cuMemAlloc(&p, n * 4));
+  unsigned value = 0xc0000001u;
+  void* args[] = {&p, &value, (void*)&n};
+  CU(cuLaunchCooperativeKernel(fill, most, 1, 1, 256, 1, 1, 0, NULL, args));
+  CU(cuCtxSynchronize());
+  unsigned* host = malloc(n * 4);
+  CU(cuMemcpyDtoH(host, p, n * 4));
+  CHECK(host[0] == value && host[n - 1] == value, "cooperative fill wrote %#x ... %#x", host[0], host[n - 1]);
+  /* One block more than fits at once. Through rgpu a launch is one-way: its error comes with the
+   * next call that waits. */
+  CUresult rc = cuLaunchCooperativeKernel(fill, most + 1, 1, 1, 256, 1, 1, 0, NULL, args);
+  if (rc == CUDA_SUCCESS) rc = cuCtxSynchronize();
+  CHECK(rc == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "%u blocks: %s", most + 1, err_name(rc));
+  CUlaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  attr.value.cooperative = 1;
+  CUlaunchConfig cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDimX = most + 1;
+  cfg.gridDimY = cfg.gridDimZ = cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.blockDimX = 256;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  rc = cuLaunchKernelEx(&cfg, fill, args, NULL);
+  if (rc == CUDA_SUCCESS) rc = cuCtxSynchronize();
+  CHECK(rc == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "cuLaunchKernelEx cooperative, %u blocks: %s", most + 1,
+        err_name(rc));
+  cfg.gridDimX = most;
+  value = 0xc0000002u;
+  CU(cuLaunchKernelEx(&cfg, fill, args, NULL));
+  CU(cuMemcpyDtoH(host, p, 4));
+  CHECK(host[0] == value, "cuLaunchKernelEx cooperative wrote %#x", host[0]);
+  free(host);
+  CU(cuMemFree(p));
+}
+
 /* ---------- virtual memory management ---------- */
 
 static void test_vmm(CUdevice dev, int through_rgpu) {
@@ -84,7 +134,7 @@ static void test_vmm(CUdevice dev, int through_rgpu) {
   CUmemGenericAllocationHandle h = 0;
   CUresult rc = cuMemCreate(&h, size, &prop, 0);
   if (rc == CUDA_ERROR_NOT_SUPPORTED) {
-    printf("extras_test: VMM mapping skipped: this driver has no cuMemCreate (the fake)\n");
+    printf("extras_test: VMM mapping skipped: this driver has no cuMemCreate\n");
     return;
   }
   CHECK(rc == CUDA_SUCCESS, "cuMemCreate returned %s", err_name(rc));
@@ -322,6 +372,9 @@ int main(int argc, char** argv) {
   if (mod) CU(cuModuleGetFunction(&f, mod, "rgpu_vec_add"));
   if (f) test_occupancy(f);
   else CHECK(0, "no kernel: occupancy not tested");
+  CUfunction fill = NULL;
+  if (mod) CU(cuModuleGetFunction(&fill, mod, "rgpu_fill_u32"));
+  if (fill) test_cooperative(fill, dev);
   test_vmm(dev, through_rgpu);
   if (through_rgpu) test_shareable_refused();
   test_stream_attributes(through_rgpu);
