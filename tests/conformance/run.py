@@ -102,18 +102,44 @@ def report(out: Path, a_name: str, a: str, b_name: str, b: str, allow: Path | No
     return 1 if bad else 0
 
 
-def run(build: Path, image: str, cuda: str, nvml: str | None, env: dict | None = None) -> str:
-    args = [str(build / "bin/rgpu_conformance"), "--cuda", cuda, "--image", image]
+SECTIONS = ["init", "device", "context", "memory", "functions", "streams", "launches", "vmm", "graphs", "thread",
+            "nvml"]
+
+
+def run_section(build: Path, image: str, cuda: str, nvml: str | None, section: str, env: dict) -> tuple[int, str]:
+    args = [str(build / "bin/rgpu_conformance"), "--cuda", cuda, "--image", image, "--section", section]
     if nvml:
         args += ["--nvml", nvml]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+    return r.returncode, r.stdout
+
+
+def run(build: Path, image: str, cuda: str, nvml: str | None, env: dict | None = None) -> str:
+    """Every section in a process of its own (a crash of the driver under test costs one section:
+    it is reported as the line `section NAME = crashed (...)`), then the NULL-pointer probes, one
+    process each."""
     e = dict(os.environ)
     e.update(env or {})
-    r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=e)
-    if r.returncode != 0 or not r.stdout.rstrip().endswith("end"):
-        sys.stderr.write(r.stderr[-4000:])
-        raise SystemExit(f"rgpu_conformance on {cuda} failed (exit {r.returncode}); its output stops at:\n"
-                         + "\n".join(r.stdout.splitlines()[-5:]))
-    return r.stdout
+    out = []
+    sections = SECTIONS + [f"null:{i}" for i in range(100)]
+    for section in sections:
+        if section == "nvml" and not nvml:
+            continue
+        rc, text = run_section(build, image, cuda, nvml, section, e)
+        if rc == 3 and section.startswith("null:"):
+            break  # past the last probe
+        lines = text.splitlines()
+        if lines and lines[-1] == "end":
+            lines.pop()
+        out += lines
+        if rc != 0:
+            how = f"signal {-rc}" if rc < 0 else f"exit {rc}"
+            out.append(f"section {section} = crashed ({how})")
+            sys.stderr.write(f"rgpu_conformance on {cuda}: section {section} ended with {how} after "
+                             f"{len(lines)} lines\n")
+    if not out:
+        raise SystemExit(f"rgpu_conformance printed nothing on {cuda}")
+    return "\n".join(out) + "\n"
 
 
 def free_port() -> int:
