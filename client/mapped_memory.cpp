@@ -296,6 +296,15 @@ bool contains(const void* p, size_t n) {
   return r && n <= r->size - (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(r->base));
 }
 
+bool managed_range(uintptr_t p, uintptr_t* base, size_t* size) {
+  std::lock_guard lk(mu());
+  Range* r = find_locked(p);
+  if (!r || !r->managed) return false;
+  *base = reinterpret_cast<uintptr_t>(r->base);
+  *size = r->size;
+  return true;
+}
+
 void push(uint32_t thread_id, uint16_t op) {
   if (!op_touches_memory(op)) return;
   // Runs of changed pages are copied out under the lock and sent after it, so the reading

@@ -41,6 +41,9 @@ bool unmap(void* base);
 bool device_pointer(const void* p, CUdeviceptr* out);
 // Whether [p, p + n) lies inside one mapped range.
 bool contains(const void* p, size_t n);
+// The managed range (map_managed) holding address p: its base and the size the program asked for
+// (the server's driver holds whole 2 MiB granules, server/mapped_memory.cpp).
+bool managed_range(uintptr_t p, uintptr_t* base, size_t* size);
 
 extern std::atomic<int> g_count;
 inline bool active() { return g_count.load(std::memory_order_relaxed) != 0; }

@@ -249,6 +249,16 @@ CUresult server_attributes(uint16_t op, CUdeviceptr ptr, unsigned n, const CUpoi
   return CUDA_SUCCESS;
 }
 
+// Managed memory's range is the size the program asked for, as the driver reports it; the server's
+// driver holds whole 2 MiB granules for it (server/mapped_memory.cpp), which it would report.
+void managed_range_as_asked(CUdeviceptr ptr, CUpointer_attribute attr, void* data) {
+  uintptr_t base = 0;
+  size_t size = 0;
+  if (!data || !rgpu::client::mapped::active() || !rgpu::client::mapped::managed_range(ptr, &base, &size)) return;
+  if (attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE) *static_cast<size_t*>(data) = size;
+  if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *static_cast<CUdeviceptr*>(data) = base;
+}
+
 }  // namespace
 
 extern "C" {
@@ -399,6 +409,7 @@ RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribu
   void* out[1] = {data};
   CUresult rc = server_attributes(rgpu::op::cuPointerGetAttribute, ptr, 1, &attribute, out, &result);
   if (rc != CUDA_SUCCESS) return rc;
+  if (result == CUDA_SUCCESS) managed_range_as_asked(ptr, attribute, data);
   if (result == CUDA_SUCCESS && attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER &&
       !host_pointer_usable(*static_cast<void**>(data), ptr)) {
     *static_cast<void**>(data) = nullptr;
@@ -427,6 +438,8 @@ RGPU_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, 
   }
   CUresult results[rgpu::proto::kMaxPointerAttributes];
   CUresult rc = server_attributes(rgpu::op::cuPointerGetAttributes, ptr, numAttributes, attributes, data, results);
+  for (unsigned i = 0; rc == CUDA_SUCCESS && i < numAttributes; ++i)
+    if (results[i] == CUDA_SUCCESS) managed_range_as_asked(ptr, attributes[i], data[i]);
   // A host pointer this process cannot use is reported as none (cuPointerGetAttributes never fails
   // for one attribute), with the reason logged.
   for (unsigned i = 0; rc == CUDA_SUCCESS && i < numAttributes; ++i) {
