@@ -11,6 +11,7 @@
 
 #include "client/nvml/call.h"
 #include "common/log.h"
+#include "common/nvml_error_text.h"
 #include "gen/nvml_client_forward.gen.h"
 
 using namespace rgpu::client::nvml;
@@ -34,44 +35,6 @@ const std::array<const void*, kExportSlots> kExportTable = [] {
 constexpr unsigned char kSmiTableId[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
                                            0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
 
-struct ErrorName {
-  nvmlReturn_t code;
-  const char* text;
-};
-constexpr ErrorName kErrors[] = {
-    {NVML_SUCCESS, "Success"},
-    {NVML_ERROR_UNINITIALIZED, "Uninitialized"},
-    {NVML_ERROR_INVALID_ARGUMENT, "Invalid Argument"},
-    {NVML_ERROR_NOT_SUPPORTED, "Not Supported"},
-    {NVML_ERROR_NO_PERMISSION, "Insufficient Permissions"},
-    {NVML_ERROR_ALREADY_INITIALIZED, "Already Initialized"},
-    {NVML_ERROR_NOT_FOUND, "Not Found"},
-    {NVML_ERROR_INSUFFICIENT_SIZE, "Insufficient Size"},
-    {NVML_ERROR_INSUFFICIENT_POWER, "Insufficient External Power"},
-    {NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"},
-    {NVML_ERROR_TIMEOUT, "Timeout"},
-    {NVML_ERROR_IRQ_ISSUE, "Interrupt Request Issue"},
-    {NVML_ERROR_LIBRARY_NOT_FOUND, "NVML Shared Library Not Found"},
-    {NVML_ERROR_FUNCTION_NOT_FOUND, "Function Not Found"},
-    {NVML_ERROR_CORRUPTED_INFOROM, "Corrupted infoROM"},
-    {NVML_ERROR_GPU_IS_LOST, "GPU is lost"},
-    {NVML_ERROR_RESET_REQUIRED, "GPU requires restart"},
-    {NVML_ERROR_OPERATING_SYSTEM, "The operating system has blocked the request."},
-    {NVML_ERROR_LIB_RM_VERSION_MISMATCH, "RM has detected an NVML/RM version mismatch."},
-    {NVML_ERROR_IN_USE, "In use by another client"},
-    {NVML_ERROR_MEMORY, "Insufficient Memory"},
-    {NVML_ERROR_NO_DATA, "No data"},
-    {NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, "Not supported when ECC is enabled"},
-    {NVML_ERROR_INSUFFICIENT_RESOURCES, "Insufficient Resources"},
-    {NVML_ERROR_FREQ_NOT_SUPPORTED, "Frequency not supported"},
-    {NVML_ERROR_ARGUMENT_VERSION_MISMATCH, "Argument version mismatch"},
-    {NVML_ERROR_DEPRECATED, "Deprecated"},
-    {NVML_ERROR_NOT_READY, "Not ready"},
-    {NVML_ERROR_GPU_NOT_FOUND, "GPU not found"},
-    {NVML_ERROR_INVALID_STATE, "Invalid state"},
-    {NVML_ERROR_RESET_TYPE_NOT_SUPPORTED, "Reset type not supported"},
-    {NVML_ERROR_UNKNOWN, "Unknown Error"},
-};
 
 // NVML counts nvmlInit calls and shuts down at the matching nvmlShutdown. The client keeps the
 // count: only the first init and the last shutdown reach the server (PyTorch loads NVML and
@@ -165,11 +128,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
   return device_count(rgpu_nvml_fwd_nvmlDeviceGetCount_v2, count);
 }
 
-RGPU_NVML_API const char* nvmlErrorString(nvmlReturn_t result) {
-  for (const ErrorName& e : kErrors)
-    if (e.code == result) return e.text;
-  return "Unknown Error";
-}
+RGPU_NVML_API const char* nvmlErrorString(nvmlReturn_t result) { return rgpu::nvml_error_text(result); }
 
 // Not in nvml.h: (const void **table, const unsigned char uuid[16]).
 RGPU_NVML_API nvmlReturn_t nvmlInternalGetExportTable(const void** table, const void* id) {

@@ -1,13 +1,17 @@
 // libfakenvml.so: an NVML-shaped library for tests without a GPU, loaded by rgpu-server's sessions
 // with --driver fake. It reports the same H200-shaped device as fakecuda (name, UUID, PCI ids,
 // 143771 MiB), an idle GPU (no processes, fixed utilization, temperature and power), and answers
-// NVML_ERROR_NOT_SUPPORTED for NVLink. Functions it does not define reach the client as
-// NVML_ERROR_FUNCTION_NOT_FOUND (the server resolves each by name).
+// NVML_ERROR_NOT_SUPPORTED for NVLink, and what NCCL's init, JAX and nvidia-smi ask (P2P status,
+// PCIe link, fabric info, field values, confidential computing) as a lone H200 SXM answers it.
+// Functions it does not define reach the client as NVML_ERROR_FUNCTION_NOT_FOUND (the server
+// resolves each by name).
 #include <nvml.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+
+#include "common/nvml_error_text.h"
 
 #define FAKE_NVML_API extern "C" __attribute__((visibility("default")))
 
@@ -293,3 +297,187 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, u
   if (nvmlReturn_t rc = check(d)) return rc;
   return NVML_ERROR_NOT_SUPPORTED;
 }
+
+// ---------- what NCCL's init, JAX (XLA) and nvidia-smi ask ----------
+// An H200 SXM alone in its machine: no peer, no NVLink partner, no fabric manager, PCIe Gen5 x16,
+// confidential computing off. tests/conformance compares each answer with the real one's.
+
+
+// NCCL's init asks every pair of devices, the device with itself included, for READ and WRITE.
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuP2PCapsIndex_t index,
+                                                  nvmlGpuP2PStatus_t* status) {
+  if (nvmlReturn_t rc = check(a)) return rc;
+  if (nvmlReturn_t rc = check(b)) return rc;
+  if (!status || index > NVML_P2P_CAPS_INDEX_UNKNOWN) return NVML_ERROR_INVALID_ARGUMENT;
+  *status = index == NVML_P2P_CAPS_INDEX_UNKNOWN ? NVML_P2P_STATUS_UNKNOWN : NVML_P2P_STATUS_OK;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
+                                                               nvmlGpuTopologyLevel_t* level) {
+  if (nvmlReturn_t rc = check(a)) return rc;
+  if (nvmlReturn_t rc = check(b)) return rc;
+  if (!level) return NVML_ERROR_INVALID_ARGUMENT;
+  *level = NVML_TOPOLOGY_INTERNAL;
+  return NVML_SUCCESS;
+}
+
+namespace {
+nvmlReturn_t put_uint(nvmlDevice_t d, unsigned int* out, unsigned int v) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+  *out = v;
+  return NVML_SUCCESS;
+}
+}  // namespace
+
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t d, unsigned int* g) { return put_uint(d, g, 5); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int* g) { return put_uint(d, g, 5); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t d, unsigned int* g) { return put_uint(d, g, 5); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t d, unsigned int* w) { return put_uint(d, w, 16); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t d, unsigned int* w) { return put_uint(d, w, 16); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetPcieSpeed(nvmlDevice_t d, unsigned int* mbps) { return put_uint(d, mbps, 32000); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int*) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return NVML_ERROR_NOT_SUPPORTED;  // the GPU's memory is no NUMA node (no coherent C2C link)
+}
+
+// No fabric: the state says so (NCCL and XLA then leave multi-node NVLink alone).
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t* info) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+  std::memset(info, 0, sizeof *info);
+  info->state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+  info->status = NVML_SUCCESS;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfoV_t* info) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+  if (info->version != nvmlGpuFabricInfo_v2 && info->version != nvmlGpuFabricInfo_v3)
+    return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  unsigned int version = info->version;
+  std::memset(info, 0, version == nvmlGpuFabricInfo_v2 ? sizeof(nvmlGpuFabricInfo_v2_t) : sizeof *info);
+  info->version = version;
+  info->state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+  info->status = NVML_SUCCESS;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t d, nvmlPlatformInfo_t*) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return NVML_ERROR_NOT_SUPPORTED;  // Blackwell and later
+}
+
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t d, unsigned int, unsigned int*) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return NVML_ERROR_NOT_SUPPORTED;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t d, unsigned int, nvmlNvLinkCapability_t,
+                                                         unsigned int*) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return NVML_ERROR_NOT_SUPPORTED;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t* pci) {
+  return nvmlDeviceGetNvLinkRemotePciInfo_v2(d, link, pci);
+}
+
+// Fields: each answered in its own nvmlReturn, the call itself succeeds.
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t* values) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (count < 0 || (count > 0 && !values)) return NVML_ERROR_INVALID_ARGUMENT;
+  for (int i = 0; i < count; ++i) {
+    nvmlFieldValue_t& v = values[i];
+    v.timestamp = 0;
+    v.latencyUsec = 0;
+    v.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+    v.value.ullVal = 0;
+    switch (v.fieldId) {
+      case NVML_FI_DEV_NVLINK_LINK_COUNT:
+      case NVML_FI_DEV_C2C_LINK_COUNT:
+        v.value.uiVal = 0;
+        v.nvmlReturn = NVML_SUCCESS;
+        break;
+      case NVML_FI_DEV_ECC_CURRENT:
+      case NVML_FI_DEV_ECC_PENDING:
+        v.value.uiVal = 1;
+        v.nvmlReturn = NVML_SUCCESS;
+        break;
+      default:
+        v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    }
+  }
+  return NVML_SUCCESS;
+}
+
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t d, unsigned int n, unsigned long* set) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (n == 0 || !set) return NVML_ERROR_INVALID_ARGUMENT;
+  std::memset(set, 0, n * sizeof *set);
+  set[0] = ~0ul;  // every CPU of the first 64
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int* current, unsigned int* pending) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+  *current = *pending = NVML_DEVICE_MIG_DISABLE;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int* is_mig) { return put_uint(d, is_mig, 0); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int* n) { return put_uint(d, n, 7); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t d, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+  *current = *pending = NVML_FEATURE_ENABLED;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t d, nvmlEnableState_t* m) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+  *m = NVML_FEATURE_DISABLED;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t d, nvmlEnableState_t* m) {
+  return nvmlDeviceGetDisplayMode(d, m);
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t d, nvmlGpuVirtualizationMode_t* m) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+  *m = NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH;  // the H200 machine is a VM with the GPU passed through
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long* reasons) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+  *reasons = nvmlClocksEventReasonGpuIdle;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long* mj) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!mj) return NVML_ERROR_INVALID_ARGUMENT;
+  *mj = 1000000;
+  return NVML_SUCCESS;
+}
+
+// Confidential computing: off.
+FAKE_NVML_API nvmlReturn_t nvmlSystemGetConfComputeState(nvmlConfComputeSystemState_t* state) {
+  if (g_init.load() <= 0) return NVML_ERROR_UNINITIALIZED;
+  if (!state) return NVML_ERROR_INVALID_ARGUMENT;
+  state->environment = NVML_CC_SYSTEM_ENVIRONMENT_UNAVAILABLE;
+  state->ccFeature = NVML_CC_SYSTEM_FEATURE_DISABLED;
+  state->devToolsMode = NVML_CC_SYSTEM_DEVTOOLS_MODE_OFF;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlSystemGetConfComputeSettings(nvmlSystemConfComputeSettings_t* s) {
+  if (g_init.load() <= 0) return NVML_ERROR_UNINITIALIZED;
+  if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+  if (s->version != nvmlSystemConfComputeSettings_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  unsigned int version = s->version;
+  std::memset(s, 0, sizeof *s);
+  s->version = version;
+  s->environment = NVML_CC_SYSTEM_ENVIRONMENT_UNAVAILABLE;
+  s->ccFeature = NVML_CC_SYSTEM_FEATURE_DISABLED;
+  s->devToolsMode = NVML_CC_SYSTEM_DEVTOOLS_MODE_OFF;
+  s->multiGpuMode = NVML_CC_SYSTEM_MULTIGPU_NONE;
+  return NVML_SUCCESS;
+}
+
+FAKE_NVML_API const char* nvmlErrorString(nvmlReturn_t result) { return rgpu::nvml_error_text(result); }

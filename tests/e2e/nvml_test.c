@@ -89,6 +89,40 @@ int main(int argc, char** argv) {
   nvmlIntNvLinkDeviceType_t link_type;
   rc = nvmlDeviceGetNvLinkRemoteDeviceType(dev, 0, &link_type);
   printf("nvlink 0 remote type: rc %d (%s)\n", (int)rc, nvmlErrorString(rc));
+  /* What NCCL's init asks (src/misc/nvmlwrap.cc): it stops unless P2P status READ and WRITE of
+   * every pair, the device with itself included, succeed. */
+  nvmlGpuP2PStatus_t p2p_read = NVML_P2P_STATUS_UNKNOWN, p2p_write = NVML_P2P_STATUS_UNKNOWN;
+  CHECK(nvmlDeviceGetP2PStatus(dev, dev, NVML_P2P_CAPS_INDEX_READ, &p2p_read));
+  CHECK(nvmlDeviceGetP2PStatus(dev, dev, NVML_P2P_CAPS_INDEX_WRITE, &p2p_write));
+  printf("p2p with itself: read %d write %d\n", (int)p2p_read, (int)p2p_write);
+  unsigned int gen = 0, max_gen = 0, width = 0;
+  CHECK(nvmlDeviceGetCurrPcieLinkGeneration(dev, &gen));
+  CHECK(nvmlDeviceGetMaxPcieLinkGeneration(dev, &max_gen));
+  CHECK(nvmlDeviceGetCurrPcieLinkWidth(dev, &width));
+  printf("pcie: gen %u (max %u) x%u\n", gen, max_gen, width);
+  if (gen < 1 || gen > max_gen || width < 1 || width > 32) {
+    fprintf(stderr, "FAILED: PCIe link gen %u max %u width %u\n", gen, max_gen, width);
+    return 1;
+  }
+  nvmlGpuFabricInfoV_t fabric;
+  memset(&fabric, 0, sizeof fabric);
+  fabric.version = nvmlGpuFabricInfo_v2;
+  rc = nvmlDeviceGetGpuFabricInfoV(dev, &fabric);
+  printf("fabric: rc %d state %u\n", (int)rc, (unsigned)fabric.state);
+  if (rc != NVML_SUCCESS && rc != NVML_ERROR_NOT_SUPPORTED) {
+    fprintf(stderr, "FAILED: nvmlDeviceGetGpuFabricInfoV -> %d (%s)\n", (int)rc, nvmlErrorString(rc));
+    return 1;
+  }
+  nvmlFieldValue_t fields[2];
+  memset(fields, 0, sizeof fields);
+  fields[0].fieldId = NVML_FI_DEV_NVLINK_LINK_COUNT;
+  fields[1].fieldId = NVML_FI_DEV_C2C_LINK_COUNT;
+  CHECK(nvmlDeviceGetFieldValues(dev, 2, fields));
+  printf("fields: nvlink count rc %d, c2c count rc %d\n", (int)fields[0].nvmlReturn, (int)fields[1].nvmlReturn);
+  nvmlConfComputeSystemState_t cc;
+  memset(&cc, 0, sizeof cc);
+  CHECK(nvmlSystemGetConfComputeState(&cc));
+  printf("confidential computing: feature %u\n", cc.ccFeature);
   nvmlDevice_t bogus = (nvmlDevice_t)(uintptr_t)0x7777;
   rc = nvmlDeviceGetName(bogus, name, sizeof name);
   if (rc != NVML_ERROR_INVALID_ARGUMENT) {
