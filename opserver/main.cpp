@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -47,11 +48,16 @@ int main(int argc, char** argv) {
   bool insecure = false;
   std::string log_level = "info";
   double max_storage_gb = 1024;
+  int devices = 0;
   app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9720, loopback only)");
   app.add_option("--device", device, "where ops run: cuda (default) or cpu (tests, machines without a GPU)")
       ->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--token-file", token_file, "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
   app.add_flag("--insecure", insecure, "allow listening on a non-loopback address without a token");
+  app.add_option("--devices", devices,
+                 "how many devices clients see (rgpu:0 .. rgpu:N-1): on cuda the first N GPUs (default: all of "
+                 "them), on cpu N names for the one CPU (default 1; tests of several devices)")
+      ->check(CLI::Range(1, rgpu::torchwire::kMaxDevices));
   app.add_option("--max-storage-gb", max_storage_gb, "largest single tensor storage a client may allocate, in GiB (default 1024)");
   app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   app.add_option("--pretend-torch-version", pretend_version, "report this torch version in the hello (tests of the version check)")
@@ -76,14 +82,24 @@ int main(int argc, char** argv) {
     }
     // Checked in a child process, so the listening parent never initialises CUDA (children fork
     // from it, and CUDA does not survive a fork).
+    // The child's exit status is the number of GPUs torch sees.
     pid_t pid = fork();
-    if (pid == 0) _exit(c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() > 0 ? 0 : 1);
+    if (pid == 0)
+      _exit(std::min<int>(c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount(), rgpu::torchwire::kMaxDevices));
     int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) == 0) {
       rgpu::log::error("--device cuda: torch sees no CUDA device here; use --device cpu, or check the driver (nvidia-smi)");
       return 2;
     }
+    int gpus = WEXITSTATUS(st);
+    if (devices > gpus) {
+      rgpu::log::error("--devices %d: torch sees %d GPU%s here", devices, gpus, gpus == 1 ? "" : "s");
+      return 2;
+    }
     opt.device = c10::Device(c10::kCUDA, 0);
+    opt.device_count = devices ? devices : gpus;
+  } else {
+    opt.device_count = devices ? devices : 1;
   }
 
   int lfd = rgpu::net::listen_tcp(addr, &err);
@@ -91,8 +107,9 @@ int main(int argc, char** argv) {
     rgpu::log::error("%s; is another rgpu-opserver already running there?", err.c_str());
     return 2;
   }
-  rgpu::log::info("listening on %s, torch %s on %s%s", addr.str().c_str(), rgpu::opserver::torch_version().c_str(),
-                  device.c_str(), token.empty() ? ", no token" : ", token required");
+  rgpu::log::info("listening on %s, torch %s on %s (%d device%s)%s", addr.str().c_str(),
+                  rgpu::opserver::torch_version().c_str(), device.c_str(), opt.device_count,
+                  opt.device_count == 1 ? "" : "s", token.empty() ? ", no token" : ", token required");
 
   rgpu::proto::AcceptLoop loop;
   loop.name = "rgpu-opserver";

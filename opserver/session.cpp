@@ -211,15 +211,26 @@ ReplyStatus Session::take_status() {
   return st;
 }
 
-void Session::alloc(uint64_t id, uint64_t nbytes) {
+c10::Device Session::device(int index) const {
+  if (index < 0 || index >= opt_.device_count)
+    throw CallError(log::format("device %d does not exist: this server has %d device%s (0..%d)", index,
+                                opt_.device_count, opt_.device_count == 1 ? "" : "s", opt_.device_count - 1));
+  if (opt_.device.is_cpu()) return opt_.device;
+  return c10::Device(opt_.device.type(), static_cast<c10::DeviceIndex>(index));
+}
+
+void Session::alloc(uint64_t id, uint64_t nbytes, int device_index) {
   if (id < kFirstStorageId) throw CallError(log::format("storage id %llu is reserved", (unsigned long long)id));
+  device(device_index);  // checks the index
   if (nbytes > opt_.max_storage_bytes)
     throw CallError(log::format("a storage of %llu bytes is larger than this server allows (%llu)",
                                 (unsigned long long)nbytes, (unsigned long long)opt_.max_storage_bytes));
   auto [it, fresh] = storages_.try_emplace(id);
   if (!fresh) throw CallError(log::format("storage id %llu is already in use", (unsigned long long)id));
   it->second.nbytes = nbytes;
-  if (log::level() >= log::kDebug) log::debug("storage %llu: %llu bytes", (unsigned long long)id, (unsigned long long)nbytes);
+  it->second.device = device_index;
+  if (log::level() >= log::kDebug)
+    log::debug("storage %llu: %llu bytes on device %d", (unsigned long long)id, (unsigned long long)nbytes, device_index);
 }
 
 void Session::free_storage(uint64_t id) {
@@ -233,20 +244,21 @@ void Session::free_storage(uint64_t id) {
 void Session::apply_storage_changes(Reader& r) {
   // Decoded whole before anything is applied, so a truncated frame changes nothing.
   uint32_t nalloc = r.u32();
-  if (!r.ok() || nalloc > r.left() / 16) throw Malformed("truncated storage changes");
-  std::vector<std::pair<uint64_t, uint64_t>> allocs(nalloc);
-  for (auto& [id, nbytes] : allocs) {
+  if (!r.ok() || nalloc > r.left() / 17) throw Malformed("truncated storage changes");
+  std::vector<std::tuple<uint64_t, uint64_t, int>> allocs(nalloc);
+  for (auto& [id, nbytes, device] : allocs) {
     id = r.u64();
     nbytes = r.u64();
+    device = r.u8();
   }
   uint32_t nfree = r.u32();
   if (!r.ok() || nfree > r.left() / 8) throw Malformed("truncated storage changes");
   std::vector<uint64_t> frees(nfree);
   for (uint64_t& id : frees) id = r.u64();
   if (!r.ok()) throw Malformed("truncated storage changes");
-  for (const auto& [id, nbytes] : allocs) {
+  for (const auto& [id, nbytes, device] : allocs) {
     try {
-      alloc(id, nbytes);
+      alloc(id, nbytes, device);
     } catch (const CallError& e) {
       defer("alloc", e.what());
     }
@@ -261,7 +273,7 @@ c10::Storage& Session::storage(uint64_t id) {
                                 (unsigned long long)id));
   Slot& s = it->second;
   if (!s.storage) {
-    auto bytes = at::empty({static_cast<int64_t>(s.nbytes)}, at::TensorOptions().dtype(at::kByte).device(opt_.device));
+    auto bytes = at::empty({static_cast<int64_t>(s.nbytes)}, at::TensorOptions().dtype(at::kByte).device(device(s.device)));
     s.storage = bytes.storage();
     ids_by_impl_[s.storage.unsafeGetStorageImpl()] = id;
   }
@@ -281,7 +293,7 @@ void Session::resize(uint64_t id, uint64_t nbytes) {
     return;
   }
   // Grow in place, so every view the session builds from this id sees the new bytes.
-  auto grown = at::empty({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte).device(opt_.device));
+  auto grown = at::empty({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte).device(s.storage.device()));
   int64_t old = static_cast<int64_t>(s.storage.nbytes());
   if (old > 0) {
     at::Tensor src = at::empty({0}, grown.options()).set_(s.storage, 0, {old}, {1});
@@ -321,7 +333,7 @@ namespace {
 struct Converter {
   Session* session;
   std::function<at::Tensor(const TensorDesc&)> remote;
-  c10::Device device;
+  std::function<c10::Device(int)> device;  // a client's device index -> this server's device
 
   c10::IValue operator()(const Value& v, const c10::TypePtr& type, const std::string& where) {
     auto mismatch = [&](const char* want) {
@@ -374,7 +386,7 @@ struct Converter {
         return v.s;
       case c10::TypeKind::DeviceObjType:
         if (v.tag != kDevice) throw mismatch("device");
-        if (v.device_kind == kDeviceRemote) return device;
+        if (v.device_kind == kDeviceRemote) return device(v.device_index);
         if (v.device_kind == kDeviceMeta) return c10::Device(c10::kMeta);
         return c10::Device(c10::kCPU);
       case c10::TypeKind::ListType: {
@@ -400,20 +412,45 @@ bool same_layout(const at::Tensor& t, const TensorDesc& d) {
 
 }  // namespace
 
-void Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& result) {
+int Session::index_of(c10::Device d, int op_device) const { return opt_.device.is_cpu() ? op_device : d.index(); }
+
+namespace {
+
+// The device (client index) an op runs on: the one it names, else its first tensor's; 0 if
+// neither. device_of gives a storage's device, or -1 for an unknown storage.
+int op_device_of(const std::vector<Value>& args, const std::function<int(uint64_t)>& device_of) {
+  std::function<int(const Value&)> find = [&](const Value& v) -> int {
+    if (v.tag == kDevice && v.device_kind == kDeviceRemote) return v.device_index;
+    if (v.tag == kRemoteTensor) return device_of(v.desc.storage);
+    for (const Value& e : v.list)
+      if (int d = find(e); d >= 0) return d;
+    return -1;
+  };
+  for (const Value& v : args)
+    if (v.tag == kDevice)
+      if (int d = find(v); d >= 0) return d;
+  for (const Value& v : args)
+    if (int d = find(v); d >= 0) return d;
+  return 0;
+}
+
+}  // namespace
+
+void Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device) {
   if (!result.defined()) throw CallError("the op returned no tensor where one was expected");
   if (needed_bytes(spec) > nbytes) throw CallError("an output's layout does not fit its storage");
   const c10::StorageImpl* impl = result.has_storage() ? result.storage().unsafeGetStorageImpl() : nullptr;
   bool fresh = impl && !ids_by_impl_.count(impl);
-  if (fresh && result.device() == opt_.device && same_layout(result, spec) && result.storage().nbytes() >= nbytes) {
-    alloc(spec.storage, result.storage().nbytes());
+  if (fresh && result.device().type() == opt_.device.type() && same_layout(result, spec) &&
+      result.storage().nbytes() >= nbytes) {
+    alloc(spec.storage, result.storage().nbytes(), index_of(result.device(), op_device));
     Slot& s = storages_[spec.storage];
     s.storage = result.storage();
     ids_by_impl_[impl] = spec.storage;
     return;
   }
   // The op made another layout (or returned an existing tensor): copy into the promised one.
-  alloc(spec.storage, nbytes);
+  alloc(spec.storage, nbytes, result.device().type() == opt_.device.type() ? index_of(result.device(), op_device) : op_device);
   // Scratch outputs the kernel and the meta device disagree about, one of them empty
   // (batch_norm's saved statistics in eval mode, embedding_bag's unused outputs): nothing to copy.
   uint64_t spec_numel, spec_last;
@@ -483,7 +520,13 @@ void Session::call(Reader& r, bool want_reply, Writer* w) {
   if (schema.arguments().size() != args.size())
     throw CallError(log::format("%s takes %zu arguments, the client sent %zu", full.c_str(), schema.arguments().size(),
                                 args.size()));
-  Converter conv{this, [this](const TensorDesc& d) { return tensor(d); }, opt_.device};
+  Converter conv{this, [this](const TensorDesc& d) { return tensor(d); }, [this](int index) { return device(index); }};
+  // The device the op runs on, in the client's numbering: the one it names, else its first
+  // tensor's (what the client assumed for its fresh outputs).
+  const int op_device = op_device_of(args, [this](uint64_t id) {
+    auto it = storages_.find(id);
+    return it == storages_.end() ? -1 : it->second.device;
+  });
   torch::jit::Stack stack;
   stack.reserve(args.size());
   for (size_t k = 0; k < args.size(); ++k)
@@ -504,12 +547,12 @@ void Session::call(Reader& r, bool want_reply, Writer* w) {
       const Out& o = outs[k];
       if (o.kind == kOutTensor) {
         if (!stack[k].isTensor()) throw CallError(full + " did not return a tensor");
-        bind(o.specs[0].first, o.specs[0].second, stack[k].toTensor());
+        bind(o.specs[0].first, o.specs[0].second, stack[k].toTensor(), op_device);
       } else if (o.kind == kOutTensorList) {
         if (!stack[k].isTensorList()) throw CallError(full + " did not return a list of tensors");
         auto list = stack[k].toTensorList();
         if (list.size() != o.specs.size()) throw CallError(full + " returned another number of tensors than expected");
-        for (size_t j = 0; j < o.specs.size(); ++j) bind(o.specs[j].first, o.specs[j].second, list.get(j));
+        for (size_t j = 0; j < o.specs.size(); ++j) bind(o.specs[j].first, o.specs[j].second, list.get(j), op_device);
       }
     }
     return;
@@ -527,7 +570,7 @@ void Session::call(Reader& r, bool want_reply, Writer* w) {
         body.put_u8(kNone);
         return;
       }
-      if (t.device() != opt_.device) t = t.to(opt_.device);
+      if (t.device().type() != opt_.device.type()) t = t.to(device(op_device));
       const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
       auto found = ids_by_impl_.find(impl);
       body.put_u8(kResultTensor);
@@ -537,7 +580,7 @@ void Session::call(Reader& r, bool want_reply, Writer* w) {
       } else {
         if (used >= max_ids) throw CallError(full + " returned more tensors than the client reserved ids for");
         uint64_t id = first_id + used++;
-        alloc(id, t.storage().nbytes());
+        alloc(id, t.storage().nbytes(), index_of(t.device(), op_device));
         storages_[id].storage = t.storage();
         ids_by_impl_[impl] = id;
         body.put_u64(id);
@@ -580,7 +623,7 @@ bool Session::hello(Reader& r, ReplyStatus* st, Writer* w, std::string* why) {
   auto major_minor = [](const std::string& v) { return v.substr(0, v.find('.', v.find('.') + 1)); };
   w->put_str(opt_.torch_version);
   w->put_str(opt_.device.is_cuda() ? "cuda" : "cpu");
-  w->put_i32(1);
+  w->put_i32(opt_.device_count);
   if (major_minor(client) != major_minor(opt_.torch_version)) {
     st->failed = true;
     st->message = "rgpu-opserver runs torch " + opt_.torch_version + " but this client has torch " + client +
@@ -620,8 +663,9 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
       case kTorchAlloc: {
         what = "alloc";
         uint64_t id = r.u64(), n = r.u64();
+        int device = r.u8();
         if (!r.ok()) throw Malformed("truncated alloc");
-        alloc(id, n);
+        alloc(id, n, device);
         break;
       }
       case kTorchFree: {
@@ -703,7 +747,10 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
         break;
       case kTorchSync:
         what = "synchronize";
-        if (!opt_.device.is_cpu()) c10::impl::getDeviceGuardImpl(opt_.device.type())->synchronizeDevice(opt_.device.index());
+        if (!opt_.device.is_cpu()) {
+          auto* guard = c10::impl::getDeviceGuardImpl(opt_.device.type());
+          for (int d = 0; d < opt_.device_count; ++d) guard->synchronizeDevice(static_cast<c10::DeviceIndex>(d));
+        }
         break;
       default:
         throw Malformed(log::format("unknown op %u", op));

@@ -23,7 +23,10 @@
 namespace rgpu::opserver {
 
 struct SessionOptions {
+  // The device type ops run on (kCPU or kCUDA), and how many devices clients see: cuda:0 ..
+  // cuda:N-1, or N names for the one CPU (`--devices N`, tests of several devices).
   c10::Device device{c10::kCPU};
+  int device_count = 1;
   // Reported as this server's torch version in the hello (tests of the version check).
   std::string torch_version;
   // Largest single storage a client may allocate.
@@ -50,10 +53,13 @@ class Session {
   struct Slot {
     c10::Storage storage;  // undefined until first use (allocation is lazy)
     uint64_t nbytes = 0;
+    int device = 0;        // the client's device index
   };
 
   bool hello(Reader& r, torchwire::ReplyStatus* st, Writer* w, std::string* why);
-  void alloc(uint64_t id, uint64_t nbytes);
+  void alloc(uint64_t id, uint64_t nbytes, int device);
+  // Where the client's device index runs ops (throws CallError past the count).
+  c10::Device device(int index) const;
   void free_storage(uint64_t id);
   // The kWithStorage prefix (protocol/torch_wire.h): decodes it (Malformed when truncated), then allocates
   // and frees; allocation failures are deferred.
@@ -62,7 +68,11 @@ class Session {
   c10::Storage& storage(uint64_t id);
   at::Tensor tensor(const torchwire::TensorDesc& d);
   void call(Reader& r, bool want_reply, Writer* w);
-  void bind(const torchwire::TensorDesc& spec, uint64_t nbytes, const at::Tensor& result);
+  // Binds an op's fresh output to the storage id the client minted for it; op_device is the
+  // client's index of the device the op ran on (what a CPU server records for it).
+  void bind(const torchwire::TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device);
+  // The client's index for a tensor on d produced by an op on op_device.
+  int index_of(c10::Device d, int op_device) const;
 
   // Remembers the first failure of a one-way call until the next reply.
   void defer(const std::string& op, const std::string& message);

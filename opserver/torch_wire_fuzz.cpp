@@ -45,6 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rgpu::opserver::SessionOptions opt;
   opt.max_storage_bytes = 16u << 20;
   opt.max_view_elements = 1u << 20;
+  opt.device_count = 2;  // device indices are checked against the count
   rgpu::opserver::Session s(opt);
   std::vector<rgpu::Bytes> replies;
   std::string why;
@@ -78,6 +79,7 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   rgpu::Writer alloc;
   alloc.put_u64(0x1000);
   alloc.put_u64(16);
+  alloc.put_u8(0);  // device
   record(&seed, kTorchAlloc, true, alloc);
   rgpu::Writer write;
   put_desc_1d(write, 0x1000, 4);
@@ -147,11 +149,13 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   rgpu::Writer fr;
   fr.put_u64(0x1001);
   record(&seed, kTorchFree, true, fr);
-  // A storage frame allocating 0x4000 and freeing 0x1000 (bit 1 of the fuzz flags: kWithStorage).
+  // A storage frame allocating 0x4000 on device 1 and freeing 0x1000 (bit 1 of the fuzz flags:
+  // kWithStorage).
   rgpu::Writer changes;
   changes.put_u32(1);
   changes.put_u64(0x4000);
   changes.put_u64(16);
+  changes.put_u8(1);
   changes.put_u32(1);
   changes.put_u64(0x1000);
   record(&seed, kTorchStorage, 3, changes);

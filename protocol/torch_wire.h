@@ -24,8 +24,15 @@
 // kWithStorage (a frame flag of this path, clear of the protocol's FrameFlags): the payload
 // starts with the storage changes queued since the client's previous frame, then the op's own
 // payload follows as described below:
-//   u32 nalloc, nalloc x (u64 storage id, u64 nbytes); u32 nfree, nfree x u64 storage id
+//   u32 nalloc, nalloc x (u64 storage id, u64 nbytes, u8 device); u32 nfree, nfree x u64 storage id
 // An allocation or free fails (deferred, named "alloc") as kTorchAlloc would; the op still runs.
+//
+// Devices: the server presents device count devices (the hello says how many): the GPUs of its
+// host on `--device cuda`, `--devices N` copies of the CPU on `--device cpu` (tests). A storage
+// lives on the device its allocation names (u8 device, below the count); an op's fresh outputs
+// live on the device the op ran on (its tensors', or the device it names). kDevice values of
+// kind kDeviceRemote name a device by its index (never -1: the client resolves the current
+// device). Tensors of one op on different devices are the client's to refuse, as torch does.
 //
 // Every reply payload starts with the deferred error, then this request's own status:
 //   u8 has_deferred; [str op, str message]  u8 failed; [str message]  ...request's reply fields
@@ -56,8 +63,8 @@ enum Op : uint16_t {
   // str device ("cuda" or "cpu"), i32 device count. A major.minor mismatch fails the request with
   // a message naming both versions, then the server closes.
   kTorchHello = kFirstTorchOp,
-  // One-way: u64 storage id, u64 nbytes. The server allocates lazily (at first use), so an
-  // op's output never costs a second allocation. Clients send allocations in kWithStorage.
+  // One-way: u64 storage id, u64 nbytes, u8 device. The server allocates lazily (at first use),
+  // so an op's output never costs a second allocation. Clients send allocations in kWithStorage.
   kTorchAlloc = kFirstTorchOp + 1,
   // One-way: u64 storage id. Clients send frees in kWithStorage.
   kTorchFree = kFirstTorchOp + 2,
@@ -118,6 +125,8 @@ inline constexpr uint64_t kFirstStorageId = 0x1000;
 inline constexpr uint8_t kHostWrappedNumber = 1;
 // Storage ids a call that waits reserves for its fresh results.
 inline constexpr uint32_t kSyncResultIds = 64;
+// Most devices a server presents (device indices are i8 in kDevice values).
+inline constexpr int kMaxDevices = 64;
 
 struct TensorDesc {
   uint64_t storage = 0;

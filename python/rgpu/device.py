@@ -1,9 +1,12 @@
 """torch.rgpu: the device module of the rgpu backend (what torch.cuda is to CUDA).
 
 torch asks it for the device count, for seeding (torch.manual_seed seeds the server's generator
-through manual_seed_all) and for synchronisation. rgpu has one device, rgpu:0.
+through manual_seed_all) and for synchronisation. The devices are those the opserver presents
+(rgpu:0 .. rgpu:N-1: the GPUs of its host, or `--devices N` on a CPU server); their count is
+asked once, at connect.
 """
 import os
+import warnings
 
 import torch
 
@@ -17,17 +20,36 @@ def is_initialized():
 
 
 def device_count():
-    return 1
+    """The number of rgpu devices: what the opserver presents (connects on first use). 0, with a
+    warning saying why, when no opserver can be reached (as torch.cuda.device_count() is 0
+    without a driver); the first rgpu tensor then raises the same error."""
+    try:
+        return torch.ops.rgpu.device_count()
+    except RuntimeError as e:
+        warnings.warn(f"rgpu: no devices: {e}", stacklevel=2)
+        return 0
 
 
 def current_device():
-    return 0
+    """The index of this thread's current rgpu device (0 until set_device or a device context)."""
+    return torch.ops.rgpu.current_device()
+
+
+def _index(device):
+    """The device index of an int, "rgpu:1", torch.device or None (the current device)."""
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "rgpu":
+        raise ValueError(f"rgpu: expected an rgpu device, got {device}")
+    return current_device() if device.index is None else device.index
 
 
 def set_device(device):
-    index = torch.device(device).index if not isinstance(device, int) else device
-    if index not in (None, 0):
-        raise RuntimeError(f"rgpu has one device, rgpu:0; got {device}")
+    """Makes device this thread's current rgpu device, like torch.cuda.set_device."""
+    torch.ops.rgpu.set_device(_index(device))
 
 
 def synchronize(device=None):
@@ -74,14 +96,26 @@ def get_amp_supported_dtype():
 
 
 class device:
-    """Context manager selecting an rgpu device (there is one: rgpu:0), like torch.cuda.device."""
+    """Context manager that makes device the current rgpu device inside it and restores the
+    previous one on exit, like torch.cuda.device (None: changes nothing)."""
 
     def __init__(self, device):
-        if device is not None:
-            set_device(device)
+        self.idx = None if device is None else _index(device)
+        self.prev_idx = -1
 
     def __enter__(self):
+        if self.idx is not None:
+            self.prev_idx = torch.ops.rgpu.exchange_device(self.idx)
         return self
 
     def __exit__(self, *exc):
+        if self.idx is not None:
+            torch.ops.rgpu.set_device(self.prev_idx)
         return False
+
+
+class device_of(device):
+    """Context manager that makes the device of tensor x current (no change for a non-rgpu one)."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "rgpu" else None)

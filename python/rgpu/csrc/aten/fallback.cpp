@@ -55,7 +55,8 @@ void put_value(Writer& w, const c10::IValue& v, bool mutable_arg) {
       put_tensor_desc(w, t);
     } else if (t.is_cpu()) {
       TORCH_CHECK(!mutable_arg, "rgpu: an op on rgpu tensors cannot write into a cpu tensor; "
-                  "Expected all tensors to be on the same device, but found at least two devices, rgpu:0 and cpu!");
+                  "Expected all tensors to be on the same device, but found at least two devices, rgpu:",
+                  static_cast<int>(current_device()), " and cpu!");
       put_host_tensor(w, t);
     } else {
       TORCH_CHECK(false, "rgpu: a tensor on ", t.device(), " cannot be used with rgpu tensors; move it with .to(\"rgpu\")");
@@ -98,7 +99,8 @@ void put_value(Writer& w, const c10::IValue& v, bool mutable_arg) {
     } else {
       TORCH_CHECK(false, "rgpu: device ", d, " cannot be named in an op on rgpu tensors");
     }
-    w.put<int8_t>(d.has_index() ? d.index() : -1);
+    // "rgpu" without an index is the current device, resolved here: the server never guesses.
+    w.put<int8_t>(d.type() == kDeviceType && !d.has_index() ? current_device() : d.has_index() ? d.index() : -1);
   } else if (v.isList()) {
     auto l = v.toListRef();
     w.put_u8(kList);
@@ -151,6 +153,34 @@ struct MetaMirror {
   }
 };
 
+// The device an op runs on, as the server decides it (opserver/session.cpp, op_device_of): the
+// rgpu device it names, else its rgpu tensors' device, else the current device. Raises torch's
+// error when its rgpu tensors are on different devices (cross-device copies are not ops that
+// come here: aten/kernels.cpp sends them).
+c10::DeviceIndex op_device(const std::vector<c10::IValue>& args) {
+  std::optional<c10::DeviceIndex> named, seen;
+  std::function<void(const c10::IValue&)> visit = [&](const c10::IValue& v) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!is_rgpu(t)) return;
+      if (seen && *seen != t.device().index())
+        TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, rgpu:",
+                    static_cast<int>(*seen), " and rgpu:", static_cast<int>(t.device().index()), "!");
+      seen = t.device().index();
+    } else if (v.isDevice()) {
+      c10::Device d = v.toDevice();
+      if (d.type() == kDeviceType && !named) {
+        named = d.has_index() ? d.index() : current_device();
+        check_device_index(*named);
+      }
+    } else if (v.isList()) {
+      for (const auto& e : v.toListRef()) visit(e);
+    }
+  };
+  for (const auto& a : args) visit(a);
+  return named ? *named : seen ? *seen : current_device();
+}
+
 at::Tensor make_tensor(c10::Storage storage, caffe2::TypeMeta dtype, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                        int64_t offset) {
   auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
@@ -177,7 +207,7 @@ void collect_storages(const c10::IValue& v, std::unordered_map<uint64_t, c10::St
 }
 
 c10::IValue read_result(Reader& r, const c10::TypePtr& type, const std::unordered_map<uint64_t, c10::Storage>& known,
-                        int depth = 0) {
+                        c10::DeviceIndex device, int depth = 0) {
   TORCH_CHECK(depth <= static_cast<int>(kMaxListDepth), "rgpu: malformed result from rgpu-opserver (lists nested too deep)");
   uint8_t tag = r.u8();
   switch (tag) {
@@ -203,7 +233,7 @@ c10::IValue read_result(Reader& r, const c10::TypePtr& type, const std::unordere
                   "rgpu: malformed result from rgpu-opserver");
       c10::Storage s;
       if (fresh) {
-        s = storage_for_id(id, nbytes);
+        s = storage_for_id(id, nbytes, device);
       } else {
         auto it = known.find(id);
         TORCH_CHECK(it != known.end(), "rgpu: rgpu-opserver returned a view of a storage this op was not given");
@@ -220,14 +250,14 @@ c10::IValue read_result(Reader& r, const c10::TypePtr& type, const std::unordere
       if (elem->kind() == c10::TypeKind::TensorType) {
         c10::List<at::Tensor> out;
         for (uint32_t k = 0; k < n; ++k) {
-          c10::IValue e = read_result(r, elem, known, depth + 1);
+          c10::IValue e = read_result(r, elem, known, device, depth + 1);
           TORCH_CHECK(e.isTensor(), "rgpu: malformed result from rgpu-opserver (a list of tensors holds ", e.tagKind(), ")");
           out.push_back(e.toTensor());
         }
         return out;
       }
       c10::impl::GenericList out(elem);
-      for (uint32_t k = 0; k < n; ++k) out.push_back(read_result(r, elem, known, depth + 1));
+      for (uint32_t k = 0; k < n; ++k) out.push_back(read_result(r, elem, known, device, depth + 1));
       return out;
     }
     default:
@@ -238,6 +268,7 @@ c10::IValue read_result(Reader& r, const c10::TypePtr& type, const std::unordere
 // The waiting path: the server runs the op and describes what it returned.
 void call_and_wait(const c10::OperatorHandle& op, std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
+  const c10::DeviceIndex device = op_device(args);
   Connection& c = Connection::get();
   Writer w;
   put_call_head(w, schema, args);
@@ -253,7 +284,7 @@ void call_and_wait(const c10::OperatorHandle& op, std::vector<c10::IValue>& args
   const OpInfo& info = op_info(op);
   std::vector<c10::IValue> results;
   for (size_t i = 0; i < schema.returns().size(); ++i) {
-    c10::IValue v = read_result(r, schema.returns()[i].type(), known);
+    c10::IValue v = read_result(r, schema.returns()[i].type(), known, device);
     int j = info.aliased[i];
     if (j >= 0) {
       // An out= or in-place result is the argument itself, resized as the server resized it.
@@ -355,7 +386,8 @@ std::shared_ptr<const Plan> plan_on_meta(const c10::OperatorHandle& op, const Op
   return plan;
 }
 
-at::Tensor planned_tensor(const OutPlan& o, Connection& c, const std::vector<c10::Storage>& storages, Writer& outs) {
+at::Tensor planned_tensor(const OutPlan& o, Connection& c, const std::vector<c10::Storage>& storages, Writer& outs,
+                          c10::DeviceIndex device) {
   c10::Storage s;
   if (o.kind == OutPlan::kView) {
     s = storages.at(o.storage);
@@ -364,7 +396,7 @@ at::Tensor planned_tensor(const OutPlan& o, Connection& c, const std::vector<c10
     outs.put_u64(id);
     outs.put_u64(o.nbytes);
     put_shape(outs, static_cast<int8_t>(o.dtype), o.sizes.data(), o.strides.data(), o.sizes.size(), o.offset);
-    s = storage_for_id(id, o.nbytes);
+    s = storage_for_id(id, o.nbytes, device);
   }
   return make_tensor(std::move(s), caffe2::TypeMeta::fromScalarType(o.dtype), o.sizes, o.strides, o.offset);
 }
@@ -377,6 +409,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<c10::IValue> args(stack->end() - static_cast<long>(nargs), stack->end());
   const OpInfo& info = op_info(op);
   if (info.always_wait) return call_and_wait(op, args, stack);
+  const c10::DeviceIndex device = op_device(args);
 
   CallKey key(op, info, args);
   std::shared_ptr<const Plan> plan = find_plan(key);
@@ -411,12 +444,12 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         outs.put_u8(kOutIgnore);
         break;
       case OutPlan::kView:
-        results.emplace_back(planned_tensor(o, c, key.storages(), outs));
+        results.emplace_back(planned_tensor(o, c, key.storages(), outs, device));
         outs.put_u8(kOutIgnore);
         break;
       case OutPlan::kFresh:
         outs.put_u8(kOutTensor);
-        results.emplace_back(planned_tensor(o, c, key.storages(), outs));
+        results.emplace_back(planned_tensor(o, c, key.storages(), outs, device));
         send = true;
         break;
       case OutPlan::kList: {
@@ -425,7 +458,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         if (fresh) outs.put_u32(static_cast<uint32_t>(o.list.size()));
         c10::List<at::Tensor> out;
         out.reserve(o.list.size());
-        for (const OutPlan& e : o.list) out.push_back(planned_tensor(e, c, key.storages(), outs));
+        for (const OutPlan& e : o.list) out.push_back(planned_tensor(e, c, key.storages(), outs, device));
         results.emplace_back(std::move(out));
         send = send || fresh;
         break;

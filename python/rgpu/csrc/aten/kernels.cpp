@@ -2,6 +2,7 @@
 // touch the server's bytes, and the copies between host and device are where data moves. The
 // rest goes through the boxed fallback (aten/fallback.cpp). Registered in aten/register.cpp.
 #include <ATen/EmptyTensor.h>
+#include <c10/core/DeviceGuard.h>
 #include <ATen/ops/_copy_from_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -28,9 +29,11 @@ constexpr size_t kWriteChunk = 8u << 20;
 
 bool is_rgpu(const at::Tensor& t) { return t.defined() && t.device().type() == kDeviceType; }
 
-void check_device(std::optional<c10::Device> d) {
-  TORCH_CHECK(!d || d->type() != kDeviceType || !d->has_index() || d->index() == 0, "rgpu has one device, rgpu:0; got ",
-              *d);
+// The device a factory call names: its index, or the current device.
+c10::DeviceIndex index_of(std::optional<c10::Device> d) {
+  if (!d || d->type() != kDeviceType || !d->has_index()) return current_device();
+  check_device_index(d->index());
+  return d->index();
 }
 
 void check_layout(std::optional<c10::Layout> layout) {
@@ -67,16 +70,16 @@ void read(const at::Tensor& src, void* out, size_t nbytes) {
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
-  check_device(device);
   check_layout(layout);
+  c10::DeviceGuard guard(rgpu::torchdev::device(index_of(device)));  // the allocator allocates on the current device
   return at::detail::empty_generic(size, allocator(), kKeys, c10::dtype_or_default(dtype), memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                          std::optional<at::Layout> layout, std::optional<at::Device> device,
                          std::optional<bool> pin_memory) {
-  check_device(device);
   check_layout(layout);
+  c10::DeviceGuard guard(rgpu::torchdev::device(index_of(device)));
   return at::detail::empty_strided_generic(size, stride, allocator(), kKeys, c10::dtype_or_default(dtype));
 }
 
@@ -134,6 +137,7 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
 }
 
 at::Tensor& set_empty(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
   return set_storage(self, c10::Storage(c10::Storage::use_byte_size_t(), 0, allocator(), true), 0, {0}, {});
 }
 

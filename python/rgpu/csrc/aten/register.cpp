@@ -24,6 +24,20 @@ std::string server_info() {
 
 void connect() { Connection::get(); }
 
+// torch.rgpu.device_count / current_device / set_device (python/rgpu/device.py).
+int64_t device_count_op() { return device_count(); }
+int64_t current_device_op() { return current_device(); }
+void set_device_op(int64_t index) {
+  TORCH_CHECK_INDEX(index >= 0 && index < 128, "rgpu:", index, " is not a device index");
+  set_current_device(static_cast<c10::DeviceIndex>(index));
+}
+// Sets the current device and returns the previous one (torch.rgpu.device, as a context).
+int64_t exchange_device_op(int64_t index) {
+  int64_t old = current_device();
+  set_device_op(index);
+  return old;
+}
+
 // [calls that waited for the server, one-way calls, bytes sent] since connect, then [meta cache
 // hits, misses, uncacheable calls] since start: what tests and benchmarks count round trips
 // with (python/rgpu/device.py names them).
@@ -94,6 +108,10 @@ TORCH_LIBRARY(rgpu, m) {
   m.def("manual_seed(int seed) -> ()", &manual_seed);
   m.def("server_info() -> str", &server_info);
   m.def("connect() -> ()", &connect);
+  m.def("device_count() -> int", &device_count_op);
+  m.def("current_device() -> int", &current_device_op);
+  m.def("set_device(int index) -> ()", &set_device_op);
+  m.def("exchange_device(int index) -> int", &exchange_device_op);
   m.def("stats() -> int[]", &stats);
   m.def("waits_by_reason() -> (str[], int[])", &waits_by_reason);
 }

@@ -24,16 +24,17 @@ void free_remote(void* ctx) {
   delete rs;
 }
 
-c10::DataPtr data_ptr_for(uint64_t id) {
+c10::DataPtr data_ptr_for(uint64_t id, c10::DeviceIndex index) {
   // A fake address, unique per storage: 16 MiB apart, never dereferenced.
   void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(id) << 24);
-  return c10::DataPtr(fake, new RemoteStorage{id}, &free_remote, device());
+  return c10::DataPtr(fake, new RemoteStorage{id}, &free_remote, device(index));
 }
 
 class RgpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
-    return data_ptr_for(Connection::get().allocate(nbytes));
+    c10::DeviceIndex index = current_device();
+    return data_ptr_for(Connection::get().allocate(nbytes, static_cast<uint8_t>(index)), index);
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void*, const void*, std::size_t) const override {
@@ -49,9 +50,9 @@ REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 c10::Allocator* allocator() { return &g_allocator; }
 
-c10::Storage storage_for_id(uint64_t id, size_t nbytes) {
+c10::Storage storage_for_id(uint64_t id, size_t nbytes, c10::DeviceIndex device) {
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
-                                                           data_ptr_for(id), &g_allocator, /*resizable=*/true));
+                                                           data_ptr_for(id, device), &g_allocator, /*resizable=*/true));
 }
 
 uint64_t storage_id(const c10::Storage& s) {

@@ -135,7 +135,10 @@ void Connection::connect() {
   server_torch_ = r.str(64);
   server_device_ = r.str(64);
   TORCH_CHECK(!st.failed, "rgpu-opserver at ", address_, " refused this client: ", st.message);
+  device_count_ = r.get<int32_t>();
   TORCH_CHECK(r.ok(), "rgpu-opserver at ", address_, " sent a malformed hello reply");
+  TORCH_CHECK(device_count_ >= 1 && device_count_ <= kMaxDevices, "rgpu-opserver at ", address_,
+              " presents ", device_count_, " devices; rgpu supports 1 to ", kMaxDevices);
   net::set_recv_timeout(fd_, 0);
   net::set_buffers(fd_, 4 << 20);
   next_id_ = kFirstStorageId;
@@ -149,10 +152,10 @@ uint64_t Connection::mint(uint64_t n) {
   return id;
 }
 
-uint64_t Connection::allocate(uint64_t nbytes) {
+uint64_t Connection::allocate(uint64_t nbytes, uint8_t device) {
   std::lock_guard<std::mutex> lk(mu_);
   uint64_t id = next_id_++;
-  pending_allocs_.emplace_back(id, nbytes);
+  pending_allocs_.push_back({id, nbytes, device});
   if (pending_allocs_.size() + pending_frees_.size() >= kMaxPendingStorage) post_storage_locked();
   schedule_flush_locked();
   return id;
@@ -172,7 +175,7 @@ void Connection::release(uint64_t id) noexcept {
 
 void Connection::append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload) {
   const size_t changes = pending_allocs_.size() + pending_frees_.size();
-  const size_t prefix = changes ? 8 + 16 * pending_allocs_.size() + 8 * pending_frees_.size() : 0;
+  const size_t prefix = changes ? 8 + 17 * pending_allocs_.size() + 8 * pending_frees_.size() : 0;
   TORCH_CHECK(payload.size() + prefix <= proto::kMaxPayload, "rgpu: a single op's arguments exceed ",
               proto::kMaxPayload >> 20, " MiB; pass large host tensors through .to(\"rgpu\") first");
   if (changes) flags |= kWithStorage;
@@ -182,9 +185,10 @@ void Connection::append_frame(uint16_t op, uint16_t flags, uint32_t request_id, 
   if (changes) {
     Writer w;
     w.put_u32(static_cast<uint32_t>(pending_allocs_.size()));
-    for (const auto& [id, nbytes] : pending_allocs_) {
-      w.put_u64(id);
-      w.put_u64(nbytes);
+    for (const PendingAlloc& a : pending_allocs_) {
+      w.put_u64(a.id);
+      w.put_u64(a.nbytes);
+      w.put_u8(a.device);
     }
     w.put_u32(static_cast<uint32_t>(pending_frees_.size()));
     for (uint64_t id : pending_frees_) w.put_u64(id);

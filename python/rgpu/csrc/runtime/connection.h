@@ -42,14 +42,16 @@ class Connection {
   Bytes call(uint16_t op, const Writer& payload, const std::string& why, void* bulk = nullptr, size_t bulk_len = 0);
   // Reserves n consecutive storage ids; returns the first.
   uint64_t mint(uint64_t n = 1);
-  // Mints a storage id and queues its allocation of nbytes on the server; returns the id.
-  uint64_t allocate(uint64_t nbytes);
+  // Mints a storage id and queues its allocation of nbytes on the server's device; returns the id.
+  uint64_t allocate(uint64_t nbytes, uint8_t device);
   // Queues the free of a storage id (from a deleter: never throws).
   void release(uint64_t id) noexcept;
 
   const std::string& address() const { return address_; }
   const std::string& server_torch() const { return server_torch_; }
   const std::string& server_device() const { return server_device_; }
+  // The devices the server presents (rgpu:0 .. rgpu:N-1), from its hello.
+  int device_count() const { return device_count_; }
 
   // Calls that waited for a reply, and one-way calls posted, since connect (kTorchStorage
   // frames count as one-way calls; allocations and frees that ride in other frames do not).
@@ -79,6 +81,7 @@ class Connection {
   int fd_ = -1;
   int pid_ = 0;  // the process that connected
   std::string address_, server_torch_, server_device_;
+  int device_count_ = 1;
   std::mutex mu_;        // queue_, writes to the socket
   std::mutex call_mu_;   // one request waiting for its reply at a time
   std::condition_variable cv_;
@@ -89,7 +92,11 @@ class Connection {
   uint32_t next_request_ = 1;
   uint64_t next_id_ = 0;
   // Storage changes not yet in a frame (protocol/torch_wire.h, kWithStorage), under mu_.
-  std::vector<std::pair<uint64_t, uint64_t>> pending_allocs_;  // id, nbytes
+  struct PendingAlloc {
+    uint64_t id, nbytes;
+    uint8_t device;
+  };
+  std::vector<PendingAlloc> pending_allocs_;
   std::vector<uint64_t> pending_frees_;
   uint64_t frames_ = 0;  // frames appended since connect, under mu_ (the flusher's idleness test)
   std::map<std::string, uint64_t> waits_by_reason_;  // under mu_

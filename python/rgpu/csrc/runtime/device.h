@@ -15,14 +15,27 @@
 namespace rgpu::torchdev {
 
 inline constexpr c10::DeviceType kDeviceType = c10::DeviceType::PrivateUse1;
-inline c10::Device device() { return c10::Device(kDeviceType, 0); }
 
-// The allocator registered for PrivateUse1. allocate() mints an id and queues its allocation
-// (it travels with the connection's next frame).
+// Devices (runtime/guard.cpp): rgpu:0 .. rgpu:N-1, the devices the server presents (its hello
+// says how many). Each thread has a current device (torch.rgpu.set_device, device guards), 0
+// at start: where allocations go and what "rgpu" without an index means.
+c10::DeviceIndex current_device();
+// Sets the calling thread's current device; throws torch's error for an index past the count.
+void set_current_device(c10::DeviceIndex index);
+// How many devices the server presents (connects on first use; throws what connecting threw).
+c10::DeviceIndex device_count();
+// Throws when index names no device of the server ("rgpu:3 does not exist...").
+void check_device_index(c10::DeviceIndex index);
+inline c10::Device device() { return c10::Device(kDeviceType, current_device()); }
+inline c10::Device device(c10::DeviceIndex index) { return c10::Device(kDeviceType, index); }
+
+// The allocator registered for PrivateUse1. allocate() mints an id and queues its allocation on
+// the current device (it travels with the connection's next frame).
 c10::Allocator* allocator();
 
-// A storage for an id the server will bind by itself (an op's output): nothing is posted.
-c10::Storage storage_for_id(uint64_t id, size_t nbytes);
+// A storage on rgpu:device for an id the server will bind by itself (an op's output): nothing
+// is posted.
+c10::Storage storage_for_id(uint64_t id, size_t nbytes, c10::DeviceIndex device);
 
 // The server-side id of an rgpu storage; throws when the storage is not rgpu's.
 uint64_t storage_id(const c10::Storage& s);

@@ -12,13 +12,16 @@ struct RgpuHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
-  c10::DeviceIndex deviceCount() const override { return 1; }
-  c10::DeviceIndex getCurrentDevice() const override { return 0; }
-  void setCurrentDevice(c10::DeviceIndex d) const override {
-    TORCH_CHECK(d == 0, "rgpu has one device, rgpu:0; got index ", static_cast<int>(d));
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    c10::DeviceIndex old = current_device();
+    set_current_device(d);
+    return old;
   }
-  c10::DeviceIndex exchangeDevice(c10::DeviceIndex) const override { return 0; }
-  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex) const override { return 0; }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  // Storage addresses are not real (runtime/device.h): the current device is the best answer.
   at::Device getDeviceFromPtr(void*) const override { return device(); }
   bool isPinnedPtr(const void*) const override { return false; }
   at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
