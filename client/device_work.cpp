@@ -40,7 +40,7 @@ constexpr uint16_t kInvisibleControl[] = {
     proto::kOpSnapshot,           proto::kOpModuleByHash,   proto::kOpToolsContextObject,
     proto::kOpModuleFunctions,    proto::kOpExportTableInfo, proto::kOpSessions,
     proto::kOpParamLayout,        proto::kOpFuncAttributes, proto::kOpClusterOccupancyTable,
-    proto::kOpAllocAhead,         proto::kOpAllocMany,
+    proto::kOpAllocAhead,         proto::kOpAllocMany,      proto::kOpClusterTopology,
 };
 
 struct Tables {

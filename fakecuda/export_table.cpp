@@ -1,4 +1,4 @@
-// cuGetExportTable: the two private tables whose slots rgpu-server asks the driver for on the
+// cuGetExportTable: the three private tables whose slots rgpu-server asks the driver for on the
 // client's behalf (server/handlers/dark_api.cpp), shaped as driver 580 serves them (sizes and
 // signatures in client/dark_api/README.md). Every other UUID is refused with
 // CUDA_ERROR_INVALID_VALUE, as the real driver refuses one it does not know; every other slot
@@ -10,7 +10,14 @@
 // other streams).
 // TOOLS_MODULE 7 `(ctx, module, cb, user)` calls cb(user, function, name) for each function of the
 // module in image order and returns how many it called (a count, not a CUresult).
+// CUBLASLT_1734DC26 4 `(void **data, u64 *token)` hands out the current context's device's GPC
+// of each TPC, one byte each (client/dark_api/cluster_topology.cpp says how that was read out of
+// cuBLASLt); 13 `(data, token)` takes it back. An H200 has 66 TPCs (132 SMs) in 8 GPCs; which
+// GPC has how many differs from chip to chip (floorsweeping), so the fake's split (9, 9, then
+// 8 each) is a plausible one, not a measured one.
 #include <array>
+#include <iterator>
+#include <memory>
 #include <map>
 #include <cstring>
 
@@ -80,10 +87,41 @@ uint64_t module_functions(CUcontext, CUmodule mod, FunctionVisitor visit, void* 
   return found.size();
 }
 
+constexpr int kTpcsPerGpc[] = {9, 9, 8, 8, 8, 8, 8, 8};  // 66 TPCs: the H200's 132 SMs, 2 per TPC
+
+// The handed-out blocks (g_mu guards it), so that slot 13 refuses what slot 4 did not hand out.
+std::map<void*, std::unique_ptr<uint8_t[]>>& topologies() {
+  static auto* m = new std::map<void*, std::unique_ptr<uint8_t[]>>();
+  return *m;
+}
+
+CUresult cluster_topology(void** data, uint64_t* token) {
+  if (!data || !token) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  std::unique_ptr<uint8_t[]> bytes(new uint8_t[66]);
+  size_t n = 0;
+  for (int gpc = 0; gpc < int(std::size(kTpcsPerGpc)); ++gpc)
+    for (int i = 0; i < kTpcsPerGpc[gpc]; ++i) bytes[n++] = static_cast<uint8_t>(gpc);
+  std::lock_guard lk(g_mu);
+  *data = bytes.get();
+  *token = n;
+  topologies().emplace(bytes.get(), std::move(bytes));
+  return CUDA_SUCCESS;
+}
+
+CUresult cluster_topology_free(void* data, uint64_t) {
+  std::lock_guard lk(g_mu);
+  return topologies().erase(data) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 const CUuuid kToolsContext = {{0x21, 0x31, char(0x8c), 0x60, char(0x97), 0x14, 0x32, 0x48, char(0x8c), char(0xa6),
                                0x41, char(0xff), 0x73, 0x24, char(0xc8), char(0xf2)}};
 const CUuuid kToolsModule = {{0x6e, 0x16, 0x3f, char(0xbe), char(0xb9), 0x58, 0x44, 0x4d, char(0x83), 0x5c,
                               char(0xe1), char(0x82), char(0xaf), char(0xf1), char(0x99), 0x1e}};
+
+const CUuuid kCublasLt1734 = {{0x17, 0x34, char(0xdc), 0x26, char(0x80), 0x0d, 0x47, 0x45, char(0x87), 0x26,
+                               char(0xc0), char(0xf1), char(0xe7), char(0xdd), char(0x8b), char(0xca)}};
 
 }  // namespace
 
@@ -100,8 +138,15 @@ FAKE_API CUresult CUDAAPI cuGetExportTable(const void** table, const CUuuid* id)
     t[7] = reinterpret_cast<const void*>(&module_functions);
     return t;
   }();
+  static const auto cublaslt = [] {
+    auto t = table_of_stubs<17>();
+    t[4] = reinterpret_cast<const void*>(&cluster_topology);
+    t[13] = reinterpret_cast<const void*>(&cluster_topology_free);
+    return t;
+  }();
   if (!std::memcmp(id, &kToolsContext, sizeof *id)) *table = tools_context.data();
   else if (!std::memcmp(id, &kToolsModule, sizeof *id)) *table = tools_module.data();
+  else if (!std::memcmp(id, &kCublasLt1734, sizeof *id)) *table = cublaslt.data();
   else return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
 }

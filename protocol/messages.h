@@ -217,6 +217,13 @@ enum Op : uint16_t {
   // Reply: CUresult; on success u32 k, k × (u32 n, n × u64 address): n ≤ count (the server stops
   // at the first allocation that fails or would leave less than a quarter of the device free).
   kOpAllocMany = 46,
+  // CUBLASLT_1734DC26 slot 4 (client/dark_api/cluster_topology.cpp has what is known of it): the
+  // byte per TPC that cuBLASLt reads to lay thread-block clusters out over the GPCs. Request: u64
+  // context (client handle; 0: the calling thread's current context). Reply: CUresult of slot 4;
+  // on success u32 n (≤ kMaxClusterTopology), then n bytes: the first n of what the slot handed
+  // out, n = the context's device's multiprocessor count / 2 (what cuBLASLt 13.0 reads), or 0
+  // when the slot handed out no data. The server hands the data back to its driver (slot 13).
+  kOpClusterTopology = 47,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
@@ -234,6 +241,8 @@ inline constexpr uint32_t kMaxParamLayout = 4096;
 inline constexpr uint32_t kMaxFuncAttributes = 64;
 // kOpClusterOccupancyTable answers at most this many cluster widths.
 inline constexpr uint32_t kMaxClusterTable = 64;
+// kOpClusterTopology answers at most this many bytes.
+inline constexpr uint32_t kMaxClusterTopology = 4096;
 // kOpAllocAhead makes at most this many further allocations, of at most this many bytes in all.
 inline constexpr uint32_t kMaxAllocAhead = 32;
 inline constexpr uint64_t kMaxAllocAheadBytes = 256ull << 20;

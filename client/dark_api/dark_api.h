@@ -100,9 +100,10 @@ void cls_context_destroyed(CUcontext ctx);             // context_local_storage.
 void tools_context_destroyed(CUcontext ctx);           // tools_context.cpp: number and object
 
 // For tests: how many times TOOLS_CONTEXT slot 51 has asked the server (tools_context.cpp), and
-// TOOLS_MODULE slot 7 (tools_module.cpp).
+// TOOLS_MODULE slot 7 (tools_module.cpp), and CUBLASLT_1734DC26 slot 4 (cluster_topology.cpp).
 uint64_t tools_context_server_queries();
 uint64_t tools_module_server_queries();
+uint64_t cluster_topology_server_queries();
 
 // Accessors of the tables with implemented slots, one per file.
 const void* cudart_interface_table();       // cudart_interface.cpp
@@ -115,6 +116,7 @@ const void* integrity_check_table();        // integrity_check.cpp
 const void* tools_context_table();          // tools_context.cpp
 const void* tools_module_table();           // tools_module.cpp
 const void* nvrtc_cache_table();            // nvrtc_cache.cpp
+const void* cublaslt_1734_table();          // cluster_topology.cpp
 
 // What NVRTC's cache (nvrtc_cache.cpp) has done in this process, for tests.
 struct NvrtcCacheCounts {

@@ -66,10 +66,10 @@ const TableSpec kTables[] = {
   {T::kToolsContext, "TOOLS_CONTEXT",
    U("21318c60971432488ca641ff7324c8f2"), 93, true,
    tools_context_table},
-  // cuBLASLt, slots 4 and 13 (bf16 matmul, AMP). Meaning unknown.
+  // cuBLASLt, slots 4 and 13 (bf16 matmul, AMP): the device's GPC of each TPC, and its release.
   {T::kCublasLt1734, "CUBLASLT_1734DC26",
    U("1734dc26800d47458726c0f1e7dd8bca"), 17, true,
-   stub_only_table<T::kCublasLt1734, 17, true>},
+   cublaslt_1734_table},
   // NVRTC keeps its compiles in the driver's compute cache through it; rgpu keeps them on the
   // client (nvrtc_cache.cpp).
   {T::kNvrtcCache, "NVRTC_CACHE",

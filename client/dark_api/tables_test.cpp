@@ -68,7 +68,7 @@ TEST(ExportTables, UnimplementedSlotsRefuseWithNotSupported) {
   using AnySlot = CUresult (*)(void*, void*, void*, void*, void*, void*);
   int scratch[64] = {};
   for (auto [id, slot] : {std::pair{TableId::kToolsContext, 40u}, {TableId::kToolsContext, 50u},
-                          {TableId::kToolsModule, 8u}, {TableId::kNvrtcCache, 5u}, {TableId::kCublasLt1734, 4u},
+                          {TableId::kToolsModule, 8u}, {TableId::kNvrtcCache, 5u}, {TableId::kCublasLt1734, 5u},
                           {TableId::kHeapAccess, 1u}, {TableId::kCtxCreateBypass, 1u}, {TableId::kCudartF8cf, 2u}}) {
     auto fn = testing::slot<AnySlot>(id, slot);
     // Twice: the second call is silent but refuses the same way.

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -235,6 +237,46 @@ TEST_F(ToolsTables, PrimaryContextResetForgetsTheCachedObject) {
   EXPECT_EQ(tools_context_server_queries(), asked + 1);
   EXPECT_NE(after, before);
   EXPECT_EQ(query_slot()(again, after, &value), CUDA_SUCCESS);
+}
+
+using ClusterTopology = CUresult (*)(void**, uint64_t*);
+using ClusterTopologyFree = CUresult (*)(void*, uint64_t);
+ClusterTopology topology_slot() { return testing::slot<ClusterTopology>(TableId::kCublasLt1734, 4); }
+ClusterTopologyFree topology_free_slot() { return testing::slot<ClusterTopologyFree>(TableId::kCublasLt1734, 13); }
+
+// CUBLASLT_1734DC26 4 and 13 (cluster_topology.cpp): cuBLASLt's first clustered matmul (every
+// bf16 one) asked slot 4, a stub that answered CUDA_ERROR_NOT_SUPPORTED. The server's driver
+// answers: the fake's GPC of each of an H200's 66 TPCs (fakecuda/export_table.cpp).
+TEST_F(ToolsTables, ClusterTopologyIsTheServersDriversGpcOfEachTpcAskedOncePerDevice) {
+  const uint64_t asked_before = cluster_topology_server_queries();
+  std::vector<void*> copies;
+  for (int i = 0; i < 3; ++i) {
+    void* data = nullptr;
+    uint64_t token = 0;
+    ASSERT_EQ(topology_slot()(&data, &token), CUDA_SUCCESS);
+    ASSERT_NE(data, nullptr);
+    ASSERT_EQ(token, 66u);  // the shim's token: the byte count, one per TPC (132 SMs / 2)
+    std::map<int, int> tpcs_per_gpc;
+    for (size_t t = 0; t < token; ++t) ++tpcs_per_gpc[static_cast<const uint8_t*>(data)[t]];
+    EXPECT_EQ(tpcs_per_gpc, (std::map<int, int>{{0, 9}, {1, 9}, {2, 8}, {3, 8}, {4, 8}, {5, 8}, {6, 8}, {7, 8}}));
+    copies.push_back(data);
+  }
+  EXPECT_LE(cluster_topology_server_queries(), asked_before + 1);  // none when an earlier test asked
+  for (void* data : copies) EXPECT_EQ(topology_free_slot()(data, 66), CUDA_SUCCESS);
+  // What slot 4 did not hand out, or has taken back, is refused.
+  EXPECT_EQ(topology_free_slot()(copies[0], 66), CUDA_ERROR_INVALID_VALUE);
+  int not_handed_out = 0;
+  EXPECT_EQ(topology_free_slot()(&not_handed_out, 4), CUDA_ERROR_INVALID_VALUE);
+  uint64_t token = 0;
+  void* data = nullptr;
+  EXPECT_EQ(topology_slot()(nullptr, &token), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(topology_slot()(&data, nullptr), CUDA_ERROR_INVALID_VALUE);
+  std::thread([] {  // no current context
+    void* d = nullptr;
+    uint64_t t = 0;
+    EXPECT_EQ(topology_slot()(&d, &t), CUDA_ERROR_INVALID_CONTEXT);
+    EXPECT_EQ(d, nullptr);
+  }).join();
 }
 
 }  // namespace

@@ -210,6 +210,7 @@ Handler control_handler(uint16_t op) {
     case proto::kOpModuleByHash: return module_by_hash;
     case proto::kOpToolsContextObject: return tools_context_object;
     case proto::kOpModuleFunctions: return module_functions;
+    case proto::kOpClusterTopology: return cluster_topology;
     case proto::kOpExportTableInfo: return export_table_info;
     case proto::kOpParamLayout: return param_layout;
     case proto::kOpFuncAttributes: return func_attributes;

@@ -25,6 +25,8 @@ void cluster_occupancy_table(Dispatch& d);
 // (server/handlers/dark_api.cpp).
 void tools_context_object(Dispatch& d);
 void module_functions(Dispatch& d);
+// kOpClusterTopology: CUBLASLT_1734DC26 slot 4's bytes for a context (server/handlers/dark_api.cpp).
+void cluster_topology(Dispatch& d);
 // kOpExportTableInfo: whether the server's driver has an export table, and its first word.
 void export_table_info(Dispatch& d);
 // kOpSessions: the server's live sessions (implemented in server/session.cpp, which knows where

@@ -1,14 +1,16 @@
 // Export-table slots the client cannot answer itself (protocol/messages.h kOpToolsContextObject,
-// kOpModuleFunctions): run here on the driver's own tables, with the session's contexts and
+// kOpModuleFunctions, kOpClusterTopology): run here on the driver's own tables, with the session's contexts and
 // modules. What the driver hands back (its objects, its function pointers) stays in this process;
 // the client gets values and names. Signatures: client/dark_api/README.md.
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/log.h"
+#include "protocol/messages.h"
 #include "server/handlers/control.h"
 
 namespace rgpu::server::handlers {
@@ -18,12 +20,17 @@ constexpr CUuuid kToolsContext = {{0x21, 0x31, char(0x8c), 0x60, char(0x97), 0x1
                                    char(0xa6), 0x41, char(0xff), 0x73, 0x24, char(0xc8), char(0xf2)}};
 constexpr CUuuid kToolsModule = {{0x6e, 0x16, 0x3f, char(0xbe), char(0xb9), 0x58, 0x44, 0x4d, char(0x83), 0x5c,
                                   char(0xe1), char(0x82), char(0xaf), char(0xf1), char(0x99), 0x1e}};
+constexpr CUuuid kCublasLt1734 = {{0x17, 0x34, char(0xdc), 0x26, char(0x80), 0x0d, 0x47, 0x45, char(0x87), 0x26,
+                                   char(0xc0), char(0xf1), char(0xe7), char(0xdd), char(0x8b), char(0xca)}};
 constexpr unsigned kToolsContextObjectSlot = 51, kToolsContextQuerySlot = 39, kToolsModuleWalkSlot = 7;
+constexpr unsigned kClusterTopologySlot = 4, kClusterTopologyFreeSlot = 13;
 
 using ContextObjectFn = CUresult (*)(CUcontext, CUstream, void**);
 using ContextQueryFn = CUresult (*)(CUcontext, void*, void*);
 using FunctionVisitor = int (*)(void* user, CUfunction f, const char* name);
 using ModuleWalkFn = uint64_t (*)(CUcontext, CUmodule, FunctionVisitor, void*);
+using ClusterTopologyFn = CUresult (*)(void** data, uint64_t* token);
+using ClusterTopologyFreeFn = CUresult (*)(void* data, uint64_t token);
 
 // Slot `slot` of the driver's table `id`, or nullptr (with a log line naming both) when the driver
 // has no such table or the table is too short. Asked every time: cuGetExportTable is a lookup.
@@ -108,6 +115,37 @@ void module_functions(Dispatch& d) {
   d.reply.put<int32_t>(CUDA_SUCCESS);
   d.reply.put_u32(static_cast<uint32_t>(v.names.size()));
   for (const auto& name : v.names) d.reply.put_str(name);
+}
+
+void cluster_topology(Dispatch& d) {
+  uint64_t ctx_id = d.args.u64();
+  if (!d.args.ok()) return;
+  CUcontext ctx;
+  if (CUresult rc = context_of(d, ctx_id, &ctx)) return d.reply.put<int32_t>(rc);
+  CUdevice dev = 0;
+  int sms = 0;
+  if (!d.drv.cuCtxPushCurrent_v2 || !d.drv.cuCtxPopCurrent_v2 || !d.drv.cuCtxGetDevice || !d.drv.cuDeviceGetAttribute)
+    return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  auto get = reinterpret_cast<ClusterTopologyFn>(driver_slot(d, kCublasLt1734, "CUBLASLT_1734DC26", kClusterTopologySlot));
+  auto release =
+      reinterpret_cast<ClusterTopologyFreeFn>(driver_slot(d, kCublasLt1734, "CUBLASLT_1734DC26", kClusterTopologyFreeSlot));
+  if (!get || !release) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  // Slot 4 takes no context: it answers for the current one, which is the request's while asked.
+  if (CUresult rc = d.drv.cuCtxPushCurrent_v2(ctx)) return d.reply.put<int32_t>(rc);
+  void* data = nullptr;
+  uint64_t token = 0;
+  CUresult rc = d.drv.cuCtxGetDevice(&dev);
+  if (rc == CUDA_SUCCESS) rc = d.drv.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  if (rc == CUDA_SUCCESS) rc = get(&data, &token);
+  CUcontext popped = nullptr;
+  d.drv.cuCtxPopCurrent_v2(&popped);
+  d.reply.put<int32_t>(rc);
+  if (rc != CUDA_SUCCESS) return;
+  // cuBLASLt 13.0 reads one byte per TPC (two SMs on compute capability 9.0) and nothing more.
+  uint32_t n = data ? static_cast<uint32_t>(std::min<int>(std::max(sms, 0) / 2, proto::kMaxClusterTopology)) : 0;
+  d.reply.put_u32(n);
+  if (n) d.reply.append(data, n);
+  if (data) release(data, token);
 }
 
 void export_table_info(Dispatch& d) {

@@ -222,6 +222,7 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   seed(op::cuDeviceGetName, [](rgpu::Writer& w) { w.put_u8(1), w.put_i32(64), w.put_i32(0); });
   seed(op::cuModuleUnload, [](rgpu::Writer& w) { w.put_u64(kModule); });
   seed(op::cuModuleGetFunction, [](rgpu::Writer& w) { w.put_u64(0x2001), w.put_u64(kModule), w.put_str("rgpu_fill_u32"); });
+  seed(rgpu::proto::kOpClusterTopology, [](rgpu::Writer& w) { w.put_u64(0); });  // the current context
   seed(op::cuFuncGetParamInfo, [](rgpu::Writer& w) { w.put_u64(kFunc), w.put_u64(1); });
   seed(op::cuModuleLoadData, [&](rgpu::Writer& w) { w.put_u64(0x2002), w.put_bytes(g_image.data(), g_image.size()); });
   // rgpu_fill_u32(unsigned* p, unsigned value, unsigned long long n): layout (0,8) (8,4) (16,8).

@@ -97,6 +97,12 @@ pair runtime_needs_test $IMAGE
 for prog in memcpy2d_test extras_test exit_teardown_test printf_test managed_test; do pair $prog $IMAGE; done
 pair graph_test $IMAGE build/tests/kernels/test_kernels.ptx
 pair mapped_traffic_test
+# CUBLASLT_1734DC26 slot 4: the real driver's GPC of each TPC, and the same through rgpu (the token
+# is the shim's own there, so only the GPCs are compared).
+pair cluster_topology_test
+grep -h "cluster_topology_test: token" "$OUT/cluster_topology_test_local.log" "$OUT/cluster_topology_test_rgpu.log"
+[ "$(grep -o 'TPCs in.*' "$OUT/cluster_topology_test_local.log")" = "$(grep -o 'TPCs in.*' "$OUT/cluster_topology_test_rgpu.log")" ] ||
+  { echo "  cluster_topology_test: rgpu's GPCs differ from the real driver's"; status=1; }
 fi
 
 if want conformance; then
