@@ -300,6 +300,20 @@ void context() {
   put("set limit printf fifo 2 MiB", CU(cuCtxSetLimit, CU_LIMIT_PRINTF_FIFO_SIZE, 2 << 20));
   put("limit printf fifo after set", CU(cuCtxGetLimit, &val, CU_LIMIT_PRINTF_FIFO_SIZE), fmt("%zu", val));
   put("set limit 99", CU(cuCtxSetLimit, static_cast<CUlimit>(99), 1));
+  // The fake's guesses (fakecuda/context.cpp kLimits): query-only and cc 9.0 refusals, the L2
+  // fetch hint's range, the persisting L2 size's clamp.
+  for (CUlimit l : {CU_LIMIT_SHMEM_SIZE, CU_LIMIT_CIG_ENABLED, CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH,
+                    CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED}) {
+    put(fmt("set limit %d to 0", int(l)), CU(cuCtxSetLimit, l, 0));
+    put(fmt("limit %d after set", int(l)), CU(cuCtxGetLimit, &val, l), fmt("%zu", val));
+  }
+  for (size_t v : {size_t(64), size_t(129), size_t(1000)}) {
+    put(fmt("set limit l2 fetch %zu", v), CU(cuCtxSetLimit, CU_LIMIT_MAX_L2_FETCH_GRANULARITY, v));
+    put(fmt("limit l2 fetch after set %zu", v), CU(cuCtxGetLimit, &val, CU_LIMIT_MAX_L2_FETCH_GRANULARITY), fmt("%zu", val));
+  }
+  put("set limit persisting l2 1 TiB", CU(cuCtxSetLimit, CU_LIMIT_PERSISTING_L2_CACHE_SIZE, size_t(1) << 40));
+  put("limit persisting l2 after set", CU(cuCtxGetLimit, &val, CU_LIMIT_PERSISTING_L2_CACHE_SIZE), fmt("%zu", val));
+  put("set limit persisting l2 0", CU(cuCtxSetLimit, CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0));
   size_t free_b = 0, total_b = 0;
   put("mem info", CU(cuMemGetInfo, &free_b, &total_b),
       fmt("total %zu MiB, free <= total %d", total_b >> 20, free_b <= total_b));
