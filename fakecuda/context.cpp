@@ -38,9 +38,14 @@ bool usable_locked(CUctx_st* c) { return ctx_alive_locked(c) && (!c->primary || 
 // Every CUlimit cuda.h 13.0 declares, with what a fresh context on an H200 under driver 580
 // answers, and how cuCtxSetLimit treats it. Values the header documents (the printf FIFO, the
 // heap, the launch counts) are the driver's; the rest are marked "guess" until the conformance
-// program has compared them with the GPU's. cuBLASLt 13's cublasLtCreate asks
-// for CU_LIMIT_CIG_ENABLED; answering it CUDA_ERROR_UNSUPPORTED_LIMIT stopped every cuBLAS
-// program on the fake (FakeLimits.* in fakecuda_test pin this table).
+// program has compared them with the GPU's. cuBLASLt 13 asks for CU_LIMIT_CIG_ENABLED when it
+// sets up a handle (cublasLtCtxInit, from cublasCreate_v2 too); it takes SUCCESS,
+// INVALID_CONTEXT and INVALID_VALUE in its stride, but on any other answer (the fake's
+// UNSUPPORTED_LIMIT, when it knew only limits 0 to 6) it skips copying the device's description
+// into the handle's block and still reports success, so every later heuristic read malloc'd
+// garbage: crashes and CUBLAS_STATUS_NOT_SUPPORTED/INTERNAL_ERROR that varied with the heap.
+// Pinned by fakecuda_test Fake.AnswersEveryLimitCudaHDeclaresWithTheDriversDefaults and
+// tests/e2e/test_torch_train.py.
 enum class SetRule {
   kStore,        // kept as given
   kL2Hint,       // a hint of 0..128 bytes; above that CUDA_ERROR_INVALID_VALUE (guess)
