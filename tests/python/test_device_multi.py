@@ -187,3 +187,38 @@ assert any("cannot reach rgpu-opserver" in str(x.message) for x in w), [str(x.me
 raises(lambda: torch.ones(1, device="rgpu"), "cannot reach rgpu-opserver")
 """, env_extra={"RGPU_OPSERVER": f"127.0.0.1:{free_port()}"})
     assert p.returncode == 0, p.stderr[-3000:]
+
+
+def test_a_model_split_over_two_devices_with_grad_scaler(two_devices):
+    """Model parallel: one layer on rgpu:0, one on rgpu:1, activations copied between them,
+    trained with GradScaler("rgpu") (one found_inf per device, the scale copied to each): equal
+    to the same model on the cpu, the step with an inf gradient on rgpu:1 skipped on both."""
+    run(two_devices, """
+import copy
+torch.manual_seed(0)
+ref = torch.nn.ModuleList([torch.nn.Linear(4, 6), torch.nn.Linear(6, 2)])
+split = copy.deepcopy(ref)
+split[0].to("rgpu:0"); split[1].to("rgpu:1")
+def fwd(m, x, devs):
+    return m[1](torch.tanh(m[0](x.to(devs[0]))).to(devs[1]))
+results = []
+for m, devs, kind in ((ref, ("cpu", "cpu"), "cpu"), (split, ("rgpu:0", "rgpu:1"), "rgpu")):
+    torch.manual_seed(1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(kind, init_scale=1024.0, growth_interval=1)
+    scales = []
+    for step in range(4):
+        x, y = torch.randn(3, 4), torch.randn(3, 2)
+        opt.zero_grad()
+        scaler.scale(torch.nn.functional.mse_loss(fwd(m, x, devs), y.to(devs[1]))).backward()
+        if step == 2:
+            m[1].weight.grad.view(-1)[0] = float("inf")
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    results.append(scales)
+assert results[0] == results[1] == [2048.0, 4096.0, 2048.0, 4096.0], results
+assert split[0].weight.device.index == 0 and split[1].weight.device.index == 1
+for p, q in zip(ref.parameters(), split.parameters()):
+    torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-6, atol=1e-6)
+""")
