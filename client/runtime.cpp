@@ -1,7 +1,6 @@
 // Implementation of client/runtime.h and of the parts of client/call.h that are not per call:
 // handle minting, tracing, the NOT_SUPPORTED stub.
 #include "client/runtime.h"
-#include "client/mapped_memory.h"
 
 #include <unistd.h>
 
@@ -14,9 +13,7 @@
 #include <mutex>
 
 #include "client/call.h"
-#include "client/host_memory.h"
 #include "client/contexts.h"
-#include "client/device_work.h"
 #include "client/stats.h"
 #include "common/crypto.h"
 #include "common/env.h"
@@ -161,6 +158,9 @@ CUresult init(unsigned flags) {
 }
 
 Connection* connection() { return g_conn; }
+CUresult no_connection_result() {
+  return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
+}
 const proto::Snapshot& snapshot() { return g_snapshot; }
 
 const proto::DeviceInfo* device_info(CUdevice client_ordinal) {
@@ -220,7 +220,6 @@ void trace_call(const char* name) {
   fflush(g_trace);
 }
 
-// A failed call's result on its own trace line, so a trace shows which call failed and how.
 void trace_result(uint16_t op, CUresult rc, bool deferred) {
   if (!g_trace) return;
   const char* name = op::name(op);
@@ -235,75 +234,6 @@ CUresult unsupported(const char* name) {
   trace_call(name);
   log::error("%s is not supported by rgpu yet (returning CUDA_ERROR_NOT_SUPPORTED)", name);
   return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-Call::Call(uint16_t op, CallKind kind) : op_(op), kind_(kind) {}
-
-CUresult Call::invoke() {
-  Connection* conn = g_conn;
-  if (!conn) return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
-  if (kind_ == kOneWay && batching()) {
-    device_work::note(op_, stream_);
-    if (!checked_) device_work::unanswered();
-    if (mapped::active()) mapped::push(thread_id(), op_);
-    if (!conn->send_oneway(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_))
-      return CUDA_ERROR_DEVICE_UNAVAILABLE;
-    count_call(op_, false);
-    return CUDA_SUCCESS;
-  }
-  CUresult rc = submit();
-  return rc == CUDA_SUCCESS ? finish() : rc;
-}
-
-CUresult Call::submit() {
-  Connection* conn = g_conn;
-  if (!conn) return g_init_done ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_NOT_INITIALIZED;
-  device_work::note(op_, stream_);
-  if (mapped::active()) mapped::push(thread_id(), op_);
-  slot_.sink = sink_;
-  slot_.sink_prefix = sink_ ? sizeof(proto::ReplyPrefix) + sink_prefix_ : 0;
-  slot_.sink_cap = sink_cap_;
-  id_ = conn->submit(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_, &slot_);
-  return id_ ? CUDA_SUCCESS : CUDA_ERROR_DEVICE_UNAVAILABLE;
-}
-
-CUresult Call::finish() {
-  Connection* conn = g_conn;
-  if (!conn || !id_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
-  const bool counting = stats::enabled();
-  std::chrono::steady_clock::time_point t0;
-  if (counting) t0 = std::chrono::steady_clock::now();
-  bool ok = conn->wait(id_, &slot_);
-  device_work::answered();  // the reply brings this thread's deferred errors
-  if (counting) {
-    auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
-    count_call(op_, true, static_cast<uint64_t>(us));
-  }
-  if (!ok) return CUDA_ERROR_DEVICE_UNAVAILABLE;
-  reply_buf_ = std::move(slot_.payload);
-  sink_received_ = slot_.sink_got;
-  Reader r(reply_buf_.data(), reply_buf_.size());
-  proto::ReplyPrefix prefix = r.get<proto::ReplyPrefix>();
-  int32_t own = r.get<int32_t>();
-  if (!r.ok()) {
-    log::error("rgpu-server sent a truncated reply to %s", op::name(op_) ? op::name(op_) : "a control message");
-    return CUDA_ERROR_DEVICE_UNAVAILABLE;
-  }
-  reply_reader_ = r;
-  deferred_ = static_cast<CUresult>(prefix.deferred_result);
-  if (prefix.deferred_result != CUDA_SUCCESS) {
-    const char* failed = op::name(prefix.deferred_op);
-    log::debug("an earlier one-way call %s failed with error %d; reporting it now", failed ? failed : "?",
-               prefix.deferred_result);
-    if (g_trace) trace_result(prefix.deferred_op, static_cast<CUresult>(prefix.deferred_result), true);
-    if (own == CUDA_SUCCESS) {
-      if (prefix.deferred_result == CUDA_ERROR_ILLEGAL_ADDRESS) explain_illegal_address();
-      return static_cast<CUresult>(prefix.deferred_result);
-    }
-  }
-  if (own != CUDA_SUCCESS && g_trace) trace_result(op_, static_cast<CUresult>(own), false);
-  if (own == CUDA_ERROR_ILLEGAL_ADDRESS || prefix.deferred_result == CUDA_ERROR_ILLEGAL_ADDRESS) explain_illegal_address();
-  return static_cast<CUresult>(own);
 }
 
 }  // namespace rgpu::client

@@ -19,6 +19,9 @@ namespace rgpu::client {
 CUresult init(unsigned flags);
 // The connection, or nullptr before a successful init().
 Connection* connection();
+// What a call answers without a connection: CUDA_ERROR_NOT_INITIALIZED before cuInit has been
+// tried, CUDA_ERROR_DEVICE_UNAVAILABLE after it failed.
+CUresult no_connection_result();
 // Valid after a successful init(). Its devices are the visible ones, by client ordinal
 // (CUDA_VISIBLE_DEVICES applied; server_device() maps an ordinal to the server's).
 const proto::Snapshot& snapshot();
@@ -32,6 +35,10 @@ bool batching();
 // The architecture (e.g. 90 for compute capability 9.0) whose code the driver will load from a
 // fatbin: that of the current context's device, else of device 0; 0 before cuInit.
 uint32_t image_arch();
+
+// RGPU_TRACE: a failed call's result on its own trace line, so a trace shows which call failed
+// and how (deferred: the error of an earlier one-way call, reported with this reply).
+void trace_result(uint16_t op, CUresult rc, bool deferred);
 
 // Call statistics, for RGPU_STATS (client/stats.h): one call of op; wait_us is how long a
 // waiting call blocked for its reply. A null-pointer check when RGPU_STATS is unset.

@@ -1,6 +1,6 @@
 // Kernel and function attributes, context limits and occupancy, answered from the client after
-// the first time (client/cached_answers.h). The PyTorch profile asks cuKernelGetAttribute 144
-// times, cuCtxGetLimit 24 and the occupancy calculator 5 times per training step, always the
+// the first time (client/driver/cached_answers.h). The PyTorch profile asks cuKernelGetAttribute
+// 144 times, cuCtxGetLimit 24 and the occupancy calculator 5 times per training step, always the
 // same questions; each was a round trip.
 //
 // Also cuOccupancyMaxActiveClusters (99 calls in the GPU ladder), cuCtxGetApiVersion and
@@ -38,9 +38,9 @@
 #include <tuple>
 
 #include "client/answer_store.h"
-#include "client/cached_answers.h"
 #include "client/call.h"
 #include "client/contexts.h"
+#include "client/driver/cached_answers.h"
 #include "client/modules.h"
 #include "client/runtime.h"
 #include "common/crypto.h"

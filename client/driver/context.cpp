@@ -10,10 +10,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "client/cached_answers.h"
 #include "client/call.h"
 #include "client/contexts.h"
 #include "client/dark_api/dark_api.h"
+#include "client/driver/cached_answers.h"
 #include "client/runtime.h"
 #include "common/log.h"
 #include "gen/client_forward.gen.h"

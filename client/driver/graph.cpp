@@ -6,9 +6,9 @@
 // point of the same name with the legacy struct rebuilt (server/handlers/graph.cpp).
 //
 // What runs where:
-//  - Kernel nodes: arguments are packed with the launch path's layout (client/launch_args.h).
-//    cuGraphKernelNodeGetParams returns pointers into storage kept here per node, as the driver
-//    returns pointers into its own.
+//  - Kernel nodes: arguments are packed with the launch path's layout
+//    (client/driver/launch_args.h). cuGraphKernelNodeGetParams returns pointers into storage kept
+//    here per node, as the driver returns pointers into its own.
 //  - Memcpy nodes: device and array endpoints go as they are. A host endpoint names this
 //    process's memory, which the server's driver cannot reach at launch time; two cases:
 //     - mapped host memory (DEVICEMAP, client/mapped_memory.h) has a server copy kept in step at
@@ -24,14 +24,15 @@
 //       its bytes once per launch, not once per run of the body (a body's transfers are
 //       listed in the graph holding its conditional node too). Staging buffers live until the
 //       process ends (a clone or an instance may still name them after the node is destroyed).
-//       Host copies captured from a stream use the same bookkeeping (client/stream_capture.h,
-//       note_graph_transfer). cuGraphDestroy forgets a graph's lists: its id may come back.
+//       Host copies captured from a stream use the same bookkeeping
+//       (client/driver/stream_capture.h, note_graph_transfer). cuGraphDestroy forgets a graph's
+//       lists: its id may come back.
 //    Host to host nodes are refused with CUDA_ERROR_NOT_SUPPORTED and a line naming the call.
 //  - Host nodes: the function runs in this process, in graph order, through the host-callback
-//    machinery (client/host_nodes.h). Host nodes are counted per graph (child graphs included)
-//    and per instance, so that each cuGraphLaunch announces the callbacks it brings: a program
-//    may spin on a flag its host node sets. Instances of captured or cloned graphs count none;
-//    their callbacks still run, read by the next call that waits.
+//    machinery (client/driver/host_nodes.h). Host nodes are counted per graph (child graphs
+//    included) and per instance, so that each cuGraphLaunch announces the callbacks it brings: a
+//    program may spin on a flag its host node sets. Instances of captured or cloned graphs count
+//    none; their callbacks still run, read by the next call that waits.
 //  - Conditional nodes: the body graphs the driver creates come back as server-named ids, kept
 //    here per node as the CUDA-owned array phGraph_out points at.
 // Adding a node waits for its reply, unlike cuEventCreate: a graph is built once and launched
@@ -75,11 +76,11 @@
 #include <vector>
 
 #include "client/call.h"
-#include "client/host_memory.h"
-#include "client/host_nodes.h"
-#include "client/launch_args.h"
+#include "client/driver/host_memory.h"
+#include "client/driver/host_nodes.h"
+#include "client/driver/launch_args.h"
+#include "client/driver/stream_capture.h"
 #include "client/mapped_memory.h"
-#include "client/stream_capture.h"
 #include "common/log.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
@@ -92,6 +93,7 @@ using rgpu::Writer;
 using rgpu::client::Call;
 using rgpu::client::handle_from;
 using rgpu::client::handle_id;
+using rgpu::client::is_device;
 namespace op = rgpu::op;
 
 constexpr uint64_t kMaxNodes = 1 << 20;     // in one array
@@ -140,17 +142,6 @@ NodeStore* store_for(uint64_t node, bool fresh) {
   auto& p = s.stores[node];
   if (!p || fresh) p = std::make_unique<NodeStore>();
   return p.get();
-}
-
-// A unified address is device memory when the client does not hold it and the server's driver
-// says so (as client/driver/memcpy2d.cpp decides).
-bool is_device(CUdeviceptr p) {
-  if (rgpu::client::find_host_range(reinterpret_cast<void*>(p), 0, nullptr)) return false;
-  unsigned type = 0;
-  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
-  void* data[1] = {&type};
-  if (cuPointerGetAttributes(1, &attr, data, p) != CUDA_SUCCESS) return false;
-  return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || type == CU_MEMORYTYPE_UNIFIED;
 }
 
 CUresult refuse_host_to_host(const char* name) {

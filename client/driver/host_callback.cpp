@@ -9,8 +9,9 @@
 // Wire (cuStreamAddCallback[_ptsz]): u64 stream, u64 callback id, u32 flags. One-way.
 // If the server cannot queue the callback, it sends kOpCallback with run = 0 and the error is
 // reported with the next reply on this thread, as for any one-way call.
-// Graph host nodes (client/host_nodes.h, client/driver/graph.cpp) use the same ids and handler,
-// registered as persistent: one id runs at every launch of the graph, so it is never forgotten.
+// Graph host nodes (client/driver/host_nodes.h, client/driver/graph.cpp) use the same ids and
+// handler, registered as persistent: one id runs at every launch of the graph, so it is never
+// forgotten.
 #include <cuda.h>
 
 #include <atomic>
@@ -20,8 +21,8 @@
 #include <unordered_map>
 
 #include "client/call.h"
-#include "client/host_memory.h"
-#include "client/host_nodes.h"
+#include "client/driver/host_memory.h"
+#include "client/driver/host_nodes.h"
 #include "client/runtime.h"
 #include "common/log.h"
 #include "gen/export.gen.h"
@@ -38,7 +39,7 @@ struct Callback {
   CUstreamCallback stream_fn = nullptr;  // cuStreamAddCallback
   void* user = nullptr;
   CUstream stream = nullptr;
-  bool persistent = false;  // a graph host node (client/host_nodes.h): runs at every launch
+  bool persistent = false;  // a graph host node (client/driver/host_nodes.h): runs at every launch
 };
 
 std::mutex g_mu;

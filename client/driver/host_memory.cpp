@@ -1,16 +1,16 @@
 // Pinned host memory, pointer attributes, and the calls refused because they cannot work across
 // a network. Pinned memory is allocated or registered in the client process (page-aligned,
-// tracked in client/host_memory.h); the server is not told. What the real driver adds to pinned
-// memory is a device mapping (a kernel reading host memory through a pointer): that cannot reach
-// the client's memory across the network, so DEVICEMAP memory gets a copy on the server that the
-// two ends keep in step at call boundaries (client/mapped_memory.h). Managed memory is mirrored
+// tracked in client/driver/host_memory.h); the server is not told. What the real driver adds to
+// pinned memory is a device mapping (a kernel reading host memory through a pointer): that cannot
+// reach the client's memory across the network, so DEVICEMAP memory gets a copy on the server that
+// the two ends keep in step at call boundaries (client/mapped_memory.h). Managed memory is mirrored
 // the same way, at the address the server's driver picked (mapped::map_managed). IPC is refused
 // with one line naming the call and the reason.
 //
 // Wire (cuPointerGetAttribute, cuPointerGetAttributes; only for pointers outside the client's
 // pinned ranges): u64 ptr, u32 n, n × i32 attribute. Reply: CUresult, then n × (i32 result,
 // u32 size, size bytes); sizes from protocol/pointer_attributes.h, handles as ids.
-#include "client/host_memory.h"
+#include "client/driver/host_memory.h"
 
 #include <cuda.h>
 #include <sys/mman.h>
@@ -106,6 +106,15 @@ bool find_host_range(const void* p, size_t n, HostRange* out) {
   if (u < r.base || u - r.base >= r.size || n > r.size - (u - r.base)) return false;
   if (out) *out = r;
   return true;
+}
+
+bool is_device(CUdeviceptr p) {
+  if (find_host_range(reinterpret_cast<void*>(p), 0, nullptr)) return false;
+  unsigned type = 0;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  void* data[1] = {&type};
+  if (cuPointerGetAttributes(1, &attr, data, p) != CUDA_SUCCESS) return false;
+  return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || type == CU_MEMORYTYPE_UNIFIED;
 }
 
 }  // namespace rgpu::client

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "client/call.h"
-#include "client/host_memory.h"
-#include "client/launch_args.h"
+#include "client/driver/host_memory.h"
+#include "client/driver/launch_args.h"
 #include "client/modules.h"
 #include "client/runtime.h"
 #include "gen/client_forward.gen.h"

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "client/cached_answers.h"
 #include "client/call.h"
 #include "client/contexts.h"
+#include "client/driver/cached_answers.h"
 #include "client/modules.h"
 #include "client/runtime.h"
 #include "common/cuda_image.h"

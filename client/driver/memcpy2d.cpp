@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "client/call.h"
-#include "client/host_memory.h"
+#include "client/driver/host_memory.h"
 #include "common/env.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
@@ -32,6 +32,7 @@ namespace {
 
 using rgpu::client::Call;
 using rgpu::client::handle_id;
+using rgpu::client::is_device;
 
 enum Kind : uint32_t { kHost = 0, kDevice = 1, kArray = 2 };
 
@@ -42,15 +43,6 @@ struct Side {
   uint64_t value;       // device pointer or array id
   size_t pitch, height;
 };
-
-bool is_device(CUdeviceptr p) {
-  if (rgpu::client::find_host_range(reinterpret_cast<void*>(p), 0, nullptr)) return false;
-  unsigned type = 0;
-  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
-  void* data[1] = {&type};
-  if (cuPointerGetAttributes(1, &attr, data, p) != CUDA_SUCCESS) return false;
-  return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || type == CU_MEMORYTYPE_UNIFIED;
-}
 
 CUresult side(CUmemorytype type, size_t x, size_t y, size_t z, size_t lod, const void* host, CUdeviceptr dev,
               CUarray arr, size_t pitch, size_t height, Side* out) {

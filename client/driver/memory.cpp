@@ -10,7 +10,7 @@
 //   one-way, and runs in stream order on the server.
 // - cuMemcpyDtoHAsync must land in the caller's buffer by the synchronize that covers it: it is
 //   one-way, and the server sends the bytes when the copy has run (below). Both hold for pinned memory
-//   (client/host_memory.h) too: pinned is a promise about the client's memory only.
+//   (client/driver/host_memory.h) too: pinned is a promise about the client's memory only.
 // - A copy whose host side lies in mapped host memory (DEVICEMAP) runs on the server against its
 //   copy of the buffer (client/mapped_memory.h), so its bytes cross the network once.
 // - cuMemcpy / cuMemcpyAsync (unified addressing): each address is host memory of this process
@@ -32,12 +32,12 @@
 
 #include "client/call.h"
 #include "client/device_memory.h"
-#include "common/env.h"
-#include "common/log.h"
-#include "client/host_memory.h"
+#include "client/driver/host_memory.h"
+#include "client/driver/stream_capture.h"
 #include "client/mapped_memory.h"
 #include "client/runtime.h"
-#include "client/stream_capture.h"
+#include "common/env.h"
+#include "common/log.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
@@ -47,11 +47,12 @@ namespace {
 
 using rgpu::client::Call;
 using rgpu::client::handle_id;
+using rgpu::client::is_device;
 
 // Wire: u64 dst, u64 stream (async ops only), u64 n, then n bytes of data.
 CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
   if (n && !src) return CUDA_ERROR_INVALID_VALUE;
-  if (async) {  // on a capturing stream: captured through staging (client/stream_capture.h)
+  if (async) {  // on a capturing stream: captured through staging (client/driver/stream_capture.h)
     bool captured = false;
     CUresult rc = rgpu::client::capture_host_copy("cuMemcpyHtoDAsync", stream, op == rgpu::op::cuMemcpyHtoDAsync_v2_ptsz,
                                                   dst, const_cast<void*>(src), n, true, &captured);
@@ -122,7 +123,7 @@ void async_done(uint64_t id, int32_t status) {
 // off the device while chunk k is on the wire; each reply lands in its slice of dst.
 CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUstream stream) {
   if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
-  if (async) {  // on a capturing stream: captured through staging (client/stream_capture.h)
+  if (async) {  // on a capturing stream: captured through staging (client/driver/stream_capture.h)
     bool captured = false;
     CUresult rc = rgpu::client::capture_host_copy("cuMemcpyDtoHAsync", stream, op == rgpu::op::cuMemcpyDtoHAsync_v2_ptsz,
                                                   src, dst, n, false, &captured);
@@ -186,16 +187,6 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
   } while (off < n);
   while (!calls.empty()) finish_one();
   return first;
-}
-
-// True when p is device memory: not in a client pinned range, and the server's driver says so.
-bool is_device(CUdeviceptr p) {
-  if (rgpu::client::find_host_range(reinterpret_cast<void*>(p), 0, nullptr)) return false;
-  unsigned type = 0;
-  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
-  void* data[1] = {&type};
-  if (cuPointerGetAttributes(1, &attr, data, p) != CUDA_SUCCESS) return false;
-  return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_ARRAY || type == CU_MEMORYTYPE_UNIFIED;
 }
 
 struct UnifiedOps {

@@ -17,7 +17,7 @@
 //
 // Async copies between device memory and this process's memory on a capturing stream (issued by
 // client/driver/memory.cpp) are captured as device-to-device copies against a staging buffer or
-// mapped memory (capture_host_copy, client/stream_capture.h). Known limits, as for a memcpy
+// mapped memory (capture_host_copy, client/driver/stream_capture.h). Known limits, as for a memcpy
 // node's staged host side (client/driver/graph.cpp): the host bytes of a captured host-to-device
 // copy are read when cuGraphLaunch is called, not when the copy runs in the graph, so a host node
 // earlier in the same graph that writes them is not seen; a captured device-to-host copy's bytes
@@ -31,9 +31,9 @@
 #include <vector>
 
 #include "client/call.h"
+#include "client/driver/stream_capture.h"
 #include "client/mapped_memory.h"
 #include "client/runtime.h"
-#include "client/stream_capture.h"
 #include "common/log.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"

@@ -7,7 +7,7 @@
 
 #include "client/call.h"
 #include "client/device_work.h"
-#include "client/host_memory.h"
+#include "client/driver/host_memory.h"
 #include "client/runtime.h"
 #include "common/env.h"
 #include "gen/client_forward.gen.h"

@@ -1,7 +1,7 @@
-"""Answers kept on the client (client/cached_answers.h, client/driver/context.cpp): asking again
-costs no round trip, the answers stay right when the program changes them, and the state of
-primary contexts is tracked locally. Drives the shim in-process with ctypes; the RGPU_STATS
-counters (written mid-run by rgpu_stats_write) show what crossed the network."""
+"""Answers kept on the client (client/driver/cached_answers.h, client/driver/context.cpp): asking
+again costs no round trip, the answers stay right when the program changes them, and the state of
+primary contexts is tracked locally. Drives the shim in-process with ctypes; the RGPU_STATS counters
+(written mid-run by rgpu_stats_write) show what crossed the network."""
 import ctypes
 import json
 import os

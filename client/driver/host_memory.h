@@ -5,6 +5,8 @@
 // ranges are answered without the network.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -20,6 +22,12 @@ struct HostRange {
 
 // True when [p, p + n) lies inside one pinned range (n = 0: p inside one); fills *out.
 bool find_host_range(const void* p, size_t n, HostRange* out);
+
+// How a copy with unified addressing (cuMemcpy, cuMemcpy2D/3D, graph memcpy nodes) tells the
+// sides apart: p is device memory when it lies in none of this process's pinned ranges and the
+// server's driver says it is device, array or unified memory (one round trip); anything else is
+// host memory of this process.
+bool is_device(CUdeviceptr p);
 
 // Kernels given the address of pinned host memory that is not mirrored on the server (allocated
 // or registered without DEVICEMAP): with unified addressing a kernel may read pinned memory by its
