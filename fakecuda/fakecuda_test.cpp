@@ -809,7 +809,7 @@ TEST_F(FakeImages, FillAndPrintfAndEmptyRun) {
   cuMemFree_v2(d);
 }
 
-// ---------- graphs (graph.cpp) and JIT links (link.cpp) ----------
+// ---------- graphs (graph.cpp, graph_exec.cpp) and JIT links (link.cpp) ----------
 
 TEST_F(FakeImages, GraphRunsNodesInDependencyOrderAndInstancesAreCopies) {
   CUdeviceptr p = alloc(4096), q = alloc(4096);

@@ -1,31 +1,26 @@
-// CUDA graphs: graphs built node by node, instantiated into executable copies and launched by
-// queueing each node's work on the stream in a dependency order (one stream: every order that
-// respects the edges is a valid execution). Node types: kernel, memcpy (as cuMemcpy3DAsync),
-// memset, host, child graph, empty, event record/wait, memory alloc/free, conditional.
+// CUDA graphs, the building side: graphs built node by node (kernel, memcpy as cuMemcpy3DAsync,
+// memset, host, child graph, empty, event record/wait, memory alloc/free, conditional), node
+// parameters (of a graph's node, or of its copy in an instance: one update path), topology
+// queries and edits, cloning, graph memory, and stream capture, which builds a graph from the
+// work queued on a stream. Instances and launches are fakecuda/graph_exec.cpp; the objects and
+// the locking rule are fakecuda/graph.h.
 //
 // Semantics worth knowing:
 // - Parameters are checked when set (node creation, *SetParams): unknown handles, zero
 //   dimensions, memset element sizes, device ranges outside one allocation → errors then, as on
 //   the real driver. Kernel arguments are packed by the image's layout at that moment.
-// - An instance is a deep copy: changing the graph later changes no instance;
-//   cuGraphExec*SetParams change the instance only. cuGraphExecUpdate_v2 takes the new graph's
-//   parameters when its topology matches the instance's (node count, types and edges by
-//   creation order), else CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE with the reason.
 // - Memory alloc nodes allocate at node creation, so the address is fixed (as the driver's is);
 //   the memory lives as long as any graph or instance holding the node; free nodes do nothing.
 //   cuDeviceGetGraphMemAttribute counts the bytes of live alloc nodes (used = reserved).
-// - Conditional nodes: the condition is the handle's default value at each launch
-//   (CU_GRAPH_COND_ASSIGN_DEFAULT) or 0; no kernel can set it (the fake runs no device code).
-//   A WHILE node whose condition is non-zero is refused at launch (CUDA_ERROR_NOT_SUPPORTED).
-// Locking: g_graph_mu guards every graph object; it is taken before g_mu, never after.
+// - Conditional handles keep their default value; what a launch does with it is graph_exec.cpp's.
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fakecuda/graph.h"
 #include "fakecuda/internal.h"
 
 using namespace fake;
@@ -36,69 +31,24 @@ namespace {
 // fake's used and reserved memory are the same).
 std::atomic<uint64_t> g_graph_bytes{0}, g_graph_bytes_high{0};
 
-struct GraphAlloc {
-  CUdeviceptr ptr = 0;
-  size_t size = 0;
-  ~GraphAlloc() {
-    if (ptr) cuMemFree_v2(ptr);
-    g_graph_bytes -= size;
-  }
-};
-
 }  // namespace
 
-struct CUgraphNode_st {
-  CUgraph_st* graph = nullptr;
-  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
-  std::vector<CUgraphNode_st*> deps;
-  std::vector<CUgraphEdgeData> edges;  // parallel to deps
-  bool enabled = true;
-  // kernel
-  CUfunction func = nullptr;
-  unsigned dims[7] = {};
-  std::vector<uint8_t> args;
-  std::vector<void*> arg_ptrs;  // by ordinal into args, for GetParams
-  // memcpy, memset
-  CUDA_MEMCPY3D copy{};
-  CUDA_MEMSET_NODE_PARAMS_v2 memset{};
-  // host
-  CUhostFn fn = nullptr;
-  void* user = nullptr;
-  // child graph, conditional bodies
-  std::unique_ptr<CUgraph_st> child;
-  CUDA_CONDITIONAL_NODE_PARAMS cond{};
-  std::vector<std::unique_ptr<CUgraph_st>> bodies;
-  std::vector<CUgraph> body_handles;
-  // events
-  CUevent event = nullptr;
-  // memory
-  CUDA_MEM_ALLOC_NODE_PARAMS_v2 alloc{};
-  std::vector<CUmemAccessDesc> descs;
-  std::shared_ptr<GraphAlloc> mem;
-  CUdeviceptr free_ptr = 0;
-  // work captured from a stream (stream capture below): an opaque node that queues this on the
-  // launch stream; it reports type EMPTY
-  std::function<void()> work;
-};
+fake::GraphAlloc::~GraphAlloc() {
+  if (ptr) cuMemFree_v2(ptr);
+  g_graph_bytes -= size;
+}
 
-struct CUgraph_st {
-  CUctx_st* ctx = nullptr;
-  bool visible = true;  // false: an instance's copy (its nodes are no handles)
-  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
-};
+namespace fake {
 
-struct CUgraphExec_st {
-  std::unique_ptr<CUgraph_st> graph;
-  std::unordered_map<CUgraphNode_st*, CUgraphNode_st*> copy_of;  // graph node → instance node
-};
+std::mutex& g_graph_mu = *new std::mutex;  // never destroyed, as g_mu
+
+}  // namespace fake
 
 namespace {
 
-std::mutex& g_graph_mu = *new std::mutex;
 auto& g_graphs = *new std::unordered_map<CUgraph_st*, std::unique_ptr<CUgraph_st>>();  // top-level
 auto& g_all_graphs = *new std::unordered_set<CUgraph_st*>();   // visible, nested included
 auto& g_nodes = *new std::unordered_set<CUgraphNode_st*>();    // visible
-auto& g_execs = *new std::unordered_map<CUgraphExec_st*, std::unique_ptr<CUgraphExec_st>>();
 auto& g_graph_allocs = *new std::unordered_set<CUdeviceptr>();
 
 struct CondHandle {
@@ -108,8 +58,21 @@ struct CondHandle {
 };
 auto& g_cond = *new std::vector<CondHandle>();  // handle = index + 1
 
+}  // namespace
+
+namespace fake {
+
 bool live_graph(CUgraph g) { return g && g_all_graphs.count(g); }
 bool live_node(CUgraphNode n) { return n && g_nodes.count(n); }
+
+unsigned cond_value(CUgraphConditionalHandle h) {
+  const CondHandle& c = g_cond[h - 1];
+  return (c.flags & CU_GRAPH_COND_ASSIGN_DEFAULT) ? c.default_value : 0;
+}
+
+}  // namespace fake
+
+namespace {
 
 void forget(CUgraph_st* g) {
   g_all_graphs.erase(g);
@@ -213,9 +176,6 @@ CUresult pack_kernel(CUgraphNode_st* n, CUfunction f, void** kernelParams, void*
   return CUDA_SUCCESS;
 }
 
-std::unique_ptr<CUgraph_st> clone_graph(const CUgraph_st& g, bool visible,
-                                        std::unordered_map<CUgraphNode_st*, CUgraphNode_st*>* map);
-
 std::unique_ptr<CUgraphNode_st> clone_node(const CUgraphNode_st& n, bool visible,
                                            std::unordered_map<CUgraphNode_st*, CUgraphNode_st*>* map) {
   auto c = std::make_unique<CUgraphNode_st>();
@@ -247,6 +207,10 @@ std::unique_ptr<CUgraphNode_st> clone_node(const CUgraphNode_st& n, bool visible
   return c;
 }
 
+}  // namespace
+
+namespace fake {
+
 std::unique_ptr<CUgraph_st> clone_graph(const CUgraph_st& g, bool visible,
                                         std::unordered_map<CUgraphNode_st*, CUgraphNode_st*>* map) {
   auto c = std::make_unique<CUgraph_st>();
@@ -266,6 +230,10 @@ std::unique_ptr<CUgraph_st> clone_graph(const CUgraph_st& g, bool visible,
   if (visible) g_all_graphs.insert(c.get());
   return c;
 }
+
+}  // namespace fake
+
+namespace {
 
 CUgraph_st* new_body(CUgraph_st* parent) {
   auto* b = new CUgraph_st;
@@ -466,128 +434,6 @@ CUresult update(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* p) {
   }
 }
 
-// Dependency order (Kahn, creation order among ready nodes). False on a cycle.
-bool order(const CUgraph_st& g, std::vector<CUgraphNode_st*>* out) {
-  std::unordered_map<const CUgraphNode_st*, size_t> waiting;
-  std::unordered_map<const CUgraphNode_st*, std::vector<CUgraphNode_st*>> dependents;
-  for (auto& n : g.nodes) {
-    waiting[n.get()] = n->deps.size();
-    for (auto* d : n->deps) dependents[d].push_back(n.get());
-  }
-  std::vector<CUgraphNode_st*> ready;
-  for (auto& n : g.nodes)
-    if (n->deps.empty()) ready.push_back(n.get());
-  while (!ready.empty()) {
-    auto it = std::min_element(ready.begin(), ready.end(), [&](auto* a, auto* b) {
-      auto pos = [&](auto* x) {
-        for (size_t i = 0; i < g.nodes.size(); ++i)
-          if (g.nodes[i].get() == x) return i;
-        return g.nodes.size();
-      };
-      return pos(a) < pos(b);
-    });
-    CUgraphNode_st* n = *it;
-    ready.erase(it);
-    out->push_back(n);
-    for (auto* dep : dependents[n])
-      if (--waiting[dep] == 0) ready.push_back(dep);
-  }
-  if (out->size() != g.nodes.size()) return false;
-  for (auto& n : g.nodes) {
-    std::vector<CUgraphNode_st*> inner;
-    if (n->child && !order(*n->child, &inner)) return false;
-  }
-  return true;
-}
-
-unsigned cond_value(CUgraphConditionalHandle h) {
-  const CondHandle& c = g_cond[h - 1];
-  return (c.flags & CU_GRAPH_COND_ASSIGN_DEFAULT) ? c.default_value : 0;
-}
-
-// Queues g's work on s. g_graph_mu held.
-CUresult enqueue(const CUgraph_st& g, CUstream s) {
-  std::vector<CUgraphNode_st*> nodes;
-  if (!order(g, &nodes)) return CUDA_ERROR_INVALID_VALUE;
-  for (CUgraphNode_st* n : nodes) {
-    if (!n->enabled) continue;
-    CUresult r = CUDA_SUCCESS;
-    if (n->work) {
-      std::lock_guard lk(g_mu);
-      std::shared_ptr<CUstream_st> st;
-      if ((r = get_stream_locked(s, &st))) return r;
-      submit_locked(st, n->work);
-      continue;
-    }
-    switch (n->type) {
-      case CU_GRAPH_NODE_TYPE_KERNEL: {
-        size_t size = n->args.size();
-        void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, n->args.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                         CU_LAUNCH_PARAM_END};
-        r = cuLaunchKernel(n->func, n->dims[0], n->dims[1], n->dims[2], n->dims[3], n->dims[4], n->dims[5], n->dims[6],
-                           s, nullptr, size ? extra : nullptr);
-        break;
-      }
-      case CU_GRAPH_NODE_TYPE_MEMCPY:
-        r = cuMemcpy3DAsync_v2(&n->copy, s);
-        break;
-      case CU_GRAPH_NODE_TYPE_MEMSET: {
-        const auto& m = n->memset;
-        for (size_t y = 0; y < m.height && r == CUDA_SUCCESS; ++y) {
-          CUdeviceptr row = m.dst + y * m.pitch;
-          if (m.elementSize == 1) r = cuMemsetD8Async(row, static_cast<unsigned char>(m.value), m.width, s);
-          else if (m.elementSize == 2) r = cuMemsetD16Async(row, static_cast<unsigned short>(m.value), m.width, s);
-          else r = cuMemsetD32Async(row, m.value, m.width, s);
-        }
-        break;
-      }
-      case CU_GRAPH_NODE_TYPE_HOST:
-        r = cuLaunchHostFunc(s, n->fn, n->user);
-        break;
-      case CU_GRAPH_NODE_TYPE_GRAPH:
-        r = enqueue(*n->child, s);
-        break;
-      case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-        r = cuEventRecord(n->event, s);
-        break;
-      case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-        r = cuStreamWaitEvent(s, n->event, 0);
-        break;
-      case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
-        unsigned v = cond_value(n->cond.handle);
-        if (n->cond.type == CU_GRAPH_COND_TYPE_IF) {
-          if (v) r = enqueue(*n->bodies[0], s);
-          else if (n->bodies.size() == 2) r = enqueue(*n->bodies[1], s);
-        } else if (n->cond.type == CU_GRAPH_COND_TYPE_SWITCH) {
-          if (v < n->bodies.size()) r = enqueue(*n->bodies[v], s);
-        } else if (v) {
-          std::fprintf(stderr, "fakecuda: a WHILE conditional node with a non-zero condition would never end here\n");
-          r = CUDA_ERROR_NOT_SUPPORTED;
-        }
-        break;
-      }
-      default:  // empty, memory alloc and free: nothing to run
-        break;
-    }
-    if (r != CUDA_SUCCESS) return r;
-  }
-  return CUDA_SUCCESS;
-}
-
-CUresult instantiate(CUgraphExec* out, CUgraph g) {
-  if (CUresult r = check_init()) return r;
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lk(g_graph_mu);
-  if (!live_graph(g)) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<CUgraphNode_st*> nodes;
-  if (!order(*g, &nodes)) return CUDA_ERROR_INVALID_VALUE;
-  auto e = std::make_unique<CUgraphExec_st>();
-  e->graph = clone_graph(*g, false, &e->copy_of);
-  *out = e.get();
-  g_execs.emplace(e.get(), std::move(e));
-  return CUDA_SUCCESS;
-}
-
 // Node arrays out, in the driver's rule: count only when out is NULL; else fill min(count,
 // actual), zero the rest, and report the number filled.
 template <class F>
@@ -674,70 +520,6 @@ CUresult get_node(CUgraphNode node, CUgraphNodeType type, P* out, void (*copy)(c
   std::lock_guard lk(g_graph_mu);
   if (!live_node(node) || node->type != type) return CUDA_ERROR_INVALID_VALUE;
   copy(node, out);
-  return CUDA_SUCCESS;
-}
-
-CUresult exec_update(CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultInfo* info) {
-  if (CUresult r = check_init()) return r;
-  if (!info) return CUDA_ERROR_INVALID_VALUE;
-  *info = CUgraphExecUpdateResultInfo{};
-  std::lock_guard lk(g_graph_mu);
-  if (!g_execs.count(exec) || !live_graph(g)) return CUDA_ERROR_INVALID_VALUE;
-  auto& mine = exec->graph->nodes;
-  auto fail = [&](CUgraphExecUpdateResult why, CUgraphNode node, CUgraphNode from) {
-    info->result = why;
-    info->errorNode = node;
-    info->errorFromNode = from;
-    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-  };
-  if (mine.size() != g->nodes.size()) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, nullptr, nullptr);
-  std::unordered_map<const CUgraphNode_st*, size_t> index;
-  for (size_t i = 0; i < mine.size(); ++i) index[mine[i].get()] = i;
-  std::unordered_map<const CUgraphNode_st*, size_t> their_index;
-  for (size_t i = 0; i < g->nodes.size(); ++i) their_index[g->nodes[i].get()] = i;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    CUgraphNode_st* theirs = g->nodes[i].get();
-    if (mine[i]->type != theirs->type) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, theirs, nullptr);
-    if (mine[i]->deps.size() != theirs->deps.size())
-      return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, theirs, nullptr);
-    for (size_t k = 0; k < theirs->deps.size(); ++k)
-      if (index[mine[i]->deps[k]] != their_index[theirs->deps[k]])
-        return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, theirs, theirs->deps[k]);
-    if (theirs->type == CU_GRAPH_NODE_TYPE_KERNEL && mine[i]->func != theirs->func) {
-      bool same_ctx;
-      {
-        std::lock_guard g2(g_mu);
-        same_ctx = g_funcs.count(theirs->func) && g_funcs.count(mine[i]->func) &&
-                   theirs->func->mod->ctx == mine[i]->func->mod->ctx;
-      }
-      if (!same_ctx) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED, theirs, nullptr);
-    }
-    if (theirs->type == CU_GRAPH_NODE_TYPE_GRAPH || theirs->type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
-        theirs->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || theirs->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
-      // The fake does not compare nested graphs or allocations: only identical ones update.
-      if (theirs->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && theirs->mem != mine[i]->mem)
-        return fail(CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED, theirs, nullptr);
-    }
-  }
-  for (size_t i = 0; i < mine.size(); ++i) {
-    CUgraphNode_st* theirs = g->nodes[i].get();
-    CUgraphNode_st* m = mine[i].get();
-    m->func = theirs->func;
-    std::copy(std::begin(theirs->dims), std::end(theirs->dims), m->dims);
-    m->args = theirs->args;
-    m->arg_ptrs.clear();
-    for (void* q : theirs->arg_ptrs)
-      m->arg_ptrs.push_back(q ? m->args.data() + (static_cast<uint8_t*>(q) - theirs->args.data()) : nullptr);
-    m->copy = theirs->copy;
-    m->memset = theirs->memset;
-    m->fn = theirs->fn;
-    m->user = theirs->user;
-    m->work = theirs->work;
-    m->event = theirs->event;
-    m->enabled = theirs->enabled;
-    exec->copy_of[theirs] = m;
-  }
-  info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
   return CUDA_SUCCESS;
 }
 
@@ -1162,64 +944,6 @@ FAKE_API CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode node) {
     for (auto& b : dead->bodies) forget(b.get());
   }
   return CUDA_SUCCESS;
-}
-
-// ---------- instances ----------
-
-FAKE_API CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph g, unsigned long long flags) {
-  (void)flags;  // auto-free, upload, device launch, priority: nothing the fake can show
-  return instantiate(out, g);
-}
-
-FAKE_API CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n) {
-  if (err) *err = nullptr;
-  if (log && n) log[0] = 0;
-  return instantiate(out, g);
-}
-
-FAKE_API CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n) {
-  return cuGraphInstantiate_v2(out, g, err, log, n);
-}
-
-FAKE_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
-  if (CUresult r = check_init()) return r;
-  std::unique_ptr<CUgraphExec_st> e;  // destroyed after the lock
-  {
-    std::lock_guard lk(g_graph_mu);
-    auto it = g_execs.find(exec);
-    if (it == g_execs.end()) return CUDA_ERROR_INVALID_VALUE;
-    e = std::move(it->second);
-    g_execs.erase(it);
-  }
-  return CUDA_SUCCESS;
-}
-
-FAKE_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
-  if (CUresult r = check_init()) return r;
-  std::lock_guard lk(g_graph_mu);
-  if (!g_execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
-  return enqueue(*exec->graph, s);
-}
-
-FAKE_API CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) { return cuGraphLaunch(exec, s); }
-
-FAKE_API CUresult CUDAAPI cuGraphUpload(CUgraphExec exec, CUstream) {
-  if (CUresult r = check_init()) return r;
-  std::lock_guard lk(g_graph_mu);
-  return g_execs.count(exec) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-FAKE_API CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultInfo* info) {
-  return exec_update(exec, g, info);
-}
-
-FAKE_API CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec exec, CUgraph g, CUgraphNode* err,
-                                            CUgraphExecUpdateResult* result) {
-  CUgraphExecUpdateResultInfo info{};
-  CUresult r = exec_update(exec, g, &info);
-  if (err) *err = info.errorNode;
-  if (result) *result = info.result;
-  return r;
 }
 
 // ---------- stream capture ----------
