@@ -18,14 +18,14 @@ import argparse
 import difflib
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import clang.cindex as ci
+
+import clang_model as model
+from clang_model import INTEGRAL_KINDS, GenError, declare, enum_range, is_handle, is_scalar, plain_record, unqual
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_CUDA_OP = 256  # proto::kFirstCudaOp
@@ -39,29 +39,12 @@ COUNT_NAME = re.compile(r"^(num|nb|count)|Count$|^n[A-Z]")
 # it may be an input the header forgot to make const (cuCheckpointProcessLock's args).
 OUTPUT_NAME = re.compile(r"^p[A-Z]|^ph[A-Z]|_out$|Out$")
 
-SCALAR_KINDS = {
-    ci.TypeKind.BOOL, ci.TypeKind.CHAR_U, ci.TypeKind.UCHAR, ci.TypeKind.CHAR16, ci.TypeKind.CHAR32,
-    ci.TypeKind.USHORT, ci.TypeKind.UINT, ci.TypeKind.ULONG, ci.TypeKind.ULONGLONG,
-    ci.TypeKind.CHAR_S, ci.TypeKind.SCHAR, ci.TypeKind.WCHAR, ci.TypeKind.SHORT, ci.TypeKind.INT,
-    ci.TypeKind.LONG, ci.TypeKind.LONGLONG, ci.TypeKind.FLOAT, ci.TypeKind.DOUBLE, ci.TypeKind.ENUM,
-}
-INTEGRAL_KINDS = SCALAR_KINDS - {ci.TypeKind.FLOAT, ci.TypeKind.DOUBLE}
-
-
-class GenError(Exception):
-    pass
-
-
 # ----------------------------------------------------------------------------------------------
-# Header model
+# What the rules record per parameter and per call (the header model is codegen/clang_model.py)
 
 
 @dataclass
-class Param:
-    index: int  # 1-based, as in coverage reasons
-    name: str
-    type: ci.Type
-    decl: str  # "CUdeviceptr *dptr", as the header writes it
+class Param(model.Param):
     kind: str = ""  # see classify()
     ctype: str = ""  # T of put<T>/get<T>, or the handle type H
     expr: list | None = None  # parsed size expression (in/out buffers), or the outstr length param
@@ -72,143 +55,12 @@ class Param:
 
 
 @dataclass
-class Func:
-    name: str
-    params: list[Param]
-    result: str
-    mode: str = "generated"  # generated | local | custom | unsupported
-    reason: str = ""
+class Func(model.Func):
     oneway: bool = False
-    wrap: bool = False  # marshaller emitted as rgpu_fwd_<name>; the exported entry is hand-written
-
-
-def gcc_include() -> str:
-    try:
-        return subprocess.check_output(["gcc", "-print-file-name=include"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
 
 
 def parse_header(path: Path) -> dict[str, Func]:
-    args = ["-x", "c", "-D__CUDA_API_VERSION_INTERNAL", f"-I{path.parent}", "-I/usr/local/cuda/include"]
-    inc = gcc_include()
-    if inc:
-        args.append(f"-I{inc}")
-    tu = ci.Index.create().parse(str(path), args=args)
-    errors = [d for d in tu.diagnostics if d.severity >= ci.Diagnostic.Error]
-    if errors:
-        raise GenError(f"{path}: does not parse:\n" + "\n".join(str(d) for d in errors))
-    funcs: dict[str, Func] = {}
-    real = os.path.realpath(path)
-    for cur in tu.cursor.get_children():
-        if cur.kind != ci.CursorKind.FUNCTION_DECL or not cur.spelling.startswith("cu"):
-            continue
-        if cur.location.file is None or os.path.realpath(cur.location.file.name) != real:
-            continue
-        if cur.spelling in funcs:  # a redeclaration: the first one wins
-            continue
-        params = []
-        for i, a in enumerate(cur.get_arguments(), 1):
-            name = a.spelling or f"arg{i}"
-            params.append(Param(i, name, a.type, declare(a.type.spelling, name)))
-        funcs[cur.spelling] = Func(cur.spelling, params, cur.result_type.spelling)
-    if not funcs:
-        raise GenError(f"{path}: declares no cu* functions")
-    return funcs
-
-
-def declare(spelling: str, name: str) -> str:
-    if "(*)" in spelling:
-        return spelling.replace("(*)", f"(*{name})", 1)
-    if "[" in spelling:
-        i = spelling.index("[")
-        return f"{spelling[:i].rstrip()} {name}{spelling[i:]}"
-    if spelling.endswith("*") and not name.startswith("/*"):
-        return f"{spelling}{name}"
-    return f"{spelling} {name}"
-
-
-def unqual(spelling: str) -> str:
-    s = spelling.strip()
-    while s.startswith("const ") or s.startswith("volatile "):
-        s = s.split(" ", 1)[1]
-    for q in (" const", " volatile"):
-        if s.endswith(q):
-            s = s[: -len(q)]
-    return s
-
-
-def is_handle(t: ci.Type) -> bool:
-    """A pointer to an incomplete struct (CUstream = struct CUstream_st *)."""
-    c = t.get_canonical()
-    if c.kind != ci.TypeKind.POINTER:
-        return False
-    p = c.get_pointee()
-    return p.kind == ci.TypeKind.RECORD and p.get_declaration().get_definition() is None
-
-
-def is_scalar(t: ci.Type) -> bool:
-    return t.get_canonical().kind in SCALAR_KINDS
-
-
-def enum_range(t: ci.Type) -> tuple[int | None, int | None] | None:
-    """For an enum type, the values a C++ program may hold in it: the smallest two's-complement
-    bit-field that fits every enumerator. The server refuses other values from the wire before
-    they become an enum (holding one is undefined behaviour)."""
-    c = t.get_canonical()
-    if c.kind != ci.TypeKind.ENUM:
-        return None
-    values = [ch.enum_value for ch in c.get_declaration().get_children()
-              if ch.kind == ci.CursorKind.ENUM_CONSTANT_DECL]
-    if not values:
-        return None
-    lo, hi = min(values), max(values)
-    ut = c.get_declaration().enum_type.get_canonical()
-    size = ut.get_size() * 8
-    unsigned = ut.kind in (ci.TypeKind.UINT, ci.TypeKind.ULONG, ci.TypeKind.ULONGLONG, ci.TypeKind.USHORT,
-                           ci.TypeKind.UCHAR)
-    type_lo, type_hi = (0, (1 << size) - 1) if unsigned else (-(1 << (size - 1)), (1 << (size - 1)) - 1)
-    bits = 1
-    if lo >= 0:
-        while hi >= (1 << bits):
-            bits += 1
-        r_lo, r_hi = 0, (1 << bits) - 1
-    else:
-        while hi >= (1 << (bits - 1)) or lo < -(1 << (bits - 1)):
-            bits += 1
-        r_lo, r_hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    # Only the bounds tighter than the underlying type's own need checking.
-    return (r_lo if r_lo > type_lo else None, r_hi if r_hi < type_hi else None)
-
-
-def plain_record(t: ci.Type, seen=None) -> bool:
-    """A struct/union with no pointer and no handle anywhere inside (fixed arrays of such are fine)."""
-    c = t.get_canonical()
-    if c.kind != ci.TypeKind.RECORD:
-        return False
-    decl = c.get_declaration().get_definition()
-    if decl is None:
-        return False
-    seen = seen or set()
-    key = decl.hash
-    if key in seen:
-        return True
-    seen = seen | {key}
-    fields = list(c.get_fields())
-    if not fields:
-        return False
-    return all(plain_member(f.type, seen) for f in fields)
-
-
-def plain_member(t: ci.Type, seen) -> bool:
-    c = t.get_canonical()
-    if c.kind in SCALAR_KINDS:
-        return True
-    if c.kind == ci.TypeKind.CONSTANTARRAY:
-        return plain_member(c.element_type, seen)
-    if c.kind == ci.TypeKind.RECORD:
-        return plain_record(c, seen)
-    return False
+    return model.parse_header(path, "cu", ["__CUDA_API_VERSION_INTERNAL"], ["/usr/local/cuda/include"], Func, Param)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1038,39 +890,6 @@ NAMED_ENUMS = ["CUresult", "CUdevice_attribute", "CUlimit", "CUpointer_attribute
                "CUstreamCaptureStatus", "CUmemAllocationHandleType", "CUgraphNodeType", "CUmemPool_attribute"]
 
 
-def parse_enums(path: Path, wanted: list[str], args: list[str]) -> dict[str, list[tuple[int, str]]]:
-    """The constants of each typedef'd enum in wanted that the header declares, by the typedef's name."""
-    inc = gcc_include()
-    tu = ci.Index.create().parse(str(path), args=args + ([f"-I{inc}"] if inc else []))
-    out: dict[str, list[tuple[int, str]]] = {}
-    for cur in tu.cursor.get_children():
-        if cur.kind != ci.CursorKind.TYPEDEF_DECL or cur.spelling not in wanted or cur.spelling in out:
-            continue
-        decl = cur.underlying_typedef_type.get_canonical().get_declaration()
-        if decl.kind != ci.CursorKind.ENUM_DECL:
-            continue
-        out[cur.spelling] = [(c.enum_value, c.spelling) for c in decl.get_children()
-                             if c.kind == ci.CursorKind.ENUM_CONSTANT_DECL]
-    return {w: out[w] for w in wanted if w in out}
-
-
-def emit_enum_names(enums: dict[str, list[tuple[int, str]]], banner: str, header: str, namespace: str) -> str:
-    """A header of constexpr (value, name) tables, one per enum, and a lookup by value."""
-    lines = [f"// {banner}\n//\n// The names {header} gives the values of its enums, in its order (the first name of a\n"
-             "// value is the one it gives first), for traces and tests/conformance: k<enum type>[].",
-             "#pragma once\n", "#include <cstddef>", "#include <cstdint>\n", f"namespace {namespace} {{\n",
-             "struct EnumName {", "  int64_t value;", "  const char* name;", "};\n",
-             "template <size_t N>",
-             "constexpr const char* enum_name(const EnumName (&table)[N], int64_t value) {",
-             "  for (const EnumName& e : table)", "    if (e.value == value) return e.name;", "  return nullptr;", "}\n"]
-    for name, consts in enums.items():
-        lines.append(f"inline constexpr EnumName k{name}[] = {{")
-        lines += [f"    {{{v}, \"{c}\"}}," for v, c in consts]
-        lines.append("};")
-    lines.append(f"\n}}  // namespace {namespace}")
-    return "\n".join(lines) + "\n"
-
-
 def generate(header: Path, annotations: Path, op_ids: Path,
              proc_probe: Path | None = None) -> tuple[dict[str, str], str]:
     funcs = parse_header(header)
@@ -1094,8 +913,8 @@ def generate(header: Path, annotations: Path, op_ids: Path,
         "client_exports.gen.h": emit_client_exports_h(),
         "client_exports.gen.cpp": emit_client_exports_cpp(funcs),
         "coverage.txt": emit_coverage(funcs),
-        "cuda_enums.gen.h": emit_enum_names(
-            parse_enums(header, NAMED_ENUMS, ["-x", "c", f"-I{header.parent}", "-I/usr/local/cuda/include"]),
+        "cuda_enums.gen.h": model.emit_enum_names(
+            model.parse_enums(header, NAMED_ENUMS, ["-x", "c", f"-I{header.parent}", "-I/usr/local/cuda/include"]),
             BANNER, "cuda.h", "rgpu::cuda_enum"),
     }
     if proc_probe and proc_probe.exists():

@@ -35,15 +35,15 @@ import argparse
 import difflib
 import os
 import re
-import shutil
-import subprocess
 import sys
 import sysconfig
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import clang.cindex as ci
+
+import clang_model as model
+from clang_model import INTEGRAL_KINDS, SCALAR_KINDS, Func, GenError, is_handle, plain, plain_record, unqual
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_NVML_OP = 8192  # proto::kFirstNvmlOp
@@ -62,38 +62,12 @@ MUTATOR = re.compile(
 )
 # (A name with Get<Word> only reads, whatever verb it also holds: nvmlSystemGetTopologyGpuSet.)
 
-SCALAR_KINDS = {
-    ci.TypeKind.BOOL, ci.TypeKind.CHAR_U, ci.TypeKind.UCHAR, ci.TypeKind.USHORT, ci.TypeKind.UINT,
-    ci.TypeKind.ULONG, ci.TypeKind.ULONGLONG, ci.TypeKind.CHAR_S, ci.TypeKind.SCHAR, ci.TypeKind.SHORT,
-    ci.TypeKind.INT, ci.TypeKind.LONG, ci.TypeKind.LONGLONG, ci.TypeKind.FLOAT, ci.TypeKind.DOUBLE,
-    ci.TypeKind.ENUM,
-}
-INTEGRAL_KINDS = SCALAR_KINDS - {ci.TypeKind.FLOAT, ci.TypeKind.DOUBLE}
-
-
-class GenError(Exception):
-    pass
-
 
 @dataclass
-class Param:
-    index: int
-    name: str
-    type: ci.Type
-    decl: str
+class Param(model.Param):
     kind: str = ""  # scalar handle str_in outstr in_struct inout handle_out count_ptr array array_n
     ctype: str = ""  # the value type (T of put<T>), or the handle type
     partner: str = ""  # outstr: its length param; array: its count param
-
-
-@dataclass
-class Func:
-    name: str
-    params: list[Param]
-    result: str
-    mode: str = "generated"  # generated | local | unsupported
-    reason: str = ""
-    wrap: bool = False
 
 
 def find_header() -> Path | None:
@@ -112,90 +86,13 @@ def find_header() -> Path | None:
     return None
 
 
-def gcc_include() -> str:
-    try:
-        return subprocess.check_output(["gcc", "-print-file-name=include"], text=True).strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def declare(spelling: str, name: str) -> str:
-    if "(*)" in spelling:
-        return spelling.replace("(*)", f"(*{name})", 1)
-    if spelling.endswith("*"):
-        return f"{spelling}{name}"
-    return f"{spelling} {name}"
-
-
 def parse_header(path: Path) -> dict[str, Func]:
-    args = ["-x", "c", "-DNVML_NO_UNVERSIONED_FUNC_DEFS", f"-I{path.parent}"]
-    inc = gcc_include()
-    if inc:
-        args.append(f"-I{inc}")
-    tu = ci.Index.create().parse(str(path), args=args)
-    errors = [d for d in tu.diagnostics if d.severity >= ci.Diagnostic.Error]
-    if errors:
-        raise GenError(f"{path}: does not parse:\n" + "\n".join(str(d) for d in errors))
-    funcs: dict[str, Func] = {}
-    real = os.path.realpath(path)
-    for cur in tu.cursor.get_children():
-        if cur.kind != ci.CursorKind.FUNCTION_DECL or not cur.spelling.startswith("nvml"):
-            continue
-        if cur.location.file is None or os.path.realpath(cur.location.file.name) != real:
-            continue
-        if cur.spelling in funcs:
-            continue
-        params = []
-        for i, a in enumerate(cur.get_arguments(), 1):
-            name = a.spelling or f"arg{i}"
-            params.append(Param(i, name, a.type, declare(a.type.spelling, name)))
-        funcs[cur.spelling] = Func(cur.spelling, params, cur.result_type.spelling)
-    if not funcs:
-        raise GenError(f"{path}: declares no nvml* functions")
-    return funcs
-
-
-def is_handle(t: ci.Type) -> bool:
-    c = t.get_canonical()
-    if c.kind != ci.TypeKind.POINTER:
-        return False
-    p = c.get_pointee()
-    return p.kind == ci.TypeKind.RECORD and p.get_declaration().get_definition() is None
-
-
-def plain_record(t: ci.Type, seen=frozenset()) -> bool:
-    c = t.get_canonical()
-    if c.kind != ci.TypeKind.RECORD:
-        return False
-    decl = c.get_declaration().get_definition()
-    if decl is None:
-        return False
-    if decl.hash in seen:
-        return True
-    fields = list(c.get_fields())
-    return bool(fields) and all(plain_member(f.type, seen | {decl.hash}) for f in fields)
-
-
-def plain_member(t: ci.Type, seen) -> bool:
-    c = t.get_canonical()
-    if c.kind in SCALAR_KINDS:
-        return True
-    if c.kind == ci.TypeKind.CONSTANTARRAY:
-        return plain_member(c.element_type, seen)
-    return c.kind == ci.TypeKind.RECORD and plain_record(c, seen)
+    return model.parse_header(path, "nvml", ["NVML_NO_UNVERSIONED_FUNC_DEFS"], [], Func, Param)
 
 
 def value_type(t: ci.Type) -> str:
     """The type as the program writes it, without qualifiers."""
-    s = t.spelling.strip()
-    for q in ("const ", "volatile "):
-        while s.startswith(q):
-            s = s[len(q):]
-    return s
-
-
-def plain(t: ci.Type) -> bool:
-    return t.get_canonical().kind in SCALAR_KINDS or plain_record(t)
+    return unqual(t.spelling)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -702,13 +599,8 @@ NAMED_ENUMS = ["nvmlReturn_t", "nvmlEnableState_t", "nvmlGpuP2PStatus_t", "nvmlG
 
 
 def emit_enums(header: Path) -> str:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import generate as cuda_gen  # noqa: PLC0415: the one enum model, shared with the CUDA side
-    try:
-        enums = cuda_gen.parse_enums(header, NAMED_ENUMS, ["-x", "c", f"-I{header.parent}"])
-    except cuda_gen.GenError as e:
-        raise GenError(str(e)) from e
-    return cuda_gen.emit_enum_names(enums, BANNER, "nvml.h", "rgpu::nvml_enum")
+    enums = model.parse_enums(header, NAMED_ENUMS, ["-x", "c", f"-I{header.parent}"])
+    return model.emit_enum_names(enums, BANNER, "nvml.h", "rgpu::nvml_enum")
 
 
 def generate(header: Path, annotations: Path, ids_path: Path, write_ids: bool) -> tuple[dict[str, str], list[str]]:
