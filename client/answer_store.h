@@ -1,6 +1,6 @@
 // Answers kept across runs: what the GPU says about a kernel (its attributes, occupancy, cluster
 // occupancy) does not change from one run of a program to the next, so a second run asks none of
-// it again (DESIGN.md §3: what never changes is asked once). PyTorch's start-up asked 73 such
+// it again (docs/design.md §3: what never changes is asked once). PyTorch's start-up asked 73 such
 // questions at 30 ms on the H200 (2.2 s), every run.
 //
 // A key names the question completely: the GPU (UUID) and driver version, the kernel by its

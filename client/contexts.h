@@ -1,6 +1,6 @@
 // The client's own record of contexts: which device each belongs to and which is current on
 // each thread (the driver's per-thread context stack). It lets cuCtxGetCurrent and
-// cuCtxGetDevice (thousands of calls per training step, shared/reference/cuda13-observed) and the
+// cuCtxGetDevice (thousands of calls per training step, docs/reference/cuda13-observed) and the
 // context-local storage export table answer without the network. The calls that change the
 // stack still go to the server, so the server thread of each client thread has the same stack.
 #pragma once

@@ -104,12 +104,12 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
                                       : (err = "RGPU_IMAGE_LAYOUTS=0", false);
   }
   if (!parsed) log::debug("%s: cannot read kernel layouts from the image (%s); asking the server", name, err.c_str());
-  // No round trip to load code (DESIGN.md §3): when the client has read the kernels from machine
-  // code built for the server's GPU, nothing after the load needs the server's answer, so the
-  // load is one-way, by hash when the server's cache index (learned at connect) holds the image,
-  // with the bytes otherwise. A load that fails anyway (out of memory) reports its error with the
-  // next call that waits, as a failed launch does. PTX (JIT can fail; but see jit_key), images
-  // the client cannot read, and RGPU_BATCH=0 wait for the load's answer.
+  // No round trip to load code (docs/design.md §3): when the client has read the kernels from
+  // machine code built for the server's GPU, nothing after the load needs the server's answer, so
+  // the load is one-way, by hash when the server's cache index (learned at connect) holds the
+  // image, with the bytes otherwise. A load that fails anyway (out of memory) reports its error
+  // with the next call that waits, as a failed launch does. PTX (JIT can fail; but see jit_key),
+  // images the client cannot read, and RGPU_BATCH=0 wait for the load's answer.
   CUresult rc;
   // RGPU_ONEWAY_LOADS=0 makes every load wait. One-way loads once made PyTorch's cuDNN
   // convolution wrong on the H200: the server ran each client thread's calls on its own worker

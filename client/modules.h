@@ -2,7 +2,7 @@
 // keyed by the library's id), the kernels parsed from its image (common/cuda_image.h), and for
 // each function or kernel handle it minted, that kernel's parameter layout. This is what lets
 // cuModuleGetFunction, cuLibraryGetKernel and the first cuLaunchKernel of a kernel (a CUkernel
-// passed as the CUfunction included) go without a round trip (DESIGN.md §3).
+// passed as the CUfunction included) go without a round trip (docs/design.md §3).
 #pragma once
 
 #include <cuda.h>

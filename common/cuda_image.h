@@ -1,7 +1,7 @@
 // Reads CUDA module images as plain bytes: fatbins, ELF cubins and PTX text. No CUDA headers.
 //
 // Two users. The client shim learns each kernel's parameter layout from the image it is about to
-// send, so the first launch of a kernel needs no round trip to ask for it (DESIGN.md §3). The
+// send, so the first launch of a kernel needs no round trip to ask for it (docs/design.md §3). The
 // fake driver learns which kernels a module holds and how to unpack their arguments.
 //
 // Contracts:

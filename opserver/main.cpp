@@ -1,4 +1,4 @@
-// rgpu-opserver: serves the rgpu PyTorch device (DESIGN.md §5). Listens like rgpu-server
+// rgpu-opserver: serves the rgpu PyTorch device (docs/design.md §5). Listens like rgpu-server
 // (loopback by default, a token or --insecure for anything else), and serves each client in its
 // own process, so one client's crash or CUDA fault cannot reach another's tensors.
 #include <dlfcn.h>

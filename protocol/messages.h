@@ -102,15 +102,15 @@ enum Op : uint16_t {
   // it is not waiting for is ignored with a log line.
   kOpCallback = 18,
   kOpCallbackDone = 19,
-  // Module images by content address (DESIGN.md §3). Request: u64 module or library id (client-
-  // minted), u16 load op (cuModuleLoadData or cuLibraryLoadData from gen/ops.gen.h: what the id
-  // names), 32 bytes SHA-256 of the image. Reply: CUresult: CUDA_SUCCESS when the server had the
-  // image in its persistent cache (server/module_cache.h) and loaded it under the id, exactly as
-  // the load op with the bytes would have; CUDA_ERROR_NOT_FOUND when it has no such image (or
-  // its cache is off), and the client then sends the bytes with the load op; any other error is
-  // the load's own (CUDA_ERROR_INVALID_VALUE for a load op other than those two). A server older
-  // than this op answers CUDA_ERROR_NOT_SUPPORTED, which the client treats as NOT_FOUND. The
-  // server adds images that load successfully through the load ops to its cache.
+  // Module images by content address (docs/design.md §3). Request: u64 module or library id
+  // (client-minted), u16 load op (cuModuleLoadData or cuLibraryLoadData from gen/ops.gen.h: what
+  // the id names), 32 bytes SHA-256 of the image. Reply: CUresult: CUDA_SUCCESS when the server had
+  // the image in its persistent cache (server/module_cache.h) and loaded it under the id, exactly
+  // as the load op with the bytes would have; CUDA_ERROR_NOT_FOUND when it has no such image (or
+  // its cache is off), and the client then sends the bytes with the load op; any other error is the
+  // load's own (CUDA_ERROR_INVALID_VALUE for a load op other than those two). A server older than
+  // this op answers CUDA_ERROR_NOT_SUPPORTED, which the client treats as NOT_FOUND. The server adds
+  // images that load successfully through the load ops to its cache.
   kOpModuleByHash = 20,
   // Export-table slots answered by the server's driver (client/dark_api/README.md has the
   // signatures, server/handlers/dark_api.cpp the driver side). Driver-private objects never

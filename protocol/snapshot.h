@@ -1,6 +1,6 @@
 // The device snapshot: everything about the server's devices that never changes during a session
 // (names, UUIDs, memory sizes, every attribute, PCI ids, the driver version), sent once in reply
-// to kOpSnapshot so the client answers those queries locally (DESIGN.md §3, "asked once").
+// to kOpSnapshot so the client answers those queries locally (docs/design.md §3, "asked once").
 //
 // Encoding (reply payload after the ReplyPrefix):
 //   i32 init_result (the server's cuInit), i32 driver_version, u32 device_count, then per device:

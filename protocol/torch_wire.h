@@ -1,4 +1,4 @@
-// The wire spec of the PyTorch device path (DESIGN.md §5): what the rgpu PyTorch backend
+// The wire spec of the PyTorch device path (docs/design.md §5): what the rgpu PyTorch backend
 // (python/rgpu/csrc) sends to rgpu-opserver, and what comes back. Torch-free on purpose: both
 // ends include it, and the fuzz target decodes it.
 //

@@ -1,4 +1,4 @@
-// The server's persistent cache of module images (DESIGN.md §3: "Module images are
+// The server's persistent cache of module images (docs/design.md §3: "Module images are
 // content-addressed"), shared by every session on this machine. Each image is a file in the cache
 // directory named by the lowercase hex SHA-256 of its bytes, written atomically (a temporary file
 // renamed into place), so concurrent sessions never see a partial image. A client asks for an

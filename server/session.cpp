@@ -288,8 +288,8 @@ class Session : public ClientCallbacks {
   const DriverTable& driver() const { return *opt_.driver; }
   HandleMap& handles() { return handles_; }
 
-  // Cross-thread order (DESIGN.md §3, "Ordering"). Each client thread's calls run on a worker of
-  // their own, so a thread's call could reach the driver before an earlier one-way call of
+  // Cross-thread order (docs/design.md §3, "Ordering"). Each client thread's calls run on a worker
+  // of their own, so a thread's call could reach the driver before an earlier one-way call of
   // another thread, still queued behind a slow call on its worker. On a real driver that one-way
   // call had returned, so it was enqueued first: PyTorch's backward runs on an autograd thread
   // and launches on the stream the main thread's forward was launched on, and on the H200 the

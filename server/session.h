@@ -1,4 +1,4 @@
-// One client's session, run in its own process (forked per connection, DESIGN.md §2).
+// One client's session, run in its own process (forked per connection, docs/design.md §2).
 //
 // The session's main thread reads frames and hands each to the worker thread of the client
 // thread that sent it (FrameHeader::thread_id), creating workers on demand. Each worker runs its

@@ -1,6 +1,6 @@
 // The driver's private export tables (cuGetExportTable), served by the shim itself: they hold
 // function pointers into the driver's own process, so they cannot be forwarded
-// (DESIGN.md §1, shared/reference/dark-api.md). tables.cpp is the one declarative list of every
+// (docs/design.md §1, docs/reference/dark-api.md). tables.cpp is the one declarative list of every
 // table (UUID, name, size, where it lives); each table with implemented slots has its own file.
 //
 // Contract: every table in the list is a static array that lives for the whole process; every

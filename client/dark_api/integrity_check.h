@@ -3,7 +3,7 @@
 // process, the calling thread, the addresses of the driver's own tables and every device's UUID
 // and PCI location, so it can only be computed where the tables live: on the client.
 //
-// The record, packed, little-endian, native pointers (shared/reference/dark-api.md):
+// The record, packed, little-endian, native pointers (docs/reference/dark-api.md):
 //   u32 driver version (cuDriverGetVersion), u32 version (the caller's argument),
 //   u32 process id (getpid), u32 thread id (pthread_self() truncated to 32 bits),
 //   u64 address of the CUDART_INTERFACE table, u64 address of the INTEGRITY_CHECK table,

@@ -2,7 +2,7 @@
 // in the driver's compute cache through this table. Its own log strings say so ("[nvrtc cache]
 // failed to get cuda export table. Disable nvrtc cache."); the calls below were read from
 // libnvrtc.so.13 (its cache reader and writer) and agree with the arguments traced on the H200
-// (shared/reference/cuda13-observed/export-table-slot-calls.txt, workload torch_sdpa):
+// (docs/reference/cuda13-observed/export-table-slot-calls.txt, workload torch_sdpa):
 //
 //   slot 1  CUresult open(void **entry, int kind, const void *input, uint32_t input_len,
 //                         const char *options, const char *host, const char *build, int a, int b)

@@ -1,6 +1,6 @@
 // The one list of export tables the shim serves: UUID, name, size, where the table lives. Slot
 // counts are what the CUDA 13.0 stack was observed to get from the real driver
-// (shared/reference/cuda13-observed/README.md), which wins over older public notes. Names follow
+// (docs/reference/cuda13-observed/README.md), which wins over older public notes. Names follow
 // public work where it has one (ZLUDA's, or the driver's own CU_ETID_* symbols); tables nobody
 // has named are named after their caller.
 #include <atomic>

@@ -13,7 +13,7 @@ namespace rgpu::client::dark {
 namespace {
 
 TEST(ExportTables, HaveTheSlotCountsObservedOnCuda13) {
-  // shared/reference/cuda13-observed/README.md ("words"); CONTEXT_LOCAL_STORAGE, CTX_CREATE_BYPASS
+  // docs/reference/cuda13-observed/README.md ("words"); CONTEXT_LOCAL_STORAGE, CTX_CREATE_BYPASS
   // and HEAP_ACCESS from dark-api.md; DEVICE_EXTENDED_RT as driver 580.159.04 answered when probed.
   const std::map<std::string, unsigned> expected = {
       {"f8cff95121468b4eb9e2fb469e7c0dd9", 3},  {"6bd5fb6c5bf4e74a8987d93912fd9df9", 13},

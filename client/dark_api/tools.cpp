@@ -13,7 +13,7 @@
 namespace rgpu::client::dark {
 namespace {
 
-// The sizes the real driver reports (1024 and 14, shared/reference/cuda13-observed). The unit is
+// The sizes the real driver reports (1024 and 14, docs/reference/cuda13-observed). The unit is
 // not known (ZLUDA uses 32-bit words), so each entry gets 8 bytes: a caller that writes
 // pointer-sized entries stays inside the buffer.
 alignas(64) uint64_t g_hooks_buffer1[1024];

@@ -1,5 +1,5 @@
 // Answers that do not change until this process changes them, kept on the client so that asking
-// again costs no round trip (DESIGN.md §3: what never changes is asked once). Each cache is
+// again costs no round trip (docs/design.md §3: what never changes is asked once). Each cache is
 // dropped by the calls that can change what it holds (client/driver/cached_answers.cpp).
 #pragma once
 

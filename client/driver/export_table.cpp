@@ -1,4 +1,4 @@
-// cuGetExportTable: the driver's private tables (shared/reference/dark-api.md), served locally by
+// cuGetExportTable: the driver's private tables (docs/reference/dark-api.md), served locally by
 // client/dark_api/ because they are function pointers into this process. An unknown UUID is
 // logged (once per UUID, with what the server's driver knows of it) and refused: never answered
 // with a guessed table.

@@ -1,7 +1,7 @@
 // Host↔device copies: the calls whose payload is the user's data. Large copies travel as
-// RGPU_BULK_CHUNK frames back to back with no round trip between them (DESIGN.md §3, "bulk data");
-// host-to-device chunks are written from the caller's memory without a copy, and device-to-host
-// replies are read straight into the caller's buffer (Call::reply_sink).
+// RGPU_BULK_CHUNK frames back to back with no round trip between them (docs/design.md §3, "bulk
+// data"); host-to-device chunks are written from the caller's memory without a copy, and
+// device-to-host replies are read straight into the caller's buffer (Call::reply_sink).
 //
 // Semantics kept from the driver:
 // - cuMemcpyHtoD returns once the source is consumed; all its chunks but the last are one-way,

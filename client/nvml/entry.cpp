@@ -19,7 +19,7 @@ using namespace rgpu::client::nvml;
 namespace {
 
 // nvmlInternalGetExportTable: nvidia-smi asks for table c4fe3e6c-c98f-6c4e-a327-ee696e12f7c4
-// (shared/reference/dark-api.md). Slot 0 holds the table's size in bytes, as in the driver's
+// (docs/reference/dark-api.md). Slot 0 holds the table's size in bytes, as in the driver's
 // export tables; every other slot is NULL. Seen on the H200 machine (driver 580.159.04): with
 // NULL slots nvidia-smi skips them, while slots that answer NVML_ERROR_NOT_SUPPORTED (it calls 81
 // and 26) make it stop with "Internal NVML error". Any other table id gets the same table, with a

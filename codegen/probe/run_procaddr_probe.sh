@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Produces the cuGetProcAddress table from the real driver (run on the GPU machine):
-#   codegen/probe/run_procaddr_probe.sh [LIBCUDA] > codegen/probe/proc_address.txt
+#   codegen/probe/run_procaddr_probe.sh [LIBCUDA] > gen/proc_address.txt
 # Names: every base name of gen/entry_points.txt plus every cu* symbol the driver exports.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,5 +1,5 @@
-"""The server's persistent module cache (DESIGN.md §3, protocol/messages.h kOpModuleByHash): the
-first run sends the module image and the server keeps it under its SHA-256; a second run asks by
+"""The server's persistent module cache (docs/design.md §3, protocol/messages.h kOpModuleByHash):
+the first run sends the module image and the server keeps it under its SHA-256; a second run asks by
 hash and sends no image bytes."""
 import hashlib
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU test entry point, for the H200 test machine (shared/reference/gpu-machine.md) or any
+# The GPU test entry point, for the H200 test machine (docs/reference/gpu-machine.md) or any
 # machine with an NVIDIA GPU: builds rgpu, runs the end-to-end driver-API program directly on
 # the real driver and then through rgpu (shim -> rgpu-server -> real driver), runs the demo,
 # the NVML shim under nvidia-smi, the runtime-needs program, the CUDA runtime/library corpus

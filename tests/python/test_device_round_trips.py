@@ -1,4 +1,4 @@
-"""Round trips of a training step on rgpu (DESIGN.md §3, §5; issue 5): a small transformer
+"""Round trips of a training step on rgpu (docs/design.md §3, §5; issue 5): a small transformer
 (embedding, layer norm, attention, GELU MLP, cross-entropy, AdamW) trained on the device waits
 for the server once per step, at the loss read, and after warm-up takes every op's output
 metadata from the fallback's cache rather than from the meta device (aten/meta_cache.h).

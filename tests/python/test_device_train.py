@@ -108,7 +108,7 @@ def test_dropout_module_training_is_seeded():
 
 
 def test_a_training_step_waits_once():
-    # DESIGN.md §3: a step that reads its loss once waits for the server once; every other op
+    # docs/design.md §3: a step that reads its loss once waits for the server once; every other op
     # (forward, backward, optimizer, frees) is sent without waiting.
     torch.manual_seed(0)
     model = make_mlp().to(D)
