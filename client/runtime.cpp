@@ -18,6 +18,7 @@
 #include "common/crypto.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "gen/cuda_enums.gen.h"
 #include "gen/ops.gen.h"
 
 // Lets rgpu-server recognise (and refuse) this library when it is pointed at it as a driver.
@@ -36,22 +37,11 @@ proto::Snapshot& g_snapshot = *new proto::Snapshot();
 std::atomic<uint32_t> g_next_thread{1};
 std::atomic<uint64_t> g_next_handle{proto::kFirstClientHandle};
 
-// RGPU_TRACE destination: null when off.
+// RGPU_TRACE destination (log::trace_stream): null when off or before the first call.
 FILE* g_trace = nullptr;
 std::once_flag g_trace_once;
 
-void open_trace() {
-  const std::string& t = env::get().trace;
-  if (t == "0" || t.empty()) return;
-  if (t == "1") {
-    g_trace = stdout;
-  } else if (t == "2") {
-    g_trace = stderr;
-  } else {
-    g_trace = fopen(t.c_str(), "a");
-    if (!g_trace) log::warn("cannot open RGPU_TRACE file '%s'; tracing is off", t.c_str());
-  }
-}
+void open_trace() { g_trace = log::trace_stream(); }
 
 void at_exit_flush() {
   if (g_conn) g_conn->flush();
@@ -223,10 +213,11 @@ void trace_call(const char* name) {
 void trace_result(uint16_t op, CUresult rc, bool deferred) {
   if (!g_trace) return;
   const char* name = op::name(op);
+  // The driver's own name (cuGetErrorName answers from the server's snapshot), else cuda.h's.
   const char* err = nullptr;
-  if (cuGetErrorName(rc, &err) != CUDA_SUCCESS) err = nullptr;
+  if (cuGetErrorName(rc, &err) != CUDA_SUCCESS || !err) err = cuda_enum::enum_name(cuda_enum::kCUresult, rc);
   fprintf(g_trace, "rgpu-trace   %s %s -> %s (%d)\n", deferred ? "earlier one-way call" : "",
-          name ? name : "control", err ? err : "?", static_cast<int>(rc));
+          name ? name : "control", err ? err : "a CUresult cuda.h does not name", static_cast<int>(rc));
   fflush(g_trace);
 }
 

@@ -19,8 +19,9 @@ constexpr Variable kVariables[] = {
     {"RGPU_TOKEN", "", "none", kShims | kServer | kOpserver | kTorch,
      "the shared token; it never crosses the wire (HMAC-SHA256 challenge and response); the servers "
      "take it when given no `--token-file`"},
-    {"RGPU_TRACE", "0", nullptr, kClient,
-     "`0` off, `1` stdout, `2` stderr, anything else a file: one line per driver call"},
+    {"RGPU_TRACE", "0", nullptr, kShims,
+     "`0` off, `1` stdout, `2` stderr, anything else a file: one line per driver or NVML call, and a "
+     "failed call's result by name"},
     {"RGPU_BATCH", "1", nullptr, kClient, "`0`: every call waits for its reply (debugging)"},
     {"RGPU_STATS", "", "none", kClient,
      "a file path: round trips, one-way calls, bytes and per-call waits, as JSON at exit"},

@@ -2,6 +2,8 @@
 // several threads or processes never interleave mid-line.
 #include "common/log.h"
 
+#include "common/env.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -71,6 +73,19 @@ std::string format(const char* fmt, ...) {
   std::string s = vformat(fmt, ap);
   va_end(ap);
   return s;
+}
+
+FILE* trace_stream() {
+  static FILE* const stream = [] () -> FILE* {
+    const std::string& t = env::get().trace;
+    if (t == "0" || t.empty()) return nullptr;
+    if (t == "1") return stdout;
+    if (t == "2") return stderr;
+    FILE* f = fopen(t.c_str(), "a");
+    if (!f) warn("cannot open RGPU_TRACE file '%s'; tracing is off", t.c_str());
+    return f;
+  }();
+  return stream;
 }
 
 }  // namespace rgpu::log

@@ -21,6 +21,11 @@ void warn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void info(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void debug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// RGPU_TRACE's destination, opened at the first call (stdout for 1, stderr for 2, else a file
+// appended to); nullptr when tracing is off. The CUDA and NVML shims both write their call traces
+// there, one fprintf + fflush per line.
+FILE* trace_stream();
+
 // printf into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

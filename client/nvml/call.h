@@ -40,6 +40,7 @@ class Call {
   nvmlReturn_t bad_reply();
 
  private:
+  nvmlReturn_t invoke_once();
   uint16_t op_;
   const char* name_;
   std::vector<uint8_t> args_buf_;

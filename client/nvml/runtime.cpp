@@ -9,6 +9,7 @@
 #include "client/nvml/call.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "gen/nvml_enums.gen.h"
 
 namespace rgpu::client::nvml {
 namespace {
@@ -54,7 +55,27 @@ bool connected() {
   return c && !c->broken();
 }
 
+// Under RGPU_TRACE: each call forwarded, and a failed one's result by name (nvml.h's).
+void trace(const char* name, nvmlReturn_t rc) {
+  FILE* t = log::trace_stream();
+  if (!t) return;
+  if (rc == NVML_SUCCESS) {
+    fprintf(t, "rgpu-trace nvml tid=%u %s\n", thread_id(), name);
+  } else {
+    const char* n = nvml_enum::enum_name(nvml_enum::knvmlReturn_t, rc);
+    fprintf(t, "rgpu-trace nvml tid=%u %s -> %s (%d)\n", thread_id(), name,
+            n ? n : "an nvmlReturn_t nvml.h does not name", static_cast<int>(rc));
+  }
+  fflush(t);
+}
+
 nvmlReturn_t Call::invoke() {
+  nvmlReturn_t rc = invoke_once();
+  trace(name_, rc);
+  return rc;
+}
+
+nvmlReturn_t Call::invoke_once() {
   Connection* c = conn();
   if (!c) return NVML_ERROR_UNINITIALIZED;
   ReplySlot slot;

@@ -34,6 +34,10 @@ def test_graph_calls_are_traced_by_name(server, tmp_path):
     text = trace.read_text()
     for call in ("cuGraphAddKernelNode_v2", "cuGraphAddNode_v2", "cuGraphExecUpdate_v2", "cuLinkComplete"):
         assert call in text, call
+    # Every failed call's result by name, even one the server's driver does not name (the fake
+    # named only some: cuLinkComplete's CUDA_ERROR_INVALID_PTX read "? (218)").
+    assert "cuLinkComplete -> CUDA_ERROR_INVALID_PTX (218)" in text, text
+    assert "-> ? (" not in text
 
 
 # ---------- hostile payloads for the graph handlers (every byte from the wire is hostile) ----------

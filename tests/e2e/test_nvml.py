@@ -27,6 +27,17 @@ def test_nvml_program_sees_the_servers_gpu(server):
     assert "prog=nvml_test" in text
 
 
+def test_nvml_calls_are_traced_with_their_results_by_name(server, tmp_path):
+    trace = tmp_path / "trace.txt"
+    r = run_client([NVML_TEST, FAKE_TOTAL_MIB], server, env_extra={"RGPU_TRACE": str(trace)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = trace.read_text()
+    assert "rgpu-trace nvml tid=1 nvmlDeviceGetP2PStatus\n" in text, text
+    # nvml_test's handle the server never gave out, and the fake's unsupported NVLink query.
+    assert "nvmlDeviceGetName -> NVML_ERROR_INVALID_ARGUMENT (2)" in text, text
+    assert "nvmlDeviceGetNvLinkRemoteDeviceType -> NVML_ERROR_NOT_SUPPORTED (3)" in text, text
+
+
 def test_rgpu_smi_lists_the_gpu(server):
     r = run_client([RGPU_SMI], server)
     assert r.returncode == 0, r.stdout + r.stderr
