@@ -774,8 +774,9 @@ def emit_server_handlers_h(funcs) -> str:
 
 
 def emit_server_dispatch(funcs) -> str:
-    lines = [cpp_head("Server handlers of the generated calls, and find_handler over every op the server\n"
-                      "// answers (generated and `custom`); `local` and unsupported ops have none."),
+    lines = [cpp_head("Server handlers of the generated calls, and find_generated_handler over every CUDA\n"
+                      "// call the server answers (generated and `custom`); `local` and unsupported calls have\n"
+                      "// none. server/dispatch.cpp's find_handler consults it after the hand-written rows."),
              "#include <cuda.h>\n", "#include <cstdint>", "#include <cstring>", "#include <string>",
              "#include <string_view>", "#include <type_traits>", "#include <vector>\n", '#include "gen/ops.gen.h"',
              '#include "gen/server_handlers.gen.h"', '#include "gen/size_expr.gen.h"',
@@ -784,7 +785,7 @@ def emit_server_dispatch(funcs) -> str:
         if funcs[n].mode == "generated":
             lines += emit_server_handler(funcs[n])
             lines.append("")
-    lines += ["rgpu::server::Handler rgpu::server::find_handler(uint16_t op) {", "  switch (op) {"]
+    lines += ["rgpu::server::Handler rgpu::server::find_generated_handler(uint16_t op) {", "  switch (op) {"]
     for n in sorted(funcs):
         f = funcs[n]
         if f.mode == "generated":

@@ -410,14 +410,41 @@ def emit_client(funcs: list[Func], ids: dict[str, int]) -> tuple[str, str]:
     return "\n".join(o) + "\n", "\n".join(fwd) + "\n"
 
 
+def enum_bounds(t: ci.Type) -> list[str]:
+    """For an enum type, the conditions (on NAME_raw) of a value C++ may not hold in it (generate.py's
+    enum_range: holding one is undefined behaviour), [] when any value of its type is fine."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import generate as cuda_gen  # noqa: PLC0415: the one enum model, shared with the CUDA side
+    r = cuda_gen.enum_range(t)
+    if not r:
+        return []
+    lo, hi = r
+    return ([f"{{}}_raw < {lo}"] if lo is not None else []) + ([f"{{}}_raw > {hi}"] if hi is not None else [])
+
+
 def server_handler(f: Func) -> list[str]:
     ps = f.params
     o = [f"void h_{f.name}(Dispatch& d) {{",
          "  [[maybe_unused]] Reader& a = d.args;"]
     call = []
+    bad_enums = []  # conditions under which an enum from the wire is refused (NVML_ERROR_INVALID_ARGUMENT)
     for p in ps:
         n = p.name
-        if p.kind == "scalar":
+        if p.kind == "scalar" and enum_bounds(p.type):
+            o.append(f"  const auto {n}_raw = a.get<std::underlying_type_t<{p.ctype}>>();")
+            bad = " || ".join(c.format(n) for c in enum_bounds(p.type))
+            bad_enums.append(f"({bad})")
+            o.append(f"  const {p.ctype} {n} = ({bad}) ? {p.ctype}{{}} : static_cast<{p.ctype}>({n}_raw);")
+            call.append(n)
+        elif p.kind == "inout" and enum_bounds(p.type.get_canonical().get_pointee()):
+            bad = " || ".join(c.format(n) for c in enum_bounds(p.type.get_canonical().get_pointee()))
+            o.append(f"  bool {n}_has = a.u8() != 0;")
+            o.append(f"  std::underlying_type_t<{p.ctype}> {n}_raw{{}};")
+            o.append(f"  if ({n}_has) {n}_raw = a.get<std::underlying_type_t<{p.ctype}>>();")
+            bad_enums.append(f"({n}_has && ({bad}))")
+            o.append(f"  {p.ctype} {n} = ({bad}) ? {p.ctype}{{}} : static_cast<{p.ctype}>({n}_raw);")
+            call.append(f"{n}_has ? &{n} : nullptr")
+        elif p.kind == "scalar":
             o.append(f"  {p.ctype} {n} = a.get<{p.ctype}>();")
             call.append(n)
         elif p.kind == "handle":
@@ -442,7 +469,7 @@ def server_handler(f: Func) -> list[str]:
         elif p.kind == "count_ptr":
             o.append(f"  bool {n}_has = a.u8() != 0;")
             o.append(f"  unsigned int {n}_cap = a.u32();")
-            o.append(f"  if ({n}_cap > kMaxArray) return;  // hostile")
+            o.append(f"  if ({n}_cap > kMaxArray) {{ a.fail(); return; }}  // hostile: the session drops the connection")
             o.append(f"  unsigned int {n} = {n}_cap;")
             call.append(f"{n}_has ? &{n} : nullptr")
         elif p.kind == "array":
@@ -457,7 +484,7 @@ def server_handler(f: Func) -> list[str]:
         elif p.kind == "array_n":
             cnt = p.partner
             neg = f"{cnt} < 0 || " if signed(next(q for q in ps if q.name == cnt)) else ""
-            o.append(f"  if ({neg}static_cast<unsigned long long>({cnt}) > kMaxArray) return;  // hostile")
+            o.append(f"  if ({neg}static_cast<unsigned long long>({cnt}) > kMaxArray) {{ a.fail(); return; }}  // hostile: the session drops the connection")
             o.append(f"  bool {n}_has = a.u8() != 0;")
             o.append(f"  std::vector<{p.ctype}> {n}({n}_has ? {cnt} : 0);")
             o.append(f"  if ({n}_has) a.take({n}.data(), sizeof({p.ctype}) * {cnt});")
@@ -477,8 +504,8 @@ def server_handler(f: Func) -> list[str]:
     o.append(f"  if (!t || !t->{f.name}) {{")
     o.append(f"    rc = library_missing(\"{f.name}\");")
     hs = [p for p in ps if p.kind == "handle"]
-    if hs:
-        cond = " || ".join(f"!from_id({p.name}_id, &{p.name}_h)" for p in hs)
+    if hs or bad_enums:
+        cond = " || ".join(bad_enums + [f"!from_id({p.name}_id, &{p.name}_h)" for p in hs])
         o.append(f"  }} else if ({cond}) {{")
         o.append("    rc = NVML_ERROR_INVALID_ARGUMENT;")
     o.append("  } else {")
@@ -550,11 +577,13 @@ def emit_server(funcs: list[Func], ids: dict[str, int]) -> tuple[str, str, str]:
     d = [f"// {BANNER}",
          "// One handler per forwarded NVML call: decode the arguments (every byte is hostile: a malformed",
          "// frame returns without a result and the session drops the connection), map handle ids, call the",
-         "// NVML library, encode the result and outputs in the order the client stub reads them.",
+         "// NVML library, encode the result and outputs in the order the client stub reads them. An enum",
+         "// value the enum cannot hold is answered NVML_ERROR_INVALID_ARGUMENT before it becomes one.",
          "#include <algorithm>",
          "#include <cstdint>",
          "#include <cstring>",
          "#include <string>",
+         "#include <type_traits>",
          "#include <vector>",
          "",
          '#include "server/nvml/nvml_server.h"',

@@ -18,6 +18,8 @@
 
 namespace rgpu::server {
 
+class MappedMemory;
+
 // Host callbacks (protocol/messages.h kOpCallback): what a handler needs to run a function in
 // the client process. Implemented by the session.
 class ClientCallbacks {
@@ -43,11 +45,21 @@ struct Dispatch {
   // Bytes sent after the handler's reply without being copied into it (device-to-host data);
   // nullptr where the caller has none to offer (then handlers write bulk data into `reply`).
   Bytes* bulk = nullptr;
+  // The session's mirrors of mapped host and managed memory (server/mapped_memory.h); nullptr
+  // where there is no session (the kOpMapped* ops then answer CUDA_ERROR_NOT_SUPPORTED).
+  MappedMemory* mapped = nullptr;
 };
 
 using Handler = void (*)(Dispatch&);
 
-// The handler for an op, or nullptr when the op is unknown (answered with NOT_SUPPORTED).
+// The handler of every op the server accepts (server/dispatch.cpp): control ops, mapped memory,
+// CUDA calls and NVML calls; nullptr when the op is unknown (answered with NOT_SUPPORTED). The
+// one lookup the session makes per call, and what the dispatch fuzzer feeds.
 Handler find_handler(uint16_t op);
+// A name for log lines: the CUDA or NVML call's, or the control op's; nullptr when unknown.
+const char* op_name(uint16_t op);
+// The handlers of CUDA calls only, generated and `custom` (gen/server_dispatch.gen.cpp), which
+// find_handler consults last.
+Handler find_generated_handler(uint16_t op);
 
 }  // namespace rgpu::server

@@ -39,7 +39,6 @@
 #include "server/handle_map.h"
 #include "server/mapped_memory.h"
 #include "server/handlers/control.h"
-#include "server/nvml/nvml_server.h"
 
 namespace rgpu::server {
 namespace {
@@ -349,11 +348,6 @@ class Session : public ClientCallbacks {
     return mapped_.send_updates([this](const std::vector<uint8_t>& payload) { return send_mapped_update(payload); },
                                 finished_up_to);
   }
-  // Before cuMemFree_v2 runs: a managed buffer at `address` ends on both ends (MappedMemory::forget_managed).
-  bool forget_managed(uint64_t address) {
-    if (mapped_.empty()) return true;
-    return mapped_.forget_managed(address, [this](const std::vector<uint8_t>& payload) { return send_mapped_update(payload); });
-  }
   bool send_mapped_update(const std::vector<uint8_t>& payload) {
     proto::FrameHeader h = proto::make_header(proto::kOpMappedUpdate, 0, 0, 0, payload.size());
     iovec iov[2] = {{&h, sizeof h}, {const_cast<uint8_t*>(payload.data()), payload.size()}};
@@ -530,53 +524,30 @@ void Worker::loop() {
     Writer out(&body);
     Reader in(f.payload.data(), f.payload.size());
     bool wants_reply = !(f.h.flags & proto::kNoReply);
-    Handler h = find_handler(f.h.op);
-    if (Handler control = handlers::control_handler(f.h.op)) h = control;
-    if (f.h.op == proto::kOpSnapshot) h = handlers::snapshot;
-    if (f.h.op == proto::kOpSessions) h = handlers::sessions;
-    if (f.h.op >= proto::kFirstNvmlOp) h = nvml::find_handler(f.h.op);  // NVML calls (server/nvml/)
     MappedMemory& mapped = session_->mapped();
     const uint64_t mapped_generation = mapped.generation();  // what a cuCtxSynchronize will have seen finish
-    bool mapped_op = true;
-    switch (f.h.op) {  // mapped host memory (server/mapped_memory.h)
-      case proto::kOpMappedAlloc: session_->mapped().alloc(session_->driver(), in, out); break;
-      case proto::kOpMappedCopy: mapped.copy(session_->driver(), session_->handles(), in, out); break;
-      case proto::kOpMappedFree: session_->mapped().free(session_->driver(), in, out); break;
-      case proto::kOpManagedAlloc: mapped.managed_alloc(session_->driver(), in, out); break;
-      case proto::kOpMappedWrite: session_->mapped().write(in, out); break;
-      default: mapped_op = false;
-    }
-    if (mapped_op) {
-      if (!in.ok() || body.size() < sizeof(int32_t)) {
-        session_->hostile(log::format("a malformed mapped-memory message (op %u, %u bytes)", f.h.op, f.h.length));
-        return;
-      }
-    } else if (!h) {
-      // Unknown op: answered (or, one-way, deferred) as NOT_SUPPORTED; the connection stays.
-      const char* name = op::name(f.h.op);
-      log::warn("%s (op %u) has no handler in this server; answering CUDA_ERROR_NOT_SUPPORTED",
-                name ? name : "unknown op", f.h.op);
-      out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    } else {
-      if (f.h.op == op::cuMemFree_v2 && !mapped.empty() && f.payload.size() >= sizeof(uint64_t)) {
-        uint64_t address;
-        std::memcpy(&address, f.payload.data(), sizeof address);
-        if (!session_->forget_managed(address)) return;
-      }
-      Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_, &bulk};
+    if (Handler h = find_handler(f.h.op)) {  // every op the server accepts (server/dispatch.cpp)
+      Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_, &bulk, &mapped};
       const auto start = std::chrono::steady_clock::now();
       h(d);
       session_->note_handler_time(f.h.op, std::chrono::steady_clock::now() - start);
       if (!in.ok() || body.size() < sizeof(int32_t)) {
-        const char* name = op::name(f.h.op);
+        const char* name = op_name(f.h.op);
         session_->hostile(log::format("malformed arguments for %s (op %u, %u bytes)", name ? name : "?", f.h.op,
                                       f.h.length));
         return;
       }
+    } else {
+      // Unknown op: answered (or, one-way, deferred) as NOT_SUPPORTED; the connection stays.
+      const char* name = op_name(f.h.op);
+      log::warn("%s (op %u) has no handler in this server; answering CUDA_ERROR_NOT_SUPPORTED",
+                name ? name : "unknown op", f.h.op);
+      out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
     }
     int32_t result;
     std::memcpy(&result, body.data(), sizeof result);
-    if (!mapped_op && !mapped.empty() && op_touches_memory(f.h.op))
+    // kOpMappedCopy marks what it writes itself.
+    if (f.h.op != proto::kOpMappedCopy && !mapped.empty() && op_touches_memory(f.h.op))
       mapped.note_gpu_work(f.h.op, f.payload.data(), f.payload.size());
     if (wants_reply) {
       // What kernels wrote to mapped host memory, and what they printed, reaches the client

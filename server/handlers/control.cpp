@@ -205,20 +205,4 @@ void alloc_many(Dispatch& d) {
   }
 }
 
-Handler control_handler(uint16_t op) {
-  switch (op) {
-    case proto::kOpModuleByHash: return module_by_hash;
-    case proto::kOpToolsContextObject: return tools_context_object;
-    case proto::kOpModuleFunctions: return module_functions;
-    case proto::kOpClusterTopology: return cluster_topology;
-    case proto::kOpExportTableInfo: return export_table_info;
-    case proto::kOpParamLayout: return param_layout;
-    case proto::kOpFuncAttributes: return func_attributes;
-    case proto::kOpClusterOccupancyTable: return cluster_occupancy_table;
-    case proto::kOpAllocAhead: return alloc_ahead;
-    case proto::kOpAllocMany: return alloc_many;
-    default: return nullptr;
-  }
-}
-
 }  // namespace rgpu::server::handlers

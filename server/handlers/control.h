@@ -32,10 +32,6 @@ void export_table_info(Dispatch& d);
 // kOpSessions: the server's live sessions (implemented in server/session.cpp, which knows where
 // they are listed).
 void sessions(Dispatch& d);
-
-// The handler of a control op that runs like a CUDA call (all of the above but kOpSnapshot and
-// kOpSessions, which the session runs itself), or nullptr: what session.cpp dispatches, and what
-// the dispatch fuzzer feeds.
-Handler control_handler(uint16_t op);
+// (Which op each of these answers: server/dispatch.cpp.)
 
 }  // namespace rgpu::server::handlers

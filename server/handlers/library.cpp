@@ -5,7 +5,10 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gen/server_handlers.gen.h"
@@ -101,9 +104,13 @@ bool read_cluster_query(Dispatch& d, CUfunction* f, CUlaunchConfig* config, std:
     return false;
   }
   for (auto& a : *attrs) {
+    // The id came off the wire: read it as an integer, not as the enum it may not be (as
+    // launch.cpp does; found by dispatch_fuzz once it had a seed for kOpClusterOccupancyTable).
+    std::underlying_type_t<CUlaunchAttributeID> id;
+    std::memcpy(&id, reinterpret_cast<const char*>(&a) + offsetof(CUlaunchAttribute, id), sizeof id);
     // Attributes that would name events carry client ids; occupancy has no use for them.
-    if (a.id >= CU_LAUNCH_ATTRIBUTE_MAX || a.id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
-        a.id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT || a.id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) {
+    if (id >= CU_LAUNCH_ATTRIBUTE_MAX || id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT ||
+        id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT || id == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE) {
       d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
       return false;
     }

@@ -1,9 +1,12 @@
-// Fuzz target for the server's handlers (server/dispatch.h) against the fake driver: every
-// payload a client sends reaches one of them, so none may crash, read past its payload, or hand
-// the driver a pointer the wire made up. An input is one call: its first 2 bytes pick the op (an
-// op id that has a handler is used as is; any other value is mapped onto the ops that have one),
-// the rest is the payload. Like the session (server/session.cpp), a handler must either reject
-// the payload (args not ok) or answer at least a CUresult.
+// Fuzz target for the server's handlers (server/dispatch.h) against the fake driver and the fake
+// NVML: every payload a client sends reaches one of them, so none may crash, read past its
+// payload, or hand the driver a pointer the wire made up. An input is one call: its first 2 bytes
+// pick the op (an op id find_handler accepts is used as is; any other value is mapped onto those
+// ops), the rest is the payload. Every op the server accepts is fed: control ops, mapped memory,
+// CUDA calls and NVML calls (dispatch_fuzz_ops_test checks that the seeds name each one). Like
+// the session (server/session.cpp), a handler must either reject the payload (args not ok) or
+// answer at least a CUresult, and after it the session's mapped-memory steps run (marks after GPU
+// work, updates before a synchronizing reply).
 //
 // Each input runs with a fresh HandleMap that holds what a client would have bound by then: the
 // primary context (kCtx), a stream (kStream), an event (kEvent) and, when the test image was
@@ -13,8 +16,8 @@
 // destroys one of those objects, releases or resets the primary context, or poisons it, the
 // next input starts a fresh "epoch" (reset, retain, create all again); so does every 512th.
 //
-// Ops left out: kOpSnapshot (run once at start; it takes no arguments). Nothing in fakecuda
-// blocks forever on its own; the one kernel that waits on purpose (rgpu_spin) is never bound
+// Mapped buffers an input makes are freed at the next epoch. NVML device 0's handle id replaces
+// the 8-byte value kNvmlDevicePlaceholder. Nothing in fakecuda blocks forever on its own; the one kernel that waits on purpose (rgpu_spin) is never bound
 // here, so no input can launch it. The standalone driver's --hang-seconds catches any other hang.
 //
 // The module and library loads and the launches were left out while they crashed (found by this
@@ -30,14 +33,22 @@
 
 #include "common/wire.h"
 #include "gen/driver_table.gen.h"
+#include "gen/nvml_ops.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/op_classes.h"
 #include "server/dispatch.h"
 #include "server/handle_map.h"
 #include "server/handlers/control.h"
+#include "server/mapped_memory.h"
+#include "server/nvml/nvml_server.h"
+#include "tests/fuzz/dispatch_fuzz.h"
 
 #ifndef RGPU_FAKECUDA_PATH
 #error "RGPU_FAKECUDA_PATH must name build/lib/libfakecuda.so"
+#endif
+#ifndef RGPU_FAKENVML_PATH
+#error "RGPU_FAKENVML_PATH must name build/lib/libfakenvml.so"
 #endif
 
 namespace {
@@ -48,13 +59,18 @@ using rgpu::server::HandleMap;
 
 constexpr uint64_t kCtx = 0x1000, kStream = 0x1001, kEvent = 0x1002, kModule = 0x1003, kFunc = 0x1004;
 constexpr uint64_t kDevicePlaceholder = 0xD0D0D0D0D0D0D0D0ull;
+constexpr uint64_t kNvmlDevicePlaceholder = 0xD1D1D1D1D1D1D1D1ull;
 constexpr size_t kBufSize = 4096;
 constexpr int kInputsPerEpoch = 512;
 
 
 DriverTable g_drv;
-std::vector<uint16_t> g_ops;  // every op with a handler
+std::vector<uint16_t> g_ops;  // every op find_handler accepts, ascending
 std::vector<uint8_t> g_image;
+uint64_t g_nvml_device = 0;  // NVML device 0's handle id
+rgpu::server::MappedMemory& g_mapped = *new rgpu::server::MappedMemory();
+std::vector<uint64_t> g_mapped_bases;  // client bases of the mapped buffers inputs made
+std::vector<rgpu::server::DispatchFuzzCount> g_counts(65536);
 
 struct Epoch {
   CUcontext ctx = nullptr;
@@ -73,7 +89,19 @@ void check(CUresult rc, const char* what) {
   }
 }
 
+// kOpMappedFree for each buffer inputs made (before the context they were made in goes).
+void free_mapped() {
+  for (uint64_t base : g_mapped_bases) {
+    rgpu::Reader in(&base, sizeof base);
+    std::vector<uint8_t> body;
+    rgpu::Writer out(&body);
+    g_mapped.free(g_drv, in, out);
+  }
+  g_mapped_bases.clear();
+}
+
 void new_epoch() {
+  free_mapped();
   unsigned flags = 0;
   int active = 0;
   CUcontext c = nullptr;
@@ -95,6 +123,11 @@ void new_epoch() {
 
 }  // namespace
 
+uint16_t rgpu::server::dispatch_fuzz_op(uint16_t v) {
+  return std::binary_search(g_ops.begin(), g_ops.end(), v) ? v : g_ops[v % g_ops.size()];
+}
+const std::vector<rgpu::server::DispatchFuzzCount>& rgpu::server::dispatch_fuzz_counts() { return g_counts; }
+
 // fakecuda backs device memory with new (std::nothrow) and answers OUT_OF_MEMORY when that fails,
 // as the real driver does for a huge cuMemAlloc. Under ASan a huge allocation would abort (or, up
 // to the machine's memory, take seconds to map and poison): cap it and let it fail instead.
@@ -107,12 +140,18 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::abort();
   }
   rgpu::server::load_driver_table(lib, &g_drv);
-  for (uint32_t op = 0; op <= 0xffff; ++op) {
-    if (rgpu::server::find_handler(static_cast<uint16_t>(op)) ||
-        rgpu::server::handlers::control_handler(static_cast<uint16_t>(op)))
-      g_ops.push_back(static_cast<uint16_t>(op));
-  }
+  for (uint32_t op = 0; op <= 0xffff; ++op)
+    if (rgpu::server::find_handler(static_cast<uint16_t>(op))) g_ops.push_back(static_cast<uint16_t>(op));
   if (g_ops.empty()) std::abort();
+  // NVML: what a session's first NVML calls do (nvmlInit, a device handle).
+  rgpu::server::nvml::set_library(RGPU_FAKENVML_PATH);
+  const rgpu::server::nvml::NvmlTable* nvml = rgpu::server::nvml::table();
+  nvmlDevice_t nvml_dev = nullptr;
+  if (!nvml || nvml->nvmlInit_v2() != NVML_SUCCESS || nvml->nvmlDeviceGetHandleByIndex_v2(0, &nvml_dev) != NVML_SUCCESS) {
+    std::fprintf(stderr, "dispatch_fuzz: the fake NVML %s does not answer\n", RGPU_FAKENVML_PATH);
+    std::abort();
+  }
+  g_nvml_device = rgpu::server::nvml::to_id(nvml_dev);
 #ifdef RGPU_TEST_IMAGE
   if (FILE* f = std::fopen(RGPU_TEST_IMAGE, "rb")) {
     int ch;
@@ -138,9 +177,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   uint16_t v;
   std::memcpy(&v, data, 2);
-  uint16_t op = std::binary_search(g_ops.begin(), g_ops.end(), v) ? v : g_ops[v % g_ops.size()];
+  const uint16_t op = rgpu::server::dispatch_fuzz_op(v);
   Handler h = rgpu::server::find_handler(op);
-  if (!h) h = rgpu::server::handlers::control_handler(op);
+
+  // A mapped buffer that would be made costs its size twice here (the copy and its shadow): big
+  // ones are left out (the refusal of sizes past the limit is still fed).
+  if (op == rgpu::proto::kOpMappedAlloc || op == rgpu::proto::kOpManagedAlloc) {
+    const size_t at = 2 + (op == rgpu::proto::kOpMappedAlloc ? 8 : 0);
+    uint64_t n = 0;
+    if (size >= at + 8) std::memcpy(&n, data + at, 8);
+    if (n > (64u << 20) && n <= (uint64_t{16} << 30)) return 0;
+  }
 
   // Exact-size heap copy of the payload so ASan sees any over-read; placeholders → the buffer.
   std::vector<uint8_t> payload(data + 2, data + size);
@@ -148,6 +195,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t x;
     std::memcpy(&x, &payload[i], 8);
     if (x == kDevicePlaceholder) std::memcpy(&payload[i], &g.buf, 8);
+    if (x == kNvmlDevicePlaceholder) std::memcpy(&payload[i], &g_nvml_device, 8);
   }
 
   HandleMap handles;
@@ -157,12 +205,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rgpu::Reader in(payload.data(), payload.size());
   std::vector<uint8_t> body;
   rgpu::Writer out(&body);
-  rgpu::server::Dispatch d{g_drv, handles, in, out, op};
+  rgpu::Bytes bulk;
+  rgpu::server::Dispatch d{g_drv, handles, in, out, op, nullptr, &bulk, &g_mapped};
   h(d);
+  ++g_counts[op].inputs;
   if (in.ok() && body.size() < sizeof(int32_t)) {
     std::fprintf(stderr, "dispatch_fuzz: %s (op %u) accepted its arguments but wrote no CUresult\n",
-                 rgpu::op::name(op) ? rgpu::op::name(op) : "?", op);
+                 rgpu::server::op_name(op) ? rgpu::server::op_name(op) : "?", op);
     std::abort();
+  }
+  if (in.ok()) {
+    ++g_counts[op].decoded;
+    int32_t rc;
+    std::memcpy(&rc, body.data(), sizeof rc);
+    // A mapped buffer made: remembered, to be freed at the next epoch.
+    if (rc == 0 && body.size() >= 12 && (op == rgpu::proto::kOpMappedAlloc || op == rgpu::proto::kOpManagedAlloc)) {
+      uint64_t base;
+      if (op == rgpu::proto::kOpMappedAlloc)
+        std::memcpy(&base, payload.data(), sizeof base);  // the client's base
+      else
+        std::memcpy(&base, body.data() + 4, sizeof base);  // the managed address
+      g_mapped_bases.push_back(base);
+    }
+    // The session's steps around the reply (server/session.cpp Worker::loop).
+    if (op != rgpu::proto::kOpMappedCopy && !g_mapped.empty() && rgpu::op_touches_memory(op))
+      g_mapped.note_gpu_work(op, payload.data(), payload.size());
+    if (rgpu::op_synchronizes(op)) g_mapped.send_updates([](const std::vector<uint8_t>&) { return true; });
   }
 
   // Put the client's world back: our context current and alone on this thread's stack.
@@ -253,4 +321,69 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
     w.put(a);
     launch_args(w);
   });
+
+  // Control ops and mapped memory (protocol/messages.h has each layout).
+  namespace proto = rgpu::proto;
+  const uint64_t host = 0x5a0000400000ull;  // a mapped buffer's client address
+  seed(proto::kOpSnapshot, [](rgpu::Writer&) {});
+  seed(proto::kOpSessions, [](rgpu::Writer&) {});
+  seed(proto::kOpMappedAlloc, [&](rgpu::Writer& w) { w.put_u64(host), w.put_u64(8192), w.put_u32(0); });
+  seed(proto::kOpMappedWrite, [&](rgpu::Writer& w) { w.put_u64(host), w.put_u64(16), w.append(bytes, sizeof bytes); });
+  seed(proto::kOpMappedCopy, [&](rgpu::Writer& w) {
+    w.put_u16(op::cuMemcpyHtoDAsync_v2), w.put_u64(dev), w.put_u64(kStream), w.put_u64(host), w.put_u64(64);
+  });
+  seed(proto::kOpMappedCopy, [&](rgpu::Writer& w) {
+    w.put_u16(op::cuMemcpyDtoH_v2), w.put_u64(dev), w.put_u64(0), w.put_u64(host + 64), w.put_u64(64);
+  });
+  seed(proto::kOpMappedFree, [&](rgpu::Writer& w) { w.put_u64(host); });
+  seed(proto::kOpManagedAlloc, [](rgpu::Writer& w) { w.put_u64(4096), w.put_u32(CU_MEM_ATTACH_GLOBAL); });
+  seed(proto::kOpParamLayout, [](rgpu::Writer& w) { w.put_u64(kFunc), w.put_u8(2); });
+  seed(proto::kOpFuncAttributes, [](rgpu::Writer& w) { w.put_u64(kFunc), w.put_u8(0), w.put_i32(0); });
+  seed(proto::kOpAllocAhead, [](rgpu::Writer& w) { w.put_u64(4096), w.put_u32(3); });
+  seed(proto::kOpAllocMany, [](rgpu::Writer& w) { w.put_u32(2), w.put_u64(512), w.put_u32(2), w.put_u64(4096), w.put_u32(1); });
+  seed(proto::kOpModuleByHash, [](rgpu::Writer& w) {
+    w.put_u64(0x2003), w.put_u16(op::cuModuleLoadData);
+    uint8_t hash[32] = {};
+    w.put_bytes(hash, sizeof hash);
+  });
+  seed(proto::kOpToolsContextObject, [](rgpu::Writer& w) { w.put_u64(kCtx), w.put_u64(kStream); });
+  seed(proto::kOpModuleFunctions, [](rgpu::Writer& w) { w.put_u64(kCtx), w.put_u64(kModule); });
+  seed(proto::kOpClusterTopology, [](rgpu::Writer& w) { w.put_u64(kCtx); });
+  seed(proto::kOpExportTableInfo, [](rgpu::Writer& w) {
+    uint8_t uuid[16] = {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9};
+    w.put_bytes(uuid, sizeof uuid);
+  });
+  seed(proto::kOpClusterOccupancyTable, [](rgpu::Writer& w) {
+    w.put_u64(kFunc);
+    for (unsigned v : {8u, 1u, 1u, 32u, 1u, 1u, 0u}) w.put_u32(v);
+    w.put_u64(kStream);
+    CUlaunchAttribute a{};
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = 2, a.value.clusterDim.y = 1, a.value.clusterDim.z = 1;
+    w.put_u32(1);
+    w.put(a);
+    w.put_u32(1), w.put_u32(4), w.put_u8(1);
+  });
+  // NVML (gen/nvml_server_dispatch.gen.cpp has each layout).
+  namespace nvml_op = rgpu::nvml_op;
+  const uint64_t nvml_dev = kNvmlDevicePlaceholder;
+  seed(nvml_op::nvmlInit_v2, [](rgpu::Writer&) {});
+  seed(nvml_op::nvmlDeviceGetCount_v2, [](rgpu::Writer& w) { w.put_u8(1); });
+  seed(nvml_op::nvmlDeviceGetHandleByIndex_v2, [](rgpu::Writer& w) { w.put_u32(0), w.put_u8(1); });
+  seed(nvml_op::nvmlDeviceGetName, [&](rgpu::Writer& w) { w.put_u64(nvml_dev), w.put_u8(1), w.put_u32(96); });
+
+  // Every other op the server accepts, with a payload of zeros (NULL handles, absent outputs,
+  // zero counts: most decode and reach the driver) and with one of handle placeholders.
+  std::vector<uint8_t> zeros(256, 0), handles;
+  for (uint64_t h : {kCtx, kStream, kEvent, kModule, kFunc, dev, nvml_dev}) {
+    rgpu::Writer w(&handles);
+    w.put_u64(h);
+  }
+  handles.resize(256, 0);
+  for (uint32_t v = 0; v <= 0xffff; ++v) {
+    const uint16_t o = static_cast<uint16_t>(v);
+    if (!rgpu::server::find_handler(o)) continue;
+    seed(o, [&](rgpu::Writer& w) { w.append(zeros.data(), zeros.size()); });
+    seed(o, [&](rgpu::Writer& w) { w.append(handles.data(), handles.size()); });
+  }
 }
