@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <new>
 #include <string_view>
 
 #include "common/log.h"
@@ -105,10 +106,10 @@ void MappedMemory::alloc(const DriverTable& drv, Reader& in, Writer& out) {
     munmap(p, len);
     return out.put<int32_t>(rc);
   }
-  if (!add(base, static_cast<uint8_t*>(p), dptr, size, false)) {
+  if (CUresult added = add(base, static_cast<uint8_t*>(p), dptr, size, false)) {
     drv.cuMemHostUnregister(p);
     munmap(p, len);
-    return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);  // the client named an address it already has
+    return out.put<int32_t>(added);
   }
   if (reinterpret_cast<uint64_t>(p) != base)
     log::debug("mapped host memory: %llu bytes at %p here for the client's 0x%llx (address taken here)",
@@ -142,9 +143,10 @@ void MappedMemory::managed_alloc(const DriverTable& drv, Reader& in, Writer& out
   }
   // Managed memory reads as zero until written (the driver hands out fresh pages, as the kernel
   // does; fakecuda zeroes), like a fresh mapping.
-  if (!add(p, reinterpret_cast<uint8_t*>(p), p, size, true)) {
-    drv.cuMemFree_v2(p);  // the driver reused an address still recorded: a free went by some other path
-    return out.put<int32_t>(CUDA_ERROR_UNKNOWN);
+  if (CUresult added = add(p, reinterpret_cast<uint8_t*>(p), p, size, true)) {
+    drv.cuMemFree_v2(p);
+    // INVALID_VALUE: the driver reused an address still recorded (a free went by some other path).
+    return out.put<int32_t>(added == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_UNKNOWN : added);
   }
   out.put<int32_t>(CUDA_SUCCESS);
   out.put_u64(p);
@@ -198,19 +200,26 @@ void MappedMemory::write(Reader& in, Writer& out) {
   out.put<int32_t>(CUDA_SUCCESS);
 }
 
-bool MappedMemory::add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed) {
+CUresult MappedMemory::add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed) {
   Buffer b;
   b.client_base = client_base;
   b.data = data;
   b.dptr = dptr;
   b.size = size;
-  b.shadow.assign(size, 0);
+  try {
+    b.shadow.assign(size, 0);
+  } catch (const std::bad_alloc&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;  // the session goes on; the client's call fails
+  }
   b.managed = managed;
   std::lock_guard lk(mu_);
-  if (find_locked(client_base, 1) || by_client_.count(client_base)) return false;
+  // No overlap with a buffer that starts before it, at it, or inside it.
+  auto next = by_client_.lower_bound(client_base);
+  if (find_locked(client_base, 1) || (next != by_client_.end() && next->first - client_base < size))
+    return CUDA_ERROR_INVALID_VALUE;
   by_client_[client_base] = std::move(b);
   count_.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return CUDA_SUCCESS;
 }
 
 MappedMemory::Buffer* MappedMemory::find_locked(uint64_t client_address, uint64_t n) {

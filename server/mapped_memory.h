@@ -95,8 +95,9 @@ class MappedMemory {
   void mark_locked(Buffer& b, size_t offset, size_t len);
   Buffer* find_locked(uint64_t client_address, uint64_t n);
   // Records a mirrored buffer whose two copies start zeroed (a fresh mapping and fresh managed
-  // pages both read as zero). False, recording nothing, when its address is already recorded.
-  bool add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed);
+  // pages both read as zero). Records nothing and answers CUDA_ERROR_INVALID_VALUE when its range
+  // overlaps a recorded buffer's, CUDA_ERROR_OUT_OF_MEMORY when its shadow cannot be had.
+  CUresult add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed);
 
   std::mutex mu_;
   std::map<uint64_t, Buffer> by_client_;  // by client base address
