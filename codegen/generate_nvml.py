@@ -411,11 +411,9 @@ def emit_client(funcs: list[Func], ids: dict[str, int]) -> tuple[str, str]:
 
 
 def enum_bounds(t: ci.Type) -> list[str]:
-    """For an enum type, the conditions (on NAME_raw) of a value C++ may not hold in it (generate.py's
-    enum_range: holding one is undefined behaviour), [] when any value of its type is fine."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import generate as cuda_gen  # noqa: PLC0415: the one enum model, shared with the CUDA side
-    r = cuda_gen.enum_range(t)
+    """For an enum type, the conditions (on NAME_raw) of a value C++ may not hold in it
+    (clang_model.enum_range: holding one is undefined behaviour), [] when any value of its type is fine."""
+    r = model.enum_range(t)
     if not r:
         return []
     lo, hi = r
