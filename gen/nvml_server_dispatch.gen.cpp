@@ -52,7 +52,7 @@ void h_nvmlDeviceGetAPIRestriction(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetAPIRestriction) {
     rc = library_missing("nvmlDeviceGetAPIRestriction");
-  } else if ((apiType_raw > 3) || (isRestricted_has && (isRestricted_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if ((apiType_raw > 3) || !from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetAPIRestriction(device_h, apiType, isRestricted_has ? &isRestricted : nullptr);
@@ -97,7 +97,7 @@ void h_nvmlDeviceGetAccountingMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetAccountingMode) {
     rc = library_missing("nvmlDeviceGetAccountingMode");
-  } else if ((mode_has && (mode_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetAccountingMode(device_h, mode_has ? &mode : nullptr);
@@ -343,7 +343,7 @@ void h_nvmlDeviceGetAutoBoostedClocksEnabled(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetAutoBoostedClocksEnabled) {
     rc = library_missing("nvmlDeviceGetAutoBoostedClocksEnabled");
-  } else if ((isEnabled_has && (isEnabled_raw > 1)) || (defaultIsEnabled_has && (defaultIsEnabled_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetAutoBoostedClocksEnabled(device_h, isEnabled_has ? &isEnabled : nullptr, defaultIsEnabled_has ? &defaultIsEnabled : nullptr);
@@ -434,7 +434,7 @@ void h_nvmlDeviceGetBrand(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetBrand) {
     rc = library_missing("nvmlDeviceGetBrand");
-  } else if ((type_has && (type_raw > 31)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetBrand(device_h, type_has ? &type : nullptr);
@@ -661,7 +661,7 @@ void h_nvmlDeviceGetComputeMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetComputeMode) {
     rc = library_missing("nvmlDeviceGetComputeMode");
-  } else if ((mode_has && (mode_raw > 7)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetComputeMode(device_h, mode_has ? &mode : nullptr);
@@ -1189,7 +1189,7 @@ void h_nvmlDeviceGetDefaultEccMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetDefaultEccMode) {
     rc = library_missing("nvmlDeviceGetDefaultEccMode");
-  } else if ((defaultMode_has && (defaultMode_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetDefaultEccMode(device_h, defaultMode_has ? &defaultMode : nullptr);
@@ -1259,7 +1259,7 @@ void h_nvmlDeviceGetDisplayActive(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetDisplayActive) {
     rc = library_missing("nvmlDeviceGetDisplayActive");
-  } else if ((isActive_has && (isActive_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetDisplayActive(device_h, isActive_has ? &isActive : nullptr);
@@ -1282,7 +1282,7 @@ void h_nvmlDeviceGetDisplayMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetDisplayMode) {
     rc = library_missing("nvmlDeviceGetDisplayMode");
-  } else if ((display_has && (display_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetDisplayMode(device_h, display_has ? &display : nullptr);
@@ -1335,7 +1335,7 @@ void h_nvmlDeviceGetDriverModel(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetDriverModel) {
     rc = library_missing("nvmlDeviceGetDriverModel");
-  } else if ((current_has && (current_raw > 3)) || (pending_has && (pending_raw > 3)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetDriverModel(device_h, current_has ? &current : nullptr, pending_has ? &pending : nullptr);
@@ -1363,7 +1363,7 @@ void h_nvmlDeviceGetDriverModel_v2(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetDriverModel_v2) {
     rc = library_missing("nvmlDeviceGetDriverModel_v2");
-  } else if ((current_has && (current_raw > 3)) || (pending_has && (pending_raw > 3)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetDriverModel_v2(device_h, current_has ? &current : nullptr, pending_has ? &pending : nullptr);
@@ -1413,7 +1413,7 @@ void h_nvmlDeviceGetEccMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetEccMode) {
     rc = library_missing("nvmlDeviceGetEccMode");
-  } else if ((current_has && (current_raw > 1)) || (pending_has && (pending_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetEccMode(device_h, current_has ? &current : nullptr, pending_has ? &pending : nullptr);
@@ -2017,7 +2017,7 @@ void h_nvmlDeviceGetGpuOperationMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetGpuOperationMode) {
     rc = library_missing("nvmlDeviceGetGpuOperationMode");
-  } else if ((current_has && (current_raw > 3)) || (pending_has && (pending_raw > 3)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetGpuOperationMode(device_h, current_has ? &current : nullptr, pending_has ? &pending : nullptr);
@@ -2380,7 +2380,7 @@ void h_nvmlDeviceGetHostVgpuMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetHostVgpuMode) {
     rc = library_missing("nvmlDeviceGetHostVgpuMode");
-  } else if ((pHostVgpuMode_has && (pHostVgpuMode_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetHostVgpuMode(device_h, pHostVgpuMode_has ? &pHostVgpuMode : nullptr);
@@ -3319,7 +3319,7 @@ void h_nvmlDeviceGetNvLinkRemoteDeviceType(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetNvLinkRemoteDeviceType) {
     rc = library_missing("nvmlDeviceGetNvLinkRemoteDeviceType");
-  } else if ((pNvLinkDeviceType_has && (pNvLinkDeviceType_raw > 255)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetNvLinkRemoteDeviceType(device_h, link, pNvLinkDeviceType_has ? &pNvLinkDeviceType : nullptr);
@@ -3389,7 +3389,7 @@ void h_nvmlDeviceGetNvLinkState(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetNvLinkState) {
     rc = library_missing("nvmlDeviceGetNvLinkState");
-  } else if ((isActive_has && (isActive_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetNvLinkState(device_h, link, isActive_has ? &isActive : nullptr);
@@ -3561,7 +3561,7 @@ void h_nvmlDeviceGetP2PStatus(Dispatch& d) {
   nvmlDevice_t device2_h = nullptr;
   if (!t || !t->nvmlDeviceGetP2PStatus) {
     rc = library_missing("nvmlDeviceGetP2PStatus");
-  } else if ((p2pIndex_raw > 7) || (p2pStatus_has && (p2pStatus_raw > 7)) || !from_id(device1_id, &device1_h) || !from_id(device2_id, &device2_h)) {
+  } else if ((p2pIndex_raw > 7) || !from_id(device1_id, &device1_h) || !from_id(device2_id, &device2_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetP2PStatus(device1_h, device2_h, p2pIndex, p2pStatus_has ? &p2pStatus : nullptr);
@@ -3806,7 +3806,7 @@ void h_nvmlDeviceGetPerformanceState(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetPerformanceState) {
     rc = library_missing("nvmlDeviceGetPerformanceState");
-  } else if ((pState_has && (pState_raw > 63)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetPerformanceState(device_h, pState_has ? &pState : nullptr);
@@ -3829,7 +3829,7 @@ void h_nvmlDeviceGetPersistenceMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetPersistenceMode) {
     rc = library_missing("nvmlDeviceGetPersistenceMode");
-  } else if ((mode_has && (mode_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetPersistenceMode(device_h, mode_has ? &mode : nullptr);
@@ -3944,7 +3944,7 @@ void h_nvmlDeviceGetPowerManagementMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetPowerManagementMode) {
     rc = library_missing("nvmlDeviceGetPowerManagementMode");
-  } else if ((mode_has && (mode_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetPowerManagementMode(device_h, mode_has ? &mode : nullptr);
@@ -4011,7 +4011,7 @@ void h_nvmlDeviceGetPowerState(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetPowerState) {
     rc = library_missing("nvmlDeviceGetPowerState");
-  } else if ((pState_has && (pState_raw > 63)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetPowerState(device_h, pState_has ? &pState : nullptr);
@@ -4145,7 +4145,7 @@ void h_nvmlDeviceGetRetiredPagesPendingStatus(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetRetiredPagesPendingStatus) {
     rc = library_missing("nvmlDeviceGetRetiredPagesPendingStatus");
-  } else if ((isPending_has && (isPending_raw > 1)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetRetiredPagesPendingStatus(device_h, isPending_has ? &isPending : nullptr);
@@ -4200,7 +4200,7 @@ void h_nvmlDeviceGetSamples(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetSamples) {
     rc = library_missing("nvmlDeviceGetSamples");
-  } else if ((type_raw > 15) || (sampleValType_has && (sampleValType_raw > 7)) || !from_id(device_id, &device_h)) {
+  } else if ((type_raw > 15) || !from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetSamples(device_h, type, lastSeenTimeStamp, sampleValType_has ? &sampleValType : nullptr, sampleCount_has ? &sampleCount : nullptr, samples_has ? samples.data() : nullptr);
@@ -4552,7 +4552,7 @@ void h_nvmlDeviceGetTopologyCommonAncestor(Dispatch& d) {
   nvmlDevice_t device2_h = nullptr;
   if (!t || !t->nvmlDeviceGetTopologyCommonAncestor) {
     rc = library_missing("nvmlDeviceGetTopologyCommonAncestor");
-  } else if ((pathInfo_has && (pathInfo_raw > 63)) || !from_id(device1_id, &device1_h) || !from_id(device2_id, &device2_h)) {
+  } else if (!from_id(device1_id, &device1_h) || !from_id(device2_id, &device2_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetTopologyCommonAncestor(device1_h, device2_h, pathInfo_has ? &pathInfo : nullptr);
@@ -4875,7 +4875,7 @@ void h_nvmlDeviceGetVgpuUtilization(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetVgpuUtilization) {
     rc = library_missing("nvmlDeviceGetVgpuUtilization");
-  } else if ((sampleValType_has && (sampleValType_raw > 7)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetVgpuUtilization(device_h, lastSeenTimeStamp, sampleValType_has ? &sampleValType : nullptr, vgpuInstanceSamplesCount_has ? &vgpuInstanceSamplesCount : nullptr, utilizationSamples_has ? utilizationSamples.data() : nullptr);
@@ -4928,7 +4928,7 @@ void h_nvmlDeviceGetVirtualizationMode(Dispatch& d) {
   nvmlDevice_t device_h = nullptr;
   if (!t || !t->nvmlDeviceGetVirtualizationMode) {
     rc = library_missing("nvmlDeviceGetVirtualizationMode");
-  } else if ((pVirtualMode_has && (pVirtualMode_raw > 7)) || !from_id(device_id, &device_h)) {
+  } else if (!from_id(device_id, &device_h)) {
     rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceGetVirtualizationMode(device_h, pVirtualMode_has ? &pVirtualMode : nullptr);
@@ -5042,8 +5042,6 @@ void h_nvmlDeviceQueryDrainState(Dispatch& d) {
   const NvmlTable* t = table();
   if (!t || !t->nvmlDeviceQueryDrainState) {
     rc = library_missing("nvmlDeviceQueryDrainState");
-  } else if ((currentState_has && (currentState_raw > 1))) {
-    rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlDeviceQueryDrainState(pciInfo_has ? &pciInfo : nullptr, currentState_has ? &currentState : nullptr);
   }
@@ -6034,8 +6032,6 @@ void h_nvmlVgpuInstanceGetAccountingMode(Dispatch& d) {
   const NvmlTable* t = table();
   if (!t || !t->nvmlVgpuInstanceGetAccountingMode) {
     rc = library_missing("nvmlVgpuInstanceGetAccountingMode");
-  } else if ((mode_has && (mode_raw > 1))) {
-    rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlVgpuInstanceGetAccountingMode(vgpuInstance, mode_has ? &mode : nullptr);
   }
@@ -6104,8 +6100,6 @@ void h_nvmlVgpuInstanceGetEccMode(Dispatch& d) {
   const NvmlTable* t = table();
   if (!t || !t->nvmlVgpuInstanceGetEccMode) {
     rc = library_missing("nvmlVgpuInstanceGetEccMode");
-  } else if ((eccMode_has && (eccMode_raw > 1))) {
-    rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlVgpuInstanceGetEccMode(vgpuInstance, eccMode_has ? &eccMode : nullptr);
   }
@@ -6455,8 +6449,6 @@ void h_nvmlVgpuInstanceGetVmID(Dispatch& d) {
   const NvmlTable* t = table();
   if (!t || !t->nvmlVgpuInstanceGetVmID) {
     rc = library_missing("nvmlVgpuInstanceGetVmID");
-  } else if ((vmIdType_has && (vmIdType_raw > 1))) {
-    rc = NVML_ERROR_INVALID_ARGUMENT;
   } else {
     rc = t->nvmlVgpuInstanceGetVmID(vgpuInstance, vmId_has ? vmId_buf : nullptr, size, vmIdType_has ? &vmIdType : nullptr);
   }
