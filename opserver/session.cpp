@@ -21,15 +21,6 @@ using namespace rgpu::torchwire;
 
 namespace {
 
-// The bytes do not decode: close the connection.
-struct Malformed : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-// The call decodes but cannot run: report it to the client.
-struct CallError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 // Bulk replies (kTorchRead) travel in frames of this many bytes.
 constexpr size_t kReadChunk = 8u << 20;
 
@@ -744,6 +735,26 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
       case kTorchStorage:
         what = "storage";
         if (r.left()) throw Malformed("a storage frame with a payload");
+        break;
+      case kTorchDeviceProps:
+        what = "get_device_properties";
+        if (!want_reply) throw Malformed("a one-way device query");
+        device_props(r, &w);
+        break;
+      case kTorchMemory:
+        // The one-way actions, named as the user called them (a deferred error names them).
+        what = len >= 2 && data[1] == kMemEmptyCache ? "empty_cache"
+               : len >= 2 && data[1] == kMemResetPeak ? "reset_peak_memory_stats" : "memory";
+        memory(r, want_reply, &w);
+        break;
+      case kTorchRng:
+        what = len >= 2 && data[1] == kRngSetState ? "set_rng_state"
+               : len >= 2 && data[1] == kRngManualSeed ? "manual_seed" : "rng";
+        rng(r, want_reply, &w);
+        break;
+      case kTorchEvent:
+        what = len >= 1 && data[0] == kEventRecord ? "Event.record" : "Event";
+        event(r, want_reply, &w);
         break;
       case kTorchSync:
         what = "synchronize";

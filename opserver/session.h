@@ -13,7 +13,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
+#include <chrono>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +23,15 @@
 #include "protocol/torch_wire.h"
 
 namespace rgpu::opserver {
+
+// The bytes do not decode: the connection closes.
+struct Malformed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// The call decodes but cannot run: reported to the client (deferred for one-way calls).
+struct CallError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct SessionOptions {
   // The device type ops run on (kCPU or kCUDA), and how many devices clients see: cuda:0 ..
@@ -39,6 +50,7 @@ struct SessionOptions {
 class Session {
  public:
   explicit Session(SessionOptions opt);
+  ~Session();  // destroys the timing events it holds (opserver/device_api.cpp)
 
   // Handles one frame. Returns false when the connection must close, with *why for the log
   // (the reply, if any, is still to be sent: a refused hello explains itself). *reply_frames gets
@@ -74,6 +86,14 @@ class Session {
   // The client's index for a tensor on d produced by an op on op_device.
   int index_of(c10::Device d, int op_device) const;
 
+  // The device queries (opserver/device_api.cpp): kTorchDeviceProps, kTorchMemory, kTorchRng,
+  // kTorchEvent. Replies go to *w after the prefix.
+  void device_props(Reader& r, Writer* w);
+  void memory(Reader& r, bool want_reply, Writer* w);
+  void rng(Reader& r, bool want_reply, Writer* w);
+  void event(Reader& r, bool want_reply, Writer* w);
+  void drop_event(uint64_t id);
+
   // Remembers the first failure of a one-way call until the next reply.
   void defer(const std::string& op, const std::string& message);
   torchwire::ReplyStatus take_status();
@@ -85,6 +105,14 @@ class Session {
   bool hello_done_ = false;
   bool has_deferred_ = false;
   std::string deferred_op_, deferred_message_;
+  // Timing events by the client's id (kTorchEvent): a device event on cuda, a time on cpu.
+  struct EventSlot {
+    c10::Device device{c10::kCPU};
+    void* native = nullptr;
+    std::chrono::steady_clock::time_point at;
+  };
+  static constexpr size_t kMaxEvents = 1u << 16;
+  std::unordered_map<uint64_t, EventSlot> events_;
   // A host-to-device write arriving in several frames.
   Bytes staging_;
   uint64_t staging_total_ = 0;

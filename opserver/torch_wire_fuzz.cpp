@@ -159,5 +159,37 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   changes.put_u32(1);
   changes.put_u64(0x1000);
   record(&seed, kTorchStorage, 3, changes);
+  // The device queries (opserver/device_api.cpp): properties, memory, the generator, events.
+  rgpu::Writer props;
+  props.put<int8_t>(0);
+  record(&seed, kTorchDeviceProps, false, props);
+  for (uint8_t action : {kMemQuery, kMemEmptyCache, kMemResetPeak}) {
+    rgpu::Writer mem;
+    mem.put<int8_t>(0);
+    mem.put_u8(action);
+    record(&seed, kTorchMemory, action != kMemQuery, mem);
+  }
+  rgpu::Writer get_state;
+  get_state.put<int8_t>(0);
+  get_state.put_u8(kRngGetState);
+  record(&seed, kTorchRng, false, get_state);
+  rgpu::Writer set_state;
+  set_state.put<int8_t>(0);
+  set_state.put_u8(kRngSetState);
+  uint8_t state[16] = {1, 2, 3};
+  set_state.put_bytes(state, sizeof state);
+  record(&seed, kTorchRng, true, set_state);
+  for (uint64_t id : {0x9000, 0x9001}) {
+    rgpu::Writer ev;
+    ev.put_u8(kEventRecord);
+    ev.put_u64(id);
+    ev.put<int8_t>(0);
+    record(&seed, kTorchEvent, true, ev);
+  }
+  rgpu::Writer elapsed;
+  elapsed.put_u8(kEventElapsed);
+  elapsed.put_u64(0x9000);
+  elapsed.put_u64(0x9001);
+  record(&seed, kTorchEvent, false, elapsed);
   out->push_back(seed);
 }

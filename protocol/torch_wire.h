@@ -92,7 +92,43 @@ enum Op : uint16_t {
   // One-way: nothing of its own; carries queued storage changes (kWithStorage) when no other
   // frame follows them soon.
   kTorchStorage = kFirstTorchOp + 9,
+  // What torch.cuda's device queries answer, for torch.rgpu (python/rgpu/device.py). Requests
+  // name the client's device index (i8, rgpu:N); an index the server does not have fails the
+  // request.
+  // Request: i8 device. Reply: prefix, str name, u64 total_memory, then kPropCount i32 (PropIndex
+  // order), str uuid ("" for a cpu device). A cpu server describes its host: the CPU's model
+  // name, its memory, its hardware threads as multiprocessors, compute capability 0.0. The
+  // answers never change: clients ask once per device.
+  kTorchDeviceProps = kFirstTorchOp + 11,
+  // i8 device, u8 MemoryAction. As a request (kMemQuery): reply prefix, u64 free, u64 total (the
+  // device's memory: cudaMemGetInfo; the host's MemAvailable and MemTotal on a cpu server), u8
+  // cached, then when cached (the server has a caching allocator: cuda) its u64 reserved bytes
+  // current, peak, u64 segments current, peak; without one, what it reserves is what the client
+  // allocated. One-way: kMemEmptyCache (torch.cuda.empty_cache), kMemResetPeak (the peaks).
+  kTorchMemory = kFirstTorchOp + 12,
+  // The server's generator of a device: i8 device, u8 RngAction, then per action
+  //   kRngGetState (request): reply prefix, bytes (the generator's state, as get_rng_state);
+  //   kRngSetState (one-way): bytes (a state from kRngGetState);
+  //   kRngSeed (request): seeds it from a random source; reply prefix, u64 the seed;
+  //   kRngInitialSeed (request): reply prefix, u64 its seed;
+  //   kRngManualSeed (one-way): u64 seed, for this device only (kTorchSeed seeds them all).
+  kTorchRng = kFirstTorchOp + 13,
+  // Timing events (torch.Event(enable_timing=True)), ids minted by the client like storages:
+  // u8 EventAction, then kEventRecord (one-way): u64 id, i8 device: the server records the
+  // event where it has run every call before it (on the device's current stream on cuda);
+  // kEventElapsed (request): u64 id1, u64 id2: reply prefix, f64 milliseconds from id1 to id2,
+  // after both completed; kEventDestroy (one-way): u64 id.
+  kTorchEvent = kFirstTorchOp + 14,
 };
+
+enum PropIndex : uint8_t {
+  kPropMajor, kPropMinor, kPropMultiProcessors, kPropWarpSize, kPropMaxThreadsPerMultiProcessor,
+  kPropL2CacheSize, kPropRegistersPerMultiProcessor, kPropIntegrated, kPropMultiGpuBoard, kPropCount
+};
+enum MemoryAction : uint8_t { kMemQuery = 0, kMemEmptyCache = 1, kMemResetPeak = 2 };
+enum RngAction : uint8_t { kRngGetState = 0, kRngSetState = 1, kRngSeed = 2, kRngInitialSeed = 3, kRngManualSeed = 4 };
+enum EventAction : uint8_t { kEventRecord = 0, kEventElapsed = 1, kEventDestroy = 2 };
+inline constexpr size_t kMaxRngState = 1u << 20;
 
 inline constexpr uint16_t kWithStorage = 1 << 8;
 

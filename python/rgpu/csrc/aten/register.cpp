@@ -13,6 +13,8 @@
 namespace rgpu::torchdev {
 namespace {
 
+using namespace rgpu::torchwire;
+
 void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { fallback(op, stack); }
 
 void manual_seed(int64_t seed) { Connection::seed(static_cast<uint64_t>(seed)); }
@@ -61,6 +63,86 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> waits_by_reason() {
   }
   return out;
 }
+
+// torch.rgpu's device queries (python/rgpu/device.py; protocol/torch_wire.h says what each
+// answer means). Device -1 is the current device.
+
+// [name, uuid], [total_memory, then the PropIndex values].
+std::tuple<std::vector<std::string>, std::vector<int64_t>> device_properties(int64_t device) {
+  Writer w;
+  w.put<int8_t>(static_cast<int8_t>(device));
+  Bytes body = Connection::get().call(kTorchDeviceProps, w, "get_device_properties");
+  Reader r(body.data(), body.size());
+  std::tuple<std::vector<std::string>, std::vector<int64_t>> out;
+  std::string name = r.str(kMaxString);
+  std::get<1>(out).push_back(static_cast<int64_t>(r.u64()));
+  for (int k = 0; k < kPropCount; ++k) std::get<1>(out).push_back(r.i32());
+  std::string uuid = r.str(kMaxString);
+  TORCH_CHECK(r.ok(), "rgpu: rgpu-opserver sent a malformed device description");
+  std::get<0>(out) = {name, uuid};
+  return out;
+}
+
+std::vector<int64_t> memory_allocated(int64_t device) {
+  auto [current, peak] = allocated_bytes(static_cast<c10::DeviceIndex>(device));
+  return {current, peak};
+}
+
+void post_rng(int64_t device, RngAction action, Writer& tail) {
+  Writer w;
+  w.put<int8_t>(static_cast<int8_t>(device));
+  w.put_u8(action);
+  w.append(tail.buf().data(), tail.size());
+  Connection::get().post(kTorchRng, w);
+}
+
+Bytes ask_rng(int64_t device, RngAction action, const char* why) {
+  Writer w;
+  w.put<int8_t>(static_cast<int8_t>(device));
+  w.put_u8(action);
+  return Connection::get().call(kTorchRng, w, why);
+}
+
+at::Tensor get_rng_state(int64_t device) {
+  Bytes body = ask_rng(device, kRngGetState, "get_rng_state");
+  Reader r(body.data(), body.size());
+  size_t n = 0;
+  const uint8_t* p = r.bytes(&n, kMaxRngState);
+  TORCH_CHECK(r.ok(), "rgpu: rgpu-opserver sent a malformed generator state");
+  at::Tensor state = at::empty({static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kByte));
+  if (n) std::memcpy(state.data_ptr(), p, n);
+  return state;
+}
+
+void set_rng_state(int64_t device, const at::Tensor& state) {
+  TORCH_CHECK(state.is_cpu() && state.scalar_type() == at::kByte,
+              "rgpu: set_rng_state takes a cpu torch.ByteTensor (as get_rng_state returns), got ", state.toString());
+  at::Tensor s = state.contiguous();
+  TORCH_CHECK(s.nbytes() <= kMaxRngState, "rgpu: set_rng_state: the state is larger than any generator's");
+  Writer w;
+  w.put_bytes(s.const_data_ptr(), s.nbytes());
+  post_rng(device, kRngSetState, w);
+}
+
+int64_t ask_seed(int64_t device, RngAction action, const char* why) {
+  Bytes body = ask_rng(device, action, why);
+  Reader r(body.data(), body.size());
+  uint64_t seed = r.u64();
+  TORCH_CHECK(r.ok(), "rgpu: rgpu-opserver sent a malformed seed");
+  return static_cast<int64_t>(seed);
+}
+
+int64_t seed(int64_t device) { return ask_seed(device, kRngSeed, "seed"); }
+int64_t initial_seed(int64_t device) { return ask_seed(device, kRngInitialSeed, "initial_seed"); }
+
+void manual_seed_device(int64_t device, int64_t seed) {
+  if (!Connection::existing()) return Connection::seed(static_cast<uint64_t>(seed));  // sent at connect
+  Writer w;
+  w.put_u64(static_cast<uint64_t>(seed));
+  post_rng(device, kRngManualSeed, w);
+}
+
+bool is_connected() { return Connection::existing() != nullptr; }
 
 }  // namespace
 
@@ -114,6 +196,14 @@ TORCH_LIBRARY(rgpu, m) {
   m.def("exchange_device(int index) -> int", &exchange_device_op);
   m.def("stats() -> int[]", &stats);
   m.def("waits_by_reason() -> (str[], int[])", &waits_by_reason);
+  m.def("is_connected() -> bool", &is_connected);
+  m.def("device_properties(int device) -> (str[], int[])", &device_properties);
+  m.def("memory_allocated(int device) -> int[]", &memory_allocated);
+  m.def("get_rng_state(int device) -> Tensor", &get_rng_state);
+  m.def("set_rng_state(int device, Tensor state) -> ()", &set_rng_state);
+  m.def("seed(int device) -> int", &seed);
+  m.def("initial_seed(int device) -> int", &initial_seed);
+  m.def("manual_seed_device(int device, int seed) -> ()", &manual_seed_device);
 }
 
 }  // namespace rgpu::torchdev

@@ -49,4 +49,8 @@ void restride(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef stri
 // Waits until the server has run everything sent so far (and raises deferred errors).
 void synchronize();
 
+// The bytes of live rgpu storages on device d (-1: the current one), current and peak, as the
+// client counts them (never waits): torch.rgpu.memory_allocated, max_memory_allocated.
+std::pair<int64_t, int64_t> allocated_bytes(c10::DeviceIndex d);
+
 }  // namespace rgpu::torchdev
