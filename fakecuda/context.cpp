@@ -57,7 +57,7 @@ struct LimitRule {
   size_t initial;
   SetRule set;
 };
-constexpr size_t kMaxPersistingL2 = 82837504;  // the device's attribute (device.cpp)
+constexpr size_t kMaxPersistingL2 = 39321600;  // CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE (device.cpp)
 constexpr LimitRule kLimits[] = {
     {CU_LIMIT_STACK_SIZE, 1024, SetRule::kStore},                // bytes per thread
     {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20, SetRule::kStore},       // 1 MiB
@@ -258,7 +258,15 @@ FAKE_API CUresult CUDAAPI cuCtxGetFlags(unsigned int* flags) {
   if (!flags) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
-  *flags = c->flags;
+  *flags = c->flags | CU_CTX_MAP_HOST;  // always on, and reported so (seen on the H200)
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache* config) {
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  *config = CU_FUNC_CACHE_PREFER_NONE;
   return CUDA_SUCCESS;
 }
 
@@ -297,7 +305,8 @@ FAKE_API CUresult CUDAAPI cuCtxGetApiVersion(CUcontext ctx, unsigned int* versio
   std::lock_guard lk(g_mu);
   if (!ctx) ctx = current_ctx_locked();
   if (!usable_locked(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-  *version = 12050;  // what a context created through the v4 API reports
+  // The primary context reports 3020 on the H200 (driver 580); a created one is not recorded.
+  *version = ctx->primary ? 3020 : 12050;
   return CUDA_SUCCESS;
 }
 

@@ -103,7 +103,7 @@ TEST_F(Fake, ReportsOneH200) {
   EXPECT_STREQ(name, "NVIDIA H200 (rgpu fake)");
   size_t total = 0;
   ASSERT_EQ(cuDeviceTotalMem_v2(&total, d), CUDA_SUCCESS);
-  EXPECT_EQ(total, 143771ull << 20);
+  EXPECT_EQ(total, 143155ull << 20);
   CUuuid a, b;
   ASSERT_EQ(cuDeviceGetUuid_v2(&a, d), CUDA_SUCCESS);
   ASSERT_EQ(cuDeviceGetUuid(&b, d), CUDA_SUCCESS);
@@ -113,7 +113,7 @@ TEST_F(Fake, ReportsOneH200) {
   EXPECT_EQ(major * 10 + minor, 90);
   char bus[32];
   ASSERT_EQ(cuDeviceGetPCIBusId(bus, sizeof bus, d), CUDA_SUCCESS);
-  EXPECT_STREQ(bus, "00000000:1B:00.0");
+  EXPECT_STREQ(bus, "0000:1B:00.0");  // cuDeviceGetPCIBusId: a 4-digit domain, as on the H200
 }
 
 TEST_F(Fake, AnswersEveryDeviceAttributeAndRefusesOutOfRange) {
@@ -144,6 +144,12 @@ TEST_F(Fake, NamesItsErrors) {
   EXPECT_STREQ(s, "CUDA_ERROR_ILLEGAL_ADDRESS");
   ASSERT_EQ(cuGetErrorString(CUDA_ERROR_INVALID_VALUE, &s), CUDA_SUCCESS);
   EXPECT_STREQ(s, "invalid argument");
+  // Every code driver 580 names, in its words (tests/conformance holds all of them to h200.txt).
+  ASSERT_EQ(cuGetErrorName(CUDA_ERROR_UNSUPPORTED_LIMIT, &s), CUDA_SUCCESS);
+  EXPECT_STREQ(s, "CUDA_ERROR_UNSUPPORTED_LIMIT");
+  ASSERT_EQ(cuGetErrorString(CUDA_ERROR_PROFILER_DISABLED, &s), CUDA_SUCCESS);
+  EXPECT_STREQ(s, "profiler disabled while using external profiling tool");
+  EXPECT_EQ(cuGetErrorName(static_cast<CUresult>(12345), &s), CUDA_ERROR_INVALID_VALUE);
 }
 
 // ---------- contexts ----------
@@ -293,7 +299,7 @@ TEST_F(Fake, APrimaryContextActiveAgainHasTheDefaultLimits) {
 TEST_F(Fake, AllocationsAreAlignedDeviceAddressesWithinTheReportedTotal) {
   CUdeviceptr p;
   EXPECT_EQ(cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(cuMemAlloc_v2(&p, (143771ull << 20) + 1), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(cuMemAlloc_v2(&p, (143155ull << 20) + 1), CUDA_ERROR_OUT_OF_MEMORY);
   size_t free0, total;
   ASSERT_EQ(cuMemGetInfo_v2(&free0, &total), CUDA_SUCCESS);
   CUdeviceptr a = alloc(1000), b = alloc(1);

@@ -30,7 +30,7 @@ namespace fake {
 
 // ---------- the one device ----------
 inline constexpr int kDriverVersion = 13000;
-inline constexpr size_t kTotalMem = 143771ull << 20;  // H200: 143771 MiB
+inline constexpr size_t kTotalMem = 143155ull << 20;  // cuDeviceTotalMem on the H200 (NVML says 143771 MiB)
 inline constexpr int kMaxThreadsPerBlock = 1024;
 int device_attribute(int attr);  // H200 value, 0 for attributes it has none for
 

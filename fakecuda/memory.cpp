@@ -338,6 +338,21 @@ FAKE_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* ps
 
 // ---------- pinned host memory ----------
 
+// What the driver reports of a pinned allocation: CU_MEMHOSTALLOC_DEVICEMAP when mapped (seen on
+// the H200 for a DEVICEMAP allocation); pageable memory is INVALID_VALUE.
+FAKE_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p) {
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  std::lock_guard lk(g_mem_mu);
+  auto it = g_pinned.upper_bound(reinterpret_cast<uintptr_t>(p));
+  if (it == g_pinned.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (reinterpret_cast<uintptr_t>(p) - it->first >= it->second.size || it->second.managed) return CUDA_ERROR_INVALID_VALUE;
+  *flags = it->second.mapped ? CU_MEMHOSTALLOC_DEVICEMAP : 0;
+  return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* c;
@@ -526,6 +541,9 @@ FAKE_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   return CUDA_SUCCESS;
 }
 FAKE_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
+
+// The pool cuMemAllocAsync uses: the default one (cuDeviceSetMemPool is not implemented).
+FAKE_API CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) { return cuDeviceGetDefaultMemPool(pool, dev); }
 
 FAKE_API CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (!pool) return CUDA_ERROR_INVALID_VALUE;

@@ -53,7 +53,7 @@ void fill_pci(nvmlPciInfo_t* p) {
   p->bus = 0x1b;
   p->device = 0;
   p->pciDeviceId = 0x233510de;
-  p->pciSubSystemId = 0x18a810de;
+  p->pciSubSystemId = 0x18bf10de;
 }
 
 template <class P>
@@ -118,7 +118,8 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevic
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus, nvmlDevice_t* device) {
   if (g_init.load() <= 0) return NVML_ERROR_UNINITIALIZED;
   if (!bus || !device) return NVML_ERROR_INVALID_ARGUMENT;
-  if (strcasecmp(bus, kBusId) != 0 && strcasecmp(bus, "0000:1B:00.0") != 0) return NVML_ERROR_NOT_FOUND;
+  // Another bus id is refused as an invalid argument, as the H200's NVML does (not NOT_FOUND).
+  if (strcasecmp(bus, kBusId) != 0 && strcasecmp(bus, "0000:1B:00.0") != 0) return NVML_ERROR_INVALID_ARGUMENT;
   *device = &g_device;
   return NVML_SUCCESS;
 }
@@ -309,7 +310,9 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b
   if (nvmlReturn_t rc = check(a)) return rc;
   if (nvmlReturn_t rc = check(b)) return rc;
   if (!status || index > NVML_P2P_CAPS_INDEX_UNKNOWN) return NVML_ERROR_INVALID_ARGUMENT;
-  *status = index == NVML_P2P_CAPS_INDEX_UNKNOWN ? NVML_P2P_STATUS_UNKNOWN : NVML_P2P_STATUS_OK;
+  // The device with itself, as driver 580 answers on the H200: not supported for every capability,
+  // and OK for the UNKNOWN index.
+  *status = index == NVML_P2P_CAPS_INDEX_UNKNOWN ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
   return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
@@ -317,8 +320,7 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, n
   if (nvmlReturn_t rc = check(a)) return rc;
   if (nvmlReturn_t rc = check(b)) return rc;
   if (!level) return NVML_ERROR_INVALID_ARGUMENT;
-  *level = NVML_TOPOLOGY_INTERNAL;
-  return NVML_SUCCESS;
+  return NVML_ERROR_NOT_SUPPORTED;  // the device with itself (the only pair), as on the H200
 }
 
 namespace {
@@ -390,19 +392,15 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, n
     v.latencyUsec = 0;
     v.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
     v.value.ullVal = 0;
-    switch (v.fieldId) {
-      case NVML_FI_DEV_NVLINK_LINK_COUNT:
-      case NVML_FI_DEV_C2C_LINK_COUNT:
-        v.value.uiVal = 0;
-        v.nvmlReturn = NVML_SUCCESS;
-        break;
-      case NVML_FI_DEV_ECC_CURRENT:
-      case NVML_FI_DEV_ECC_PENDING:
-        v.value.uiVal = 1;
-        v.nvmlReturn = NVML_SUCCESS;
-        break;
-      default:
-        v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    if (v.fieldId == 0 || v.fieldId >= NVML_FI_MAX) {
+      v.valueType = NVML_VALUE_TYPE_DOUBLE;  // 0: what the H200 leaves in an unknown field
+      v.nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+    } else if (v.fieldId == NVML_FI_DEV_ECC_CURRENT || v.fieldId == NVML_FI_DEV_ECC_PENDING) {
+      v.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+      v.value.ullVal = 1;
+      v.nvmlReturn = NVML_SUCCESS;
+    } else {
+      v.nvmlReturn = NVML_ERROR_NOT_SUPPORTED;  // NVLink and C2C link counts included: none here
     }
   }
   return NVML_SUCCESS;
@@ -422,7 +420,50 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int* cu
   return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int* is_mig) { return put_uint(d, is_mig, 0); }
-FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int* n) { return put_uint(d, n, 7); }
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t d, unsigned int* n) { return put_uint(d, n, 0); }
+// Instance ids belong to MIG device handles; this one is the whole GPU.
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned int*) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return NVML_ERROR_INVALID_ARGUMENT;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned int*) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return NVML_ERROR_INVALID_ARGUMENT;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t d, nvmlDeviceAttributes_t*) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return NVML_ERROR_NOT_SUPPORTED;  // MIG devices only
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t d, nvmlEnableState_t*) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return NVML_ERROR_NOT_SUPPORTED;  // Hopper remaps rows instead
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int* corr, unsigned int* unc,
+                                                     unsigned int* pending, unsigned int* failure) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!corr || !unc || !pending || !failure) return NVML_ERROR_INVALID_ARGUMENT;
+  *corr = *unc = *pending = *failure = 0;
+  return NVML_SUCCESS;
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t d, char* version, unsigned int length) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return put_string("96.00.00.00.00", version, length);
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t d, char* part, unsigned int length) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return put_string("692-2G520-0280-000", part, length);
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t d, char* version, unsigned int length) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  return put_string("G520.0280.00.01", version, length);
+}
+FAKE_NVML_API nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t d, nvmlConfComputeMemSizeInfo_t* info) {
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+  info->protectedMemSizeKib = 0;
+  info->unprotectedMemSizeKib = kTotal >> 10;
+  return NVML_SUCCESS;
+}
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t d, nvmlEnableState_t* current, nvmlEnableState_t* pending) {
   if (nvmlReturn_t rc = check(d)) return rc;
   if (!current || !pending) return NVML_ERROR_INVALID_ARGUMENT;
@@ -432,11 +473,14 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t d, nvmlEnableState_
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t d, nvmlEnableState_t* m) {
   if (nvmlReturn_t rc = check(d)) return rc;
   if (!m) return NVML_ERROR_INVALID_ARGUMENT;
-  *m = NVML_FEATURE_DISABLED;
+  *m = NVML_FEATURE_ENABLED;  // as the H200 reports it, though no display is attached
   return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t d, nvmlEnableState_t* m) {
-  return nvmlDeviceGetDisplayMode(d, m);
+  if (nvmlReturn_t rc = check(d)) return rc;
+  if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+  *m = NVML_FEATURE_DISABLED;
+  return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t d, nvmlGpuVirtualizationMode_t* m) {
   if (nvmlReturn_t rc = check(d)) return rc;
