@@ -34,7 +34,7 @@ std::atomic<uint64_t> g_graph_bytes{0}, g_graph_bytes_high{0};
 }  // namespace
 
 fake::GraphAlloc::~GraphAlloc() {
-  if (ptr) cuMemFree_v2(ptr);
+  if (ptr) free_device(ptr);
   g_graph_bytes -= size;
 }
 
@@ -49,7 +49,25 @@ namespace {
 auto& g_graphs = *new std::unordered_map<CUgraph_st*, std::unique_ptr<CUgraph_st>>();  // top-level
 auto& g_all_graphs = *new std::unordered_set<CUgraph_st*>();   // visible, nested included
 auto& g_nodes = *new std::unordered_set<CUgraphNode_st*>();    // visible
-auto& g_graph_allocs = *new std::unordered_set<CUdeviceptr>();
+auto& g_graph_allocs = *new std::unordered_map<CUdeviceptr, std::weak_ptr<fake::GraphAlloc>>();
+
+}  // namespace
+
+CUresult fake::free_graph_alloc(CUdeviceptr p) {
+  std::lock_guard lk(g_graph_mu);
+  auto it = g_graph_allocs.find(p);
+  if (it == g_graph_allocs.end()) return CUDA_ERROR_NOT_FOUND;
+  auto mem = it->second.lock();
+  if (!mem) {
+    g_graph_allocs.erase(it);
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  if (!mem->outstanding) return CUDA_ERROR_INVALID_VALUE;
+  mem->outstanding = false;
+  return CUDA_SUCCESS;
+}
+
+namespace {
 
 struct CondHandle {
   CUgraph_st* graph;
@@ -298,7 +316,7 @@ CUresult set_params(CUgraphNode_st* n, CUgraphNodeParams* p) {
       uint64_t now = g_graph_bytes += a.bytesize;
       for (uint64_t high = g_graph_bytes_high; now > high && !g_graph_bytes_high.compare_exchange_weak(high, now);) {
       }
-      g_graph_allocs.insert(mem->ptr);
+      g_graph_allocs[mem->ptr] = mem;
       n->mem = mem;
       n->descs.assign(a.accessDescs, a.accessDescs + a.accessDescCount);
       n->alloc = a;
@@ -307,7 +325,7 @@ CUresult set_params(CUgraphNode_st* n, CUgraphNodeParams* p) {
       return CUDA_SUCCESS;
     }
     case CU_GRAPH_NODE_TYPE_MEM_FREE:
-      if (!g_graph_allocs.count(p->free.dptr)) return CUDA_ERROR_INVALID_VALUE;
+      if (!g_graph_allocs.count(p->free.dptr) || g_graph_allocs[p->free.dptr].expired()) return CUDA_ERROR_INVALID_VALUE;
       n->free_ptr = p->free.dptr;
       return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
@@ -970,6 +988,9 @@ struct Capture {
   CUstream_st* origin = nullptr;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   std::vector<std::unique_ptr<CUgraphNode_st>> pending;
+  // A call not permitted in a capture (a synchronize of the capturing stream) invalidates it:
+  // status INVALIDATED, and cuStreamEndCapture fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+  bool invalidated = false;
 };
 
 struct Capturing {
@@ -1046,9 +1067,10 @@ CUresult begin_capture(CUstream h, CUgraph into, const CUgraphNode* deps, const 
   return CUDA_SUCCESS;
 }
 
+// A NULL `out` ends the capture too, as driver 580 does (seen on the H200, after cuStreamBeginCapture
+// and cuStreamBeginCaptureToGraph alike): a graph the capture made is then destroyed.
 CUresult end_capture(CUstream h, CUgraph* out) {
   if (CUresult r = check_init()) return r;
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
   std::unique_ptr<CUgraph_st> dead;  // destroyed after the locks
   std::lock_guard gl(g_graph_mu);
   std::lock_guard lk(g_mu);
@@ -1079,15 +1101,16 @@ CUresult end_capture(CUstream h, CUgraph* out) {
   }
   for (auto i = g_event_captures.begin(); i != g_event_captures.end();)
     i = i->second.cap == cap ? g_event_captures.erase(i) : std::next(i);
-  *out = nullptr;
-  if (unjoined) {
+  if (out) *out = nullptr;
+  if (unjoined || cap->invalidated || !out) {
     if (cap->owns_graph) {
       auto g = g_graphs.find(cap->graph);
       forget(cap->graph);
       dead = std::move(g->second);
       g_graphs.erase(g);
     }
-    return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    if (unjoined) return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    return cap->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
   }
   *out = cap->graph;
   return CUDA_SUCCESS;
@@ -1115,7 +1138,7 @@ CUresult capture_info(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
   adopt_locked(*it->second.cap);
   t_deps.assign(it->second.deps.begin(), it->second.deps.end());
   t_edges.assign(t_deps.size(), CUgraphEdgeData{});
-  *status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *status = it->second.cap->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (id) *id = it->second.cap->id;
   if (graph) *graph = it->second.cap->graph;
   if (deps) *deps = t_deps.empty() ? nullptr : t_deps.data();
@@ -1149,6 +1172,13 @@ namespace fake {
 
 // Hooks for the queueing paths (fakecuda/stream.cpp), g_mu held. Each returns true when the
 // stream is capturing and the work was captured instead of queued.
+bool capture_invalidate_locked(const CUstream_st* s) {
+  auto it = g_capturing.find(s);
+  if (it == g_capturing.end()) return false;
+  it->second.cap->invalidated = true;
+  return true;
+}
+
 bool capture_work_locked(const CUstream_st* s, std::function<void()>* fn) {
   auto it = g_capturing.find(s);
   if (it == g_capturing.end()) return false;

@@ -22,9 +22,12 @@ namespace fake {
 
 // The memory of a memory alloc node: allocated when the node is created, so the address is fixed
 // (as the driver's is); freed when the last graph or instance holding the node is destroyed.
+// Each launch allocates it again: launching while a launch's allocation is outstanding (not yet
+// freed by a free node, cuMemFree or cuMemFreeAsync) is CUDA_ERROR_INVALID_VALUE (driver 580).
 struct GraphAlloc {
   CUdeviceptr ptr = 0;
   size_t size = 0;
+  bool outstanding = false;  // g_graph_mu
   ~GraphAlloc();
 };
 

@@ -246,11 +246,38 @@ FAKE_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+// The allocations a launch of g makes and keeps (alloc nodes that no free node of g frees), and
+// those its free nodes free; child graphs included. g_graph_mu held.
+void graph_allocs(const CUgraph_st& g, std::vector<GraphAlloc*>* kept, std::vector<CUdeviceptr>* freed) {
+  for (const auto& n : g.nodes) {
+    if (!n->enabled) continue;
+    if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && n->mem) kept->push_back(n->mem.get());
+    if (n->type == CU_GRAPH_NODE_TYPE_MEM_FREE) freed->push_back(n->free_ptr);
+    if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && n->child) graph_allocs(*n->child, kept, freed);
+  }
+}
+
+}  // namespace
+
+// A launch allocates its alloc nodes' memory again: refused (INVALID_VALUE) while an earlier
+// launch's allocation is outstanding, i.e. not freed by a free node, cuMemFree or cuMemFreeAsync
+// (driver 580 on the H200; the fake had kept no count and refused a launch after a free outside).
 FAKE_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
   if (CUresult r = check_init()) return r;
   std::lock_guard lk(g_graph_mu);
   if (!g_execs.count(exec)) return CUDA_ERROR_INVALID_VALUE;
-  return enqueue(*exec->graph, s);
+  std::vector<GraphAlloc*> kept;
+  std::vector<CUdeviceptr> freed;
+  graph_allocs(*exec->graph, &kept, &freed);
+  std::erase_if(kept, [&](GraphAlloc* a) { return std::find(freed.begin(), freed.end(), a->ptr) != freed.end(); });
+  for (GraphAlloc* a : kept)
+    if (a->outstanding) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = enqueue(*exec->graph, s);
+  if (r == CUDA_SUCCESS)
+    for (GraphAlloc* a : kept) a->outstanding = true;
+  return r;
 }
 
 FAKE_API CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) { return cuGraphLaunch(exec, s); }

@@ -161,6 +161,12 @@ struct Span {
   uint8_t* host = nullptr;
 };
 bool device_span(CUdeviceptr p, size_t n, Span* out);
+// cuMemFree_v2 without the graph-allocation check (graph.cpp frees its nodes' memory with it).
+CUresult free_device(CUdeviceptr p);
+// cuMemFree / cuMemFreeAsync of a graph allocation's address (graph.cpp, takes g_graph_mu):
+// CUDA_ERROR_NOT_FOUND when p is none; else its launch's allocation is freed (SUCCESS), or
+// INVALID_VALUE when none is outstanding. The memory itself stays with the graph.
+CUresult free_graph_alloc(CUdeviceptr p);
 // For vmm.cpp: the allocation table's lock, and (with it held) address space and accounting.
 std::mutex& mem_mutex();
 CUdeviceptr reserve_va_locked(size_t size, size_t align);  // fresh addresses, never handed out again; 0: none left

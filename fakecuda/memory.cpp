@@ -193,10 +193,10 @@ void free_ctx_allocations(CUctx_st* c) {
 
 using namespace fake;
 
-FAKE_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-  CUctx_st* c;
-  if (CUresult r = current_ctx(&c)) return r;
+namespace {
+
+// cuMemAlloc_v2 in context c.
+CUresult alloc_in(CUctx_st* c, CUdeviceptr* dptr, size_t bytesize) {
   if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mem_mu);
   if (bytesize > kTotalMem - g_used) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -213,6 +213,15 @@ FAKE_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   g_allocs.emplace(a->base, a);
   *dptr = a->base;
   return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  return alloc_in(c, dptr, bytesize);
 }
 
 FAKE_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
@@ -288,6 +297,15 @@ CUresult free_managed(CUdeviceptr dptr) {
 }  // namespace
 
 FAKE_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
+  if (dptr) {
+    CUctx_st* c;
+    if (CUresult r = current_ctx(&c)) return r;
+    if (CUresult r = free_graph_alloc(dptr); r != CUDA_ERROR_NOT_FOUND) return r;
+  }
+  return free_device(dptr);
+}
+
+CUresult fake::free_device(CUdeviceptr dptr) {
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
   if (dptr == 0) return CUDA_SUCCESS;
@@ -484,18 +502,24 @@ std::unordered_map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>>& g_
 
 bool pool_alive(CUmemoryPool p) { return p == &g_default_pool || g_pools.count(p); }
 
+// The stream names the context: a thread with none current may allocate and free on an explicit
+// stream; on the legacy stream it needs one (CUDA_ERROR_INVALID_CONTEXT), as driver 580 answers
+// (tests/conformance, section thread, on the H200).
 CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream h) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_init()) return r;
+  CUctx_st* ctx;
   {
     std::lock_guard lk(g_mu);
     std::shared_ptr<CUstream_st> s;
     if (CUresult r = get_stream_locked(h, &s)) return r;
+    ctx = s->ctx;
   }
   {
     std::lock_guard lk(g_mem_mu);
     if (!pool_alive(pool)) return CUDA_ERROR_INVALID_HANDLE;
   }
-  if (CUresult r = cuMemAlloc_v2(dptr, bytesize)) return r;
+  if (CUresult r = alloc_in(ctx, dptr, bytesize)) return r;
   std::lock_guard lk(g_mem_mu);
   pool->used += bytesize;
   pool->used_high = std::max(pool->used_high, pool->used);
@@ -520,8 +544,13 @@ FAKE_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t
 }
 
 FAKE_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  CUctx_st* c;
-  if (CUresult r = current_ctx(&c)) return r;
+  if (CUresult r = check_init()) return r;
+  {
+    std::lock_guard lk(g_mu);  // the stream's context, not the thread's (alloc_async)
+    std::shared_ptr<CUstream_st> s;
+    if (CUresult r = get_stream_locked(hStream, &s)) return r;
+  }
+  if (CUresult r = free_graph_alloc(dptr); r != CUDA_ERROR_NOT_FOUND) return r;
   {
     std::lock_guard lk(g_mem_mu);
     auto it = g_allocs.find(dptr);
@@ -629,28 +658,50 @@ FAKE_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_att
 
 namespace {
 
-// A managed allocation (g_mem_mu held): memory type host, as the driver reports managed memory
+// Attributes every allocation has on driver 580, whatever its kind (seen on the H200): P2P tokens
+// (zeros here), no shareable handle types, a block id, and the mapping that holds it, in whole
+// 2 MiB granules. CUDA_ERROR_NOT_FOUND for the other attributes.
+CUresult mapping_attribute(void* data, CUpointer_attribute attr, uint64_t base, uint64_t size) {
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS: std::memset(data, 0, sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS)); break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *static_cast<uint64_t*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *static_cast<uint64_t*>(data) = base; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *static_cast<CUdeviceptr*>(data) = base; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *static_cast<size_t*>(data) = (size + (2u << 20) - 1) & ~size_t((2u << 20) - 1); break;
+    default: return CUDA_ERROR_NOT_FOUND;
+  }
+  return CUDA_SUCCESS;
+}
+
+// What device memory can do on the H200, each answered 1 (driver 580).
+bool device_capability(CUpointer_attribute attr) {
+  return attr == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS || attr == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE ||
+         attr == CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE || attr == CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE;
+}
+
+// A managed allocation (g_mem_mu held): memory type device, as driver 580 reports managed memory
 // (CU_MEMORYTYPE_UNIFIED is never returned), and IS_MANAGED.
 CUresult managed_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr,
                            const std::pair<const uintptr_t, Pinned>& m) {
   switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = m.second.managed; break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_HOST; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data) = reinterpret_cast<void*>(ptr); break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = m.first; break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<unsigned*>(data) = 1; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = m.first; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = m.second.size; break;
     case CU_POINTER_ATTRIBUTE_MAPPED:
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = 1; break;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *static_cast<unsigned*>(data) = 0; break;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *static_cast<unsigned*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *static_cast<CUmemoryPool*>(data) = nullptr; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      if (mapping_attribute(data, attr, m.first, m.second.size) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -673,8 +724,19 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr
       pin_base = std::prev(it)->first, pin_size = std::prev(it)->second.size;
   }
   if (!device && !pin_size) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t base = device ? s.hold->base : pin_base, size = device ? s.hold->size : pin_size;
+  if (!device && attr == CU_POINTER_ATTRIBUTE_P2P_TOKENS) return CUDA_ERROR_INVALID_VALUE;  // device memory only
+  if (CUresult r = mapping_attribute(data, attr, base, size); r != CUDA_ERROR_NOT_FOUND) return r;
+  if (device && device_capability(attr)) {
+    // cuMemAlloc's memory; stream-ordered and VMM memory say 0 but for SYNC_MEMOPS (driver 580).
+    *static_cast<unsigned*>(data) = attr == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS || !(s.hold->pool || s.hold->vmm);
+    return CUDA_SUCCESS;
+  }
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = device ? s.hold->ctx : current_ctx_locked(); break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      // Stream-ordered and VMM memory belong to no context (driver 580 answers NULL).
+      *static_cast<CUcontext*>(data) = device ? (s.hold->pool || s.hold->vmm ? nullptr : s.hold->ctx) : current_ctx_locked();
+      break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
@@ -715,7 +777,11 @@ FAKE_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUp
   for (unsigned i = 0; i < numAttributes; ++i) {
     if (!data[i]) continue;
     uint8_t tmp[16] = {};
-    pointer_attribute(tmp, attributes[i], ptr);  // not a CUDA pointer: zeros, and success
+    // Not a CUDA pointer: zeros, and success; its device ordinal is -2 (driver 580 on the H200).
+    if (pointer_attribute(tmp, attributes[i], ptr) != CUDA_SUCCESS && attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
+      int none = -2;
+      std::memcpy(tmp, &none, sizeof none);
+    }
     size_t n = attributes[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS ? 16
                : (attributes[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE || attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL ||
                   attributes[i] == CU_POINTER_ATTRIBUTE_MAPPED || attributes[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED ||

@@ -19,6 +19,8 @@ namespace fake {
 // Stream capture (fakecuda/graph.cpp), g_mu held: true when s is capturing and the work became
 // graph nodes instead of being queued.
 bool capture_work_locked(const CUstream_st* s, std::function<void()>* fn);
+// A synchronize of a capturing stream: true (and the capture is invalidated) when s is capturing.
+bool capture_invalidate_locked(const CUstream_st* s);
 bool capture_host_locked(const CUstream_st* s, CUhostFn fn, void* user);
 bool capture_event_record_locked(const CUstream_st* s, const CUevent_st* e);
 bool capture_event_wait_locked(const CUstream_st* s, const CUevent_st* e, CUresult* r);
@@ -151,6 +153,8 @@ FAKE_API CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
   std::unique_lock lk(g_mu);
   std::shared_ptr<CUstream_st> s;
   if (CUresult r = get_stream_locked(hStream, &s)) return r;
+  // Not permitted while capturing: refused, and the capture can only fail from here (driver 580).
+  if (capture_invalidate_locked(s.get())) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   // Synchronizing the legacy stream waits for the blocking streams too: queue a marker there.
   uint64_t seq = s->is_null ? submit_locked(s, [] {}) : s->submitted;
   wait_seq(lk, s, seq);
