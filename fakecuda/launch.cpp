@@ -30,8 +30,17 @@ CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], u
   for (int i = 0; i < 3; ++i)
     if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
   if (uint64_t(block[0]) * block[1] * block[2] > uint64_t(kMaxThreadsPerBlock) || block[2] > 64 ||
-      grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535 ||
-      shared > unsigned(device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)))
+      grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535)
+    return CUDA_ERROR_INVALID_VALUE;
+  // A cooperative grid that cannot be resident (too much shared memory included) is too large
+  // before it is invalid (driver 580 on the H200).
+  if (cooperative) {
+    uint64_t blocks = uint64_t(grid[0]) * grid[1] * grid[2];
+    uint64_t resident = uint64_t(blocks_per_sm(int(block[0] * block[1] * block[2]), shared)) *
+                        uint64_t(device_attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
+    if (blocks > resident) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  }
+  if (shared > unsigned(device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)))
     return CUDA_ERROR_INVALID_VALUE;
 
   std::string name;
@@ -40,12 +49,6 @@ CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], u
   {
     std::lock_guard lk(g_mu);
     if (!g_funcs.count(f)) return CUDA_ERROR_INVALID_HANDLE;
-    if (cooperative) {
-      uint64_t blocks = uint64_t(grid[0]) * grid[1] * grid[2];
-      uint64_t resident = uint64_t(blocks_per_sm(int(block[0] * block[1] * block[2]), shared)) *
-                          uint64_t(device_attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
-      if (blocks > resident) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
-    }
     name = f->kernel->name;
     params = f->kernel->params;
     param_bytes = f->kernel->param_bytes;

@@ -154,7 +154,18 @@ FAKE_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attrib
     if (value < 0 || value > 232448) return CUDA_ERROR_INVALID_VALUE;  // the H200's opt-in maximum
     hfunc->max_dynamic_shared = value;
   }
-  return int(attrib) >= 0 && int(attrib) < int(CU_FUNC_ATTRIBUTE_MAX) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  // Only these may be set; the rest (max threads, registers, sizes, versions) are read-only and
+  // refused (driver 580 on the H200).
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 FAKE_API CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {

@@ -176,6 +176,7 @@ FAKE_API CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
 
 FAKE_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   if (CUresult r = check_init()) return r;
+  if (Flags & ~unsigned(CU_EVENT_WAIT_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mu);
   std::shared_ptr<CUstream_st> s;
   if (CUresult r = get_stream_locked(hStream, &s)) return r;

@@ -128,7 +128,9 @@ bool overlaps_locked(CUdeviceptr p, size_t n) {
 FAKE_API CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                                         CUmemAllocationGranularity_flags option) {
   if (CUresult r = check_init()) return r;
-  if (!granularity || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || !good_location(prop->location) ||
+  // The location and type are not checked here: driver 580 answers 2 MiB for device 7 and for an
+  // invalid type alike (seen on the H200); cuMemCreate refuses them.
+  if (!granularity || !prop ||
       (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
     return CUDA_ERROR_INVALID_VALUE;
   *granularity = kGranularity;
@@ -200,7 +202,8 @@ FAKE_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocation
 FAKE_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                                    unsigned long long flags) {
   if (CUresult r = check_init()) return r;
-  if (size == 0 || offset != 0 || flags != 0 || !aligned(ptr) || !aligned(size)) return CUDA_ERROR_INVALID_VALUE;
+  if (offset != 0) return CUDA_ERROR_NOT_SUPPORTED;  // "currently must be zero" (cuda.h); refused so on the H200
+  if (size == 0 || flags != 0 || !aligned(ptr) || !aligned(size)) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* ctx = nullptr;
   {
     std::lock_guard lk(g_mu);
@@ -226,8 +229,10 @@ FAKE_API CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (CUresult r = check_init()) return r;
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(mem_mutex());
-  // [ptr, ptr + size) must be whole mappings, one after another.
+  // [ptr, ptr + size) must be whole mappings, one after another; a reserved range with nothing
+  // mapped in it is already unmapped (SUCCESS, as on the H200).
   std::vector<CUdeviceptr> bases;
+  if (!overlaps_locked(ptr, size) && reservation_locked(ptr, size) != g_reserved.end()) return CUDA_SUCCESS;
   for (CUdeviceptr p = ptr; p < ptr + size;) {
     Alloc* a = mapping_at_locked(p);
     if (!a || a->base != p || a->size > ptr + size - p) return CUDA_ERROR_INVALID_VALUE;
@@ -300,8 +305,9 @@ FAKE_API CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle, CU
   std::lock_guard lk(mem_mutex());
   auto it = g_handles.find(handle);
   if (it == g_handles.end() || it->second->handle_refs <= 0) return CUDA_ERROR_INVALID_VALUE;
+  // A type the handle was not created for is an invalid value (fabric included, on the H200).
+  if (!(it->second->prop.requestedHandleTypes & handleType)) return CUDA_ERROR_INVALID_VALUE;
   if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
-  if (!(it->second->prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) return CUDA_ERROR_INVALID_VALUE;
   int fd = fcntl(it->second->fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *static_cast<int*>(shareableHandle) = fd;

@@ -80,7 +80,9 @@ def diff(a_name: str, a: str, b_name: str, b: str, rules: dict[str, str]) -> tup
         if va == vb:
             continue
         line = f"{k}:\n    {a_name}: {va}\n    {b_name}: {vb}"
-        (ok if is_allowed(k, rules) else bad).append(line)
+        # A probe newer than the reference (h200.txt) is not recorded yet: no verdict on it.
+        unrecorded = a_name == "h200" and va == "(missing)"
+        (ok if unrecorded or is_allowed(k, rules) else bad).append(line)
     return bad, ok
 
 
