@@ -16,6 +16,7 @@
  * the caller's graph with dependencies updated by hand (test_capture_to_graph). */
 #include <cuda.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,6 +425,103 @@ static void test_mem_nodes(CUstream s, CUdevice dev) {
   CU(cuGraphExecDestroy(x));
   CU(cuGraphDestroy(g));
   CU(cuMemFree(out));
+}
+
+/* ---------- what the real driver answers (tests/conformance, H200 run 2) ----------
+ * An allocation a graph keeps (no free node) is made again at every launch: a launch while the
+ * last one's is outstanding is refused; freed outside the graph (cuMemFree, cuMemFreeAsync) the
+ * next launch works. A capture ended with a NULL graph ends. A synchronize in a capture is
+ * refused and invalidates it. cuMemFreeAsync on a stream from a thread with no current context
+ * works (the stream names the context). Through rgpu a launch is one-way: its error comes with
+ * the next call that waits. */
+static CUresult launched(CUgraphExec x, CUstream s) {
+  CUresult rc = cuGraphLaunch(x, s);
+  return rc == CUDA_SUCCESS ? cuStreamSynchronize(s) : rc;
+}
+
+typedef struct {
+  CUdeviceptr p;
+  CUstream s;
+  CUresult free_rc, current_rc;
+  CUcontext current;
+} NoContextFree;
+
+static void* free_without_context(void* arg) {
+  NoContextFree* a = arg;
+  a->current_rc = cuCtxGetCurrent(&a->current);
+  a->free_rc = cuMemFreeAsync(a->p, a->s);
+  return NULL;
+}
+
+static void test_driver_answers(CUstream s, CUdevice dev) {
+  CUgraph g = NULL;
+  CU(cuGraphCreate(&g, 0));
+  CUDA_MEM_ALLOC_NODE_PARAMS ap;
+  memset(&ap, 0, sizeof ap);
+  ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  ap.poolProps.location.id = dev;
+  ap.bytesize = N * 4;
+  CUgraphNode an = NULL, ms = NULL;
+  CU(cuGraphAddMemAllocNode(&an, g, NULL, 0, &ap));
+  CUDA_MEMSET_NODE_PARAMS m = memset32(ap.dptr, 0x77u, N);
+  CU(cuGraphAddMemsetNode(&ms, g, &an, 1, &m, g_ctx));
+  CUgraphExec x = NULL;
+  CU(cuGraphInstantiate(&x, g, 0));
+  CU(launched(x, s));
+  CHECK(all_equal(ap.dptr, 0, N, 0x77u), "a graph's allocation does not hold what the graph wrote");
+  CUresult rc = launched(x, s);
+  CHECK(rc == CUDA_ERROR_INVALID_VALUE, "a launch while its allocation is outstanding: %s", err_name(rc));
+  CU(cuMemFree(ap.dptr));
+  CU(launched(x, s));
+  CU(cuMemFreeAsync(ap.dptr, s));
+  CU(cuStreamSynchronize(s));
+  CU(launched(x, s));
+  CU(cuMemFreeAsync(ap.dptr, s));
+  CU(cuStreamSynchronize(s));
+  CU(cuGraphExecDestroy(x));
+  CU(cuGraphDestroy(g));
+
+  CUdeviceptr d = 0;
+  CU(cuMemAlloc(&d, 4096));
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  CU(cuGraphCreate(&g, 0));
+  CU(cuStreamBeginCaptureToGraph(s, g, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU(cuMemsetD8Async(d, 1, 4096, s));
+  CU(cuStreamEndCapture(s, NULL));
+  CU(cuStreamIsCapturing(s, &st));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "capture to a graph ended with a NULL graph: status %d", (int)st);
+  CU(cuGraphDestroy(g));
+  CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU(cuMemsetD8Async(d, 2, 4096, s));
+  CU(cuStreamEndCapture(s, NULL));
+  CU(cuStreamIsCapturing(s, &st));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE, "a capture ended with a NULL graph: status %d", (int)st);
+
+  CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CU(cuMemsetD8Async(d, 3, 4096, s));
+  rc = cuStreamSynchronize(s);
+  CHECK(rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "a synchronize in a capture: %s", err_name(rc));
+  CU(cuStreamIsCapturing(s, &st));
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED, "after a synchronize in a capture: status %d", (int)st);
+  CUgraph out = NULL;
+  rc = cuStreamEndCapture(s, &out);
+  CHECK(rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && out == NULL, "ending an invalidated capture: %s",
+        err_name(rc));
+  CU(cuMemFree(d));
+
+  NoContextFree a;
+  memset(&a, 0, sizeof a);
+  a.s = s;
+  CU(cuMemAllocAsync(&a.p, 1 << 20, s));
+  CU(cuStreamSynchronize(s));
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_without_context, &a) == 0, "no thread");
+  pthread_join(t, NULL);
+  CHECK(a.current_rc == CUDA_SUCCESS && a.current == NULL, "the new thread has a current context");
+  CHECK(a.free_rc == CUDA_SUCCESS, "cuMemFreeAsync on a stream from a thread with no current context: %s",
+        err_name(a.free_rc));
+  CU(cuStreamSynchronize(s));
 }
 
 /* ---------- a conditional IF node (cuGraphAddNode), its body from the driver ---------- */
@@ -966,6 +1064,7 @@ int main(int argc, char** argv) {
   test_host_sides(s);
   test_capture_host_copies(s);
   test_capture_to_graph(s);
+  test_driver_answers(s, dev);
   test_refusals();
   test_link(ptx_path, s);
 
