@@ -17,6 +17,7 @@
 #include "common/net.h"
 #include "common/wire.h"
 #include "protocol/frame.h"
+#include "protocol/wire/copy.h"
 
 namespace rgpu::client {
 namespace {
@@ -352,15 +353,15 @@ bool Connection::read_one() {
   }
   if (h.op == proto::kOpAsyncData && !(h.flags & proto::kReply)) {
     // An async device-to-host copy's bytes, straight into the buffer registered for them.
-    uint8_t head[12];
+    uint8_t head[proto::wire::kAsyncDataHead];
     if (h.length < sizeof head || !recv_exact(head, sizeof head)) {
       mark_broken("the server sent a malformed async-copy frame");
       return false;
     }
     uint64_t id;
     int32_t status;
-    std::memcpy(&id, head, 8);
-    std::memcpy(&status, head + 8, 4);
+    Reader hr(head, sizeof head);
+    proto::wire::read_async_data_head(hr, &id, &status);
     size_t n = h.length - sizeof head;
     AsyncDest dest = async_dest_.load();
     void* dst = dest ? dest(id, status, n) : nullptr;

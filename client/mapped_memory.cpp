@@ -43,6 +43,7 @@
 #include "common/wire.h"
 #include "protocol/messages.h"
 #include "protocol/op_classes.h"
+#include "protocol/wire/mapped.h"
 
 namespace rgpu::client::mapped {
 namespace {
@@ -221,14 +222,12 @@ std::atomic<int> g_count{0};
 CUresult map(void* base, size_t size, unsigned flags, CUdeviceptr* dptr) {
   if (Connection* conn = connection()) conn->set_mapped_update_handler(apply_update);
   Call c(proto::kOpMappedAlloc, kWaits);
-  c.args().put_u64(reinterpret_cast<uintptr_t>(base));
-  c.args().put_u64(size);
-  c.args().put_u32(flags);
+  proto::wire::put_mapped_alloc(c.args(), {reinterpret_cast<uintptr_t>(base), size, flags});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  uint64_t d = c.reply().u64();
-  c.reply().u64();  // the server's address, for traces
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  proto::wire::MappedAllocReply got;  // its server address is for traces
+  if (!proto::wire::read_mapped_alloc_reply(c.reply(), &got)) return CUDA_ERROR_UNKNOWN;
+  const uint64_t d = got.dptr;
   add_range(base, size, d, false);
   *dptr = d;
   return CUDA_SUCCESS;
@@ -237,12 +236,11 @@ CUresult map(void* base, size_t size, unsigned flags, CUdeviceptr* dptr) {
 CUresult map_managed(size_t size, unsigned flags, CUdeviceptr* dptr) {
   if (Connection* conn = connection()) conn->set_mapped_update_handler(apply_update);
   Call c(proto::kOpManagedAlloc, kWaits);
-  c.args().put_u64(size);
-  c.args().put_u32(flags);
+  proto::wire::put_managed_alloc(c.args(), {size, flags});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  uint64_t x = c.reply().u64();
-  if (!c.reply().ok() || x == 0 || x % kPage || size > UINT64_MAX - x - kPage) {
+  uint64_t x = 0;
+  if (!proto::wire::read_managed_alloc_reply(c.reply(), &x) || x == 0 || x % kPage || size > UINT64_MAX - x - kPage) {
     log::error("cuMemAllocManaged: the server's answer was malformed (address 0x%llx); returning CUDA_ERROR_UNKNOWN",
                static_cast<unsigned long long>(x));
     return CUDA_ERROR_UNKNOWN;
@@ -253,7 +251,7 @@ CUresult map_managed(size_t size, unsigned flags, CUdeviceptr* dptr) {
     int err = p == MAP_FAILED ? errno : EEXIST;
     if (p != MAP_FAILED) munmap(p, page_span(size));  // a kernel older than 4.17 took it as a hint
     Call f(proto::kOpMappedFree, kOneWay);
-    f.args().put_u64(x);
+    proto::wire::put_mapped_free(f.args(), x);
     f.invoke();
     trace_call("cuMemAllocManaged");
     log::error("cuMemAllocManaged is not supported here: the server's driver placed %zu bytes of managed memory at "
@@ -277,7 +275,7 @@ bool unmap(void* base) {
     g_count.fetch_sub(1, std::memory_order_relaxed);
   }
   Call c(proto::kOpMappedFree, kOneWay);
-  c.args().put_u64(reinterpret_cast<uintptr_t>(base));
+  proto::wire::put_mapped_free(c.args(), reinterpret_cast<uintptr_t>(base));
   c.invoke();
   return true;
 }
@@ -350,22 +348,22 @@ void push(uint32_t thread_id, uint16_t op) {
   Connection* conn = connection();
   if (!conn) return;
   for (const Run& run : runs) {
-    uint8_t head[16];
-    std::memcpy(head, &run.base, 8);
-    std::memcpy(head + 8, &run.offset, 8);
+    uint8_t head[proto::wire::kMappedBytesHead];
+    proto::wire::put_mapped_bytes_head(head, run.base, run.offset);
     conn->send_oneway(proto::kOpMappedWrite, thread_id, head, sizeof head, run.bytes.data(), run.bytes.size());
   }
 }
 
 bool apply_update(const uint8_t* payload, size_t n) {
   Reader in(payload, n);
-  uint64_t base = in.u64(), offset = in.u64();
-  if (!in.ok()) return false;
-  size_t len = in.left();
-  const uint8_t* bytes = in.view(len);
+  proto::wire::MappedBytes got;
+  if (!proto::wire::read_mapped_bytes(in, &got)) return false;
+  const uint64_t base = got.address, offset = got.offset;
+  const size_t len = got.n;
+  const uint8_t* bytes = got.bytes;
   std::lock_guard lk(mu());
   auto it = ranges().find(base);
-  if (offset == ~uint64_t(0)) {
+  if (offset == proto::wire::kManagedFreed) {
     // The program freed a managed buffer (cuMemFree_v2): its copy here goes too.
     if (len != 0) return false;
     if (it == ranges().end() || !it->second.managed) return it == ranges().end();
@@ -392,11 +390,7 @@ bool apply_update(const uint8_t* payload, size_t n) {
 
 CUresult copy(uint16_t op, bool async, CUdeviceptr device, const void* host, size_t n, uint64_t stream) {
   Call c(proto::kOpMappedCopy, async ? kOneWay : kWaits);
-  c.args().put_u16(op);
-  c.args().put_u64(device);
-  c.args().put_u64(stream);
-  c.args().put_u64(reinterpret_cast<uintptr_t>(host));
-  c.args().put_u64(n);
+  proto::wire::put_mapped_copy(c.args(), {op, device, stream, reinterpret_cast<uintptr_t>(host), n});
   return c.invoke();
 }
 

@@ -13,6 +13,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "protocol/messages.h"
+#include "protocol/wire/module.h"
 
 namespace rgpu::client {
 
@@ -49,9 +50,7 @@ void server_now_has(const crypto::Digest& hash) {
 CUresult load_by_hash(uint16_t op, uint64_t id, const crypto::Digest& hash) {
   if (g_by_hash_unsupported.load(std::memory_order_relaxed) || !server_has(hash)) return CUDA_ERROR_NOT_FOUND;
   Call c(proto::kOpModuleByHash, kWaits);
-  c.args().put_u64(id);
-  c.args().put<uint16_t>(op);
-  c.args().put(hash);
+  proto::wire::put_module_by_hash(c.args(), {id, op, hash});
   CUresult rc = c.invoke();
   if (rc != CUDA_ERROR_NOT_FOUND && rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
   // An earlier one-way call's error came back with this reply: report it now, as the load would have.
@@ -128,16 +127,13 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
                                                                  : "one-way loads off");
   if (one_way && !g_by_hash_unsupported.load(std::memory_order_relaxed) && server_has(hash)) {
     Call c(proto::kOpModuleByHash, kOneWay);
-    c.args().put_u64(minted);
-    c.args().put<uint16_t>(op);
-    c.args().put(hash);
+    proto::wire::put_module_by_hash(c.args(), {minted, op, hash});
     rc = c.invoke();
   } else {
     rc = one_way ? CUDA_ERROR_NOT_FOUND : load_by_hash(op, minted, hash);
     if (rc == CUDA_ERROR_NOT_FOUND) {
       Call c(op, one_way ? kOneWay : kWaits);
-      c.args().put_u64(minted);
-      c.args().put_u64(n);
+      proto::wire::put_image_load_head(c.args(), minted, n);
       c.attach(image, n);
       rc = c.invoke();
       if (rc == CUDA_SUCCESS) server_now_has(hash);

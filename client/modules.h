@@ -20,7 +20,7 @@ namespace rgpu::client {
 
 // Sends a module image (cubin, fatbin, PTX, or the fatbin a wrapper points at) to the server
 // with `op` under a client-minted id, records its kernels, and returns the id in *id. `name` is
-// the entry point, for messages. The wire layout: u64 id, u64 n, n bytes of image.
+// the entry point, for messages. The wire layout: ImageLoad in protocol/wire/module.h.
 CUresult load_image(uint16_t op, const char* name, const void* image, size_t max_len, uint64_t* id);
 
 class ModuleRegistry {

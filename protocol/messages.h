@@ -13,7 +13,22 @@
 //                           in order on one server thread, calls with different ids may run
 //                           concurrently (a synchronize on one thread never stalls another)
 //
-// All integers are little-endian. Payloads are encoded with common/wire.h.
+// All integers are little-endian. Payloads are encoded with common/wire.h. The payloads of the
+// CUDA entry points the generator marshals by rule are gen/'s; every hand-written payload (the
+// `custom` calls of codegen/annotations.txt, and the control ops below whose layouts say so) has
+// one codec in protocol/wire/, used by both ends, whose header is the layout's spec:
+//   graph.h      graph nodes, node parameters, dependency lists, node arrays, exec update
+//   capture.h    stream capture info, capture to a graph, capture dependencies
+//   launch.h     kernel launches and their packed arguments (LaunchArgs), parameter info
+//   copy.h       host <-> device copies, pitched 2D/3D copies, kOpAsyncData
+//   module.h     module and library loads, kOpModuleByHash, symbol lookups and names
+//   link.h       cuLinkComplete
+//   mapped.h     mapped host memory and managed memory (kOpMapped*, kOpManagedAlloc)
+//   occupancy.h  occupancy queries, kOpClusterOccupancyTable
+//   stream.h     host callbacks, stream attributes
+//   memory.h     VMM, memory pools, pointer attributes
+//   texture.h    texture and surface objects
+//   tensor_map.h tensor maps
 //
 // Connection life:
 //   1. Handshake (protocol/handshake.h): Hello → Challenge → Auth → Welcome | Refused.
@@ -111,7 +126,7 @@ enum Op : uint16_t {
   // load's own (CUDA_ERROR_INVALID_VALUE for a load op other than those two). A server older than
   // this op answers CUDA_ERROR_NOT_SUPPORTED, which the client treats as NOT_FOUND. The server adds
   // images that load successfully through the load ops to its cache.
-  kOpModuleByHash = 20,
+  kOpModuleByHash = 20,  // codec: protocol/wire/module.h
   // Export-table slots answered by the server's driver (client/dark_api/README.md has the
   // signatures, server/handlers/dark_api.cpp the driver side). Driver-private objects never
   // cross the wire.
@@ -130,7 +145,7 @@ enum Op : uint16_t {
   // kOpMappedAlloc, request: u64 client address, u64 size, u32 flags (CU_MEMHOSTALLOC_*).
   //   Reply: CUresult, u64 device pointer, u64 server address (equal to the client address when
   //   the server could map its copy there).
-  kOpMappedAlloc = 23,
+  kOpMappedAlloc = 23,  // codec (as for every kOpMapped* and kOpManagedAlloc): protocol/wire/mapped.h
   // kOpMappedFree, request (no reply wanted): u64 client address. For a managed buffer
   // (kOpManagedAlloc) the server frees the allocation with cuMemFree.
   kOpMappedFree = 24,
@@ -154,7 +169,7 @@ enum Op : uint16_t {
   // server sends: u64 delivery id, i32 CUresult, then the bytes (none on failure). The client
   // writes them into the buffer it registered under that id, after checking the length; an id
   // it is not waiting for breaks the connection. Sent before any later reply on that thread.
-  kOpAsyncData = 28,
+  kOpAsyncData = 28,  // codec: protocol/wire/copy.h
   // An export table rgpu does not know (client/driver/export_table.cpp), for the log line that
   // names it. Request: 16 bytes UUID. Reply: CUresult of the server driver's cuGetExportTable;
   // on success u64 the table's first word (its size in bytes, for tables that start with one).
@@ -190,13 +205,13 @@ enum Op : uint16_t {
   // n × (u64 offset, u64 size) for parameters 0..n-1, i32 the driver's answer for parameter n
   // (CUDA_ERROR_INVALID_VALUE: past the last one; anything else: the walk stopped short), u8 the
   // kind that answered (0 or 1). At most kMaxParamLayout parameters are walked.
-  kOpParamLayout = 42,
+  kOpParamLayout = 42,  // codec: protocol/wire/launch.h
   // Every attribute of a kernel or function in one round trip (PyTorch start-up asked
   // cuKernelGetAttribute 60 times at 30 ms on the H200, a few attributes per kernel). Request:
   // u64 id, u8 kind (0 a CUfunction, 1 a CUkernel), i32 device (kernels only). Reply: CUresult;
   // on success u32 n, n × (i32 attribute, i32 the driver's result, i32 value) for attributes
   // 0..n-1 (n ≤ kMaxFuncAttributes).
-  kOpFuncAttributes = 43,
+  kOpFuncAttributes = 43,  // codec: protocol/wire/launch.h
   // Cluster occupancy for a run of cluster widths in one round trip (a PyTorch kernel's start-up
   // probes widths one by one: 82 cuOccupancyMaxActiveClusters at 30 ms on the H200). Request:
   // cuOccupancyMaxActiveClusters's (u64 function, u32 grid x y z, u32 block x y z, u32 shared
@@ -204,7 +219,7 @@ enum Op : uint16_t {
   // then u32 first width, u32 count (≤ kMaxClusterTable), u8 1 when grid x follows the width.
   // Reply: CUresult; on success u32 count, count × (i32 the driver's result, i32 clusters) for
   // cluster widths first, first+1, ...
-  kOpClusterOccupancyTable = 44,
+  kOpClusterOccupancyTable = 44,  // codec: protocol/wire/occupancy.h
   // cuMemAlloc_v2 and allocations ahead of the program's asking (client/device_memory.h).
   // Request: u64 size, u32 extra (≤ kMaxAllocAhead, and extra × size ≤ kMaxAllocAheadBytes).
   // Reply: CUresult (cuMemAlloc_v2's for the first allocation); on success u64 address, u32 n,

@@ -11,6 +11,7 @@
 #include "common/page_diff.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/mapped.h"
 
 namespace rgpu::server {
 namespace {
@@ -77,8 +78,10 @@ CUresult run_copy(const DriverTable& drv, uint16_t op, CUdeviceptr dev, void* ho
 }  // namespace
 
 void MappedMemory::alloc(const DriverTable& drv, Reader& in, Writer& out) {
-  uint64_t base = in.u64(), size = in.u64();
-  uint32_t flags = in.u32();
+  proto::wire::MappedAlloc req;
+  proto::wire::read_mapped_alloc(in, &req);
+  const uint64_t base = req.address, size = req.size;
+  const uint32_t flags = req.flags;
   if (!in.ok()) return;
   (void)flags;
   if (size == 0 || size > kMaxMapped || base % kPage) return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
@@ -115,13 +118,14 @@ void MappedMemory::alloc(const DriverTable& drv, Reader& in, Writer& out) {
     log::debug("mapped host memory: %llu bytes at %p here for the client's 0x%llx (address taken here)",
                static_cast<unsigned long long>(size), p, static_cast<unsigned long long>(base));
   out.put<int32_t>(CUDA_SUCCESS);
-  out.put_u64(dptr);
-  out.put_u64(reinterpret_cast<uint64_t>(p));
+  proto::wire::put_mapped_alloc_reply(out, {dptr, reinterpret_cast<uint64_t>(p)});
 }
 
 void MappedMemory::managed_alloc(const DriverTable& drv, Reader& in, Writer& out) {
-  uint64_t size = in.u64();
-  uint32_t flags = in.u32();
+  proto::wire::ManagedAlloc req;
+  proto::wire::read_managed_alloc(in, &req);
+  const uint64_t size = req.size;
+  const uint32_t flags = req.flags;
   if (!in.ok()) return;
   if (size == 0 || size > kMaxMapped) return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   if (!drv.cuMemAllocManaged || !drv.cuMemFree_v2) return out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
@@ -149,7 +153,7 @@ void MappedMemory::managed_alloc(const DriverTable& drv, Reader& in, Writer& out
     return out.put<int32_t>(added == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_UNKNOWN : added);
   }
   out.put<int32_t>(CUDA_SUCCESS);
-  out.put_u64(p);
+  proto::wire::put_managed_alloc_reply(out, p);
 }
 
 bool MappedMemory::forget_managed(uint64_t address, const SendUpdate& send) {
@@ -162,14 +166,13 @@ bool MappedMemory::forget_managed(uint64_t address, const SendUpdate& send) {
   }
   std::vector<uint8_t> payload;
   Writer w(&payload);
-  w.put_u64(address);
-  w.put_u64(~uint64_t(0));
+  proto::wire::put_mapped_bytes(w, address, proto::wire::kManagedFreed, nullptr, 0);
   return send(payload);
 }
 
 void MappedMemory::free(const DriverTable& drv, Reader& in, Writer& out) {
-  uint64_t base = in.u64();
-  if (!in.ok()) return;
+  uint64_t base = 0;
+  if (!proto::wire::read_mapped_free(in, &base)) return;
   Buffer b;
   {
     std::lock_guard lk(mu_);
@@ -187,10 +190,11 @@ void MappedMemory::free(const DriverTable& drv, Reader& in, Writer& out) {
 }
 
 void MappedMemory::write(Reader& in, Writer& out) {
-  uint64_t base = in.u64(), offset = in.u64();
-  if (!in.ok()) return;
-  size_t n = in.left();
-  const uint8_t* bytes = in.view(n);
+  proto::wire::MappedBytes req;
+  if (!proto::wire::read_mapped_bytes(in, &req)) return;
+  const uint64_t base = req.address, offset = req.offset;
+  const size_t n = req.n;
+  const uint8_t* bytes = req.bytes;
   std::lock_guard lk(mu_);
   auto it = by_client_.find(base);
   if (it == by_client_.end() || offset > it->second.size || n > it->second.size - offset)
@@ -269,9 +273,10 @@ void MappedMemory::note_gpu_work(uint16_t op, const uint8_t* args, size_t n) {
 }
 
 void MappedMemory::copy(const DriverTable& drv, HandleMap& handles, Reader& in, Writer& out) {
-  uint16_t op = in.u16();
-  uint64_t dev = in.u64(), stream_id = in.u64(), host = in.u64(), n = in.u64();
-  if (!in.ok()) return;
+  proto::wire::MappedCopy req;
+  if (!proto::wire::read_mapped_copy(in, &req)) return;
+  const uint16_t op = req.op;
+  const uint64_t dev = req.device, stream_id = req.stream, host = req.host, n = req.n;
   CUstream stream = nullptr;
   if (!handles.get(stream_id, &stream)) return out.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   uint8_t* here;
@@ -306,9 +311,7 @@ bool MappedMemory::send_updates(const SendUpdate& send, const uint64_t* finished
                                     at += from;
                                     payload.clear();
                                     Writer w(&payload);
-                                    w.put_u64(base);
-                                    w.put_u64(at);
-                                    w.append(b.data + at, n);
+                                    proto::wire::put_mapped_bytes(w, base, at, b.data + at, n);
                                     // The shadow takes what was sent: the GPU may be changing the
                                     // buffer meanwhile.
                                     std::memcpy(b.shadow.data() + at, payload.data() + 16, n);

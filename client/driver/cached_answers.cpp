@@ -48,6 +48,7 @@
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/occupancy.h"
 
 namespace {
 
@@ -184,21 +185,15 @@ void fetch_all_attributes(uint64_t id, int dev) {
     return;
   }
   Call c(rgpu::proto::kOpFuncAttributes, rgpu::client::kWaits);
-  c.args().put_u64(id);
-  c.args().put_u8(dev >= 0 ? 1 : 0);
-  c.args().put<int32_t>(dev >= 0 ? rgpu::client::server_device(dev) : 0);
+  rgpu::proto::wire::put_func_attributes_ask(
+      c.args(), {id, static_cast<uint8_t>(dev >= 0 ? 1 : 0), dev >= 0 ? rgpu::client::server_device(dev) : 0});
   CUresult rc = c.invoke();
   if (rc == CUDA_ERROR_NOT_SUPPORTED) unsupported.store(true, std::memory_order_relaxed);
   if (rc != CUDA_SUCCESS) return;
-  const uint32_t n = c.reply().u32();
-  if (!c.reply().ok() || n > rgpu::proto::kMaxFuncAttributes) return;
-  std::vector<std::tuple<int32_t, int32_t, int32_t>> got(n);
-  for (auto& [attr, result, value] : got) {
-    attr = c.reply().get<int32_t>();
-    result = c.reply().get<int32_t>();
-    value = c.reply().get<int32_t>();
-  }
-  if (!c.reply().ok()) return;
+  std::vector<rgpu::proto::wire::FuncAttribute> answers;
+  if (!rgpu::proto::wire::read_func_attributes(c.reply(), &answers)) return;
+  std::vector<std::tuple<int32_t, int32_t, int32_t>> got;
+  for (const auto& a : answers) got.emplace_back(a.attribute, a.result, a.value);
   std::string keep;
   {
     std::lock_guard lk(mu());
@@ -271,14 +266,13 @@ std::string cluster_key(const CUlaunchConfig& config) {
   return bytes;
 }
 
+// cuOccupancyMaxActiveClusters's request (protocol/wire/occupancy.h).
 void put_cluster_query(rgpu::Writer& w, CUfunction func, const CUlaunchConfig& config) {
-  w.put_u64(handle_id(func));
-  for (unsigned v : {config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
-                     config.blockDimZ, config.sharedMemBytes})
-    w.put_u32(v);
-  w.put_u64(handle_id(config.hStream));
-  w.put_u32(config.numAttrs);
-  for (unsigned i = 0; i < config.numAttrs; ++i) w.put(config.attrs[i]);
+  const rgpu::proto::wire::LaunchDims dims{{config.gridDimX, config.gridDimY, config.gridDimZ},
+                                          {config.blockDimX, config.blockDimY, config.blockDimZ},
+                                          config.sharedMemBytes};
+  rgpu::proto::wire::put_launch_ex_head(w, handle_id(func), dims, handle_id(config.hStream), config.attrs,
+                                        config.numAttrs);
 }
 
 // A cluster shape of width x (y = z = 1) is asked with the next widths too, in one round trip
@@ -306,20 +300,13 @@ bool fetch_cluster_table(CUfunction func, const CUlaunchConfig& config, unsigned
   } else {
     Call c(rgpu::proto::kOpClusterOccupancyTable, rgpu::client::kWaits);
     put_cluster_query(c.args(), func, config);
-    c.args().put_u32(dim.x);
-    c.args().put_u32(kWidths);
-    c.args().put_u8(grid_follows ? 1 : 0);
+    rgpu::proto::wire::put_cluster_widths(c.args(), {dim.x, kWidths, grid_follows});
     CUresult rc = c.invoke();
     if (rc == CUDA_ERROR_NOT_SUPPORTED) unsupported.store(true, std::memory_order_relaxed);
     if (rc != CUDA_SUCCESS) return false;
-    const uint32_t count = c.reply().u32();
-    if (!c.reply().ok() || count != kWidths) return false;
-    got.resize(count);
-    for (auto& [result, clusters] : got) {
-      result = static_cast<CUresult>(c.reply().get<int32_t>());
-      clusters = c.reply().get<int32_t>();
-    }
-    if (!c.reply().ok()) return false;
+    std::vector<std::pair<int32_t, int32_t>> table;
+    if (!rgpu::proto::wire::read_cluster_table(c.reply(), &table) || table.size() != kWidths) return false;
+    for (const auto& [result, clusters] : table) got.emplace_back(static_cast<CUresult>(result), clusters);
     if (!key.empty()) {
       std::string keep;
       for (const auto& [result, clusters] : got) keep += std::to_string(result) + ":" + std::to_string(clusters) + ",";
@@ -496,7 +483,7 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* nu
   return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize, 0);
 }
 
-// Wire: put_cluster_query. Reply: CUresult, i32 clusters.
+// Wire layout: protocol/wire/occupancy.h.
 RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
                                                           const CUlaunchConfig* config) {
   rgpu::client::trace_call("cuOccupancyMaxActiveClusters");
@@ -533,8 +520,8 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfu
   put_cluster_query(c.args(), func, *config);
   rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  const int clusters = c.reply().get<int32_t>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  int32_t clusters = 0;
+  if (!rgpu::proto::wire::read_cluster_count(c.reply(), &clusters)) return CUDA_ERROR_UNKNOWN;
   *numClusters = clusters;
   std::lock_guard lk(mu());
   if (divisible) g_clusters[key] = {CUDA_SUCCESS, clusters};

@@ -39,34 +39,7 @@
 // many times, and a program checks each add's result (a kernel node's arguments, a bad
 // dependency) where it made the call. cuGraphLaunch is one-way, like a kernel launch.
 //
-// Wire:
-//  Deps:       u64 n, n × u64 node, u8 has_edges, (has_edges) n × CUgraphEdgeData
-//  NodeParams: u32 type, then by type
-//    KERNEL       u64 func, u64 kern, u64 ctx, u32 grid x y z, block x y z, shared bytes, LaunchArgs
-//    MEMCPY       u64 ctx, CUDA_MEMCPY3D (host pointers 0, arrays as ids; a host side is rewritten to
-//                 a device pointer first: the mapped copy or a staging buffer)
-//    MEMSET       u64 ctx, u64 dst, u64 pitch, u32 value, u32 elementSize, u64 width, u64 height
-//    HOST         u64 callback id
-//    GRAPH        u64 graph, u32 ownership
-//    WAIT_EVENT, EVENT_RECORD   u64 event
-//    MEM_ALLOC    CUmemPoolProps (Windows pointer 0), u32 n, n × CUmemAccessDesc, u64 bytesize,
-//                 u64 dptr (an output when adding)
-//    MEM_FREE     u64 dptr
-//    CONDITIONAL  u64 handle, u32 type, u32 size, u64 ctx
-//    EMPTY        nothing
-//  cuGraphAdd*Node, cuGraphAddNode(_v2): u64 new node id, u64 graph, Deps, NodeParams.
-//    Reply: CUresult, then MEM_ALLOC: u64 dptr; CONDITIONAL: u32 n, n × u64 body graph ids.
-//  cuGraph*NodeSetParams, cuGraphNodeSetParams: u64 node, NodeParams. Reply: CUresult.
-//  cuGraphExec*NodeSetParams, cuGraphExecNodeSetParams: u64 exec, u64 node, NodeParams.
-//  cuGraph{Kernel,Memcpy,Host,MemAlloc}NodeGetParams: u64 node. Reply: CUresult, NodeParams.
-//  Node arrays (cuGraphGetNodes, GetRootNodes, NodeGetDependencies, NodeGetDependentNodes,
-//    GetEdges; _v2 with edge data): u64 graph or node, u8 want_nodes, u8 want_edges,
-//    u64 capacity. Reply: CUresult, u64 count, then (want_nodes) capacity × u64 ids (edges:
-//    capacity from ids, then capacity to ids), (want_edges) capacity × CUgraphEdgeData.
-//  cuGraphAddDependencies, cuGraphRemoveDependencies (_v2): u64 graph, u64 n, n × u64 from,
-//    n × u64 to, u8 has_edges, (has_edges) n × CUgraphEdgeData. Reply: CUresult.
-//  cuGraphExecUpdate_v2: u64 exec, u64 graph. Reply: CUresult, u32 result, u64 error node,
-//    u64 error-from node (whatever the CUresult).
+// The wire layout of every call here is protocol/wire/graph.h.
 #include <cuda.h>
 
 #include <cstring>
@@ -85,6 +58,7 @@
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/graph.h"
 
 namespace {
 
@@ -96,19 +70,21 @@ using rgpu::client::handle_id;
 using rgpu::client::is_device;
 namespace op = rgpu::op;
 
-constexpr uint64_t kMaxNodes = 1 << 20;     // in one array
-constexpr uint32_t kMaxAccessDescs = 1024;  // of one allocation node
-constexpr uint32_t kMaxBodies = 1 << 16;    // of one conditional node
+namespace wire = rgpu::proto::wire;
+using wire::from_copy;
+using wire::from_host;
+using wire::from_kernel;
+using wire::from_memset;
+using wire::kMaxAccessDescs;
+using wire::kMaxBodies;
+using wire::kMaxNodes;
+using wire::to_kernel;
 
 // What the driver would own on the caller's behalf, per node: arguments read back, conditional
 // bodies, access descriptors read back.
 struct NodeStore {
-  std::vector<uint8_t> args;
-  std::vector<void*> ptrs;
-  void* extra[5] = {};
-  size_t extra_size = 0;
+  std::unique_ptr<wire::NodeParams> read;  // the parameters last read back
   std::vector<CUgraph> bodies;
-  std::vector<CUmemAccessDesc> descs;
 };
 
 // A memcpy node's host side staged through device memory: `transfer` moves the bytes between
@@ -228,10 +204,10 @@ CUresult rewrite_host_side(const char* name, CUDA_MEMCPY3D& c, bool is_src, Host
   return CUDA_SUCCESS;
 }
 
-// Appends a CUDA_MEMCPY3D; a host side is rewritten first (rewrite_host_side), its transfer in
-// *t (t->transfer.WidthInBytes == 0 when there is none).
-CUresult put_copy(Writer& w, const char* name, const CUDA_MEMCPY3D& in, HostTransfer* t) {
-  CUDA_MEMCPY3D c = in;
+// Rewrites a host side of a CUDA_MEMCPY3D in *c (rewrite_host_side), its transfer in *t
+// (t->transfer.WidthInBytes == 0 when there is none). Host pointers are never sent.
+CUresult rewrite_copy(const char* name, CUDA_MEMCPY3D* out, HostTransfer* t) {
+  CUDA_MEMCPY3D& c = *out;
   for (CUmemorytype type : {c.srcMemoryType, c.dstMemoryType}) {
     if (type != CU_MEMORYTYPE_HOST && type != CU_MEMORYTYPE_DEVICE && type != CU_MEMORYTYPE_ARRAY &&
         type != CU_MEMORYTYPE_UNIFIED)
@@ -242,12 +218,6 @@ CUresult put_copy(Writer& w, const char* name, const CUDA_MEMCPY3D& in, HostTran
   if (c.WidthInBytes && (src_host || dst_host)) {
     if (CUresult rc = rewrite_host_side(name, c, src_host, t)) return rc;
   }
-  // Client arrays are ids already; host pointers are never sent.
-  c.srcHost = nullptr;
-  c.dstHost = nullptr;
-  c.reserved0 = nullptr;
-  c.reserved1 = nullptr;
-  w.put(c);
   return CUDA_SUCCESS;
 }
 
@@ -256,184 +226,95 @@ void map_location(CUmemLocation* l, bool to_server) {
   l->id = to_server ? rgpu::client::server_device(l->id) : rgpu::client::client_device(l->id);
 }
 
-// Appends NodeParams. A host node's function is registered under *host_id (forget it if the
-// call fails); a memcpy node's staged host side is described in *t.
-CUresult put_params(Writer& w, const char* name, const CUgraphNodeParams& p, uint64_t* host_id, HostTransfer* t) {
-  w.put_u32(static_cast<uint32_t>(p.type));
+// Appends NodeParams (and a kernel's LaunchArgs) after the checks the driver makes on the
+// caller's side. A host node's function is registered under *host_id (forget it if the call
+// fails); a memcpy node's staged host side is described in *t. Client handles are ids already.
+CUresult put_params(Writer& w, const char* name, const CUgraphNodeParams& in, uint64_t* host_id, HostTransfer* t) {
+  CUgraphNodeParams p = in;
+  std::vector<CUmemAccessDesc> descs;
   switch (p.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       const auto& k = p.kernel;
       CUfunction f = k.func ? k.func : reinterpret_cast<CUfunction>(k.kern);
       if (!f) return CUDA_ERROR_INVALID_VALUE;
-      w.put_u64(handle_id(k.func));
-      w.put_u64(handle_id(k.kern));
-      w.put_u64(handle_id(k.ctx));
-      for (unsigned v : {k.gridDimX, k.gridDimY, k.gridDimZ, k.blockDimX, k.blockDimY, k.blockDimZ, k.sharedMemBytes})
-        w.put_u32(v);
+      wire::put_node_params(w, p);
       return rgpu::client::put_launch_args(w, f, k.kernelParams, k.extra);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       if (p.memcpy.flags || p.memcpy.reserved) return CUDA_ERROR_INVALID_VALUE;
-      w.put_u64(handle_id(p.memcpy.copyCtx));
-      return put_copy(w, name, p.memcpy.copyParams, t);
-    case CU_GRAPH_NODE_TYPE_MEMSET: {
-      const auto& m = p.memset;
-      w.put_u64(handle_id(m.ctx));
-      w.put_u64(m.dst);
-      w.put_u64(m.pitch);
-      w.put_u32(m.value);
-      w.put_u32(m.elementSize);
-      w.put_u64(m.width);
-      w.put_u64(m.height);
-      return CUDA_SUCCESS;
-    }
+      if (CUresult rc = rewrite_copy(name, &p.memcpy.copyParams, t)) return rc;
+      break;
     case CU_GRAPH_NODE_TYPE_HOST: {
       if (!p.host.fn) return CUDA_ERROR_INVALID_VALUE;
       uint64_t id = rgpu::client::register_host_node(p.host.fn, p.host.userData);
       if (!id) return CUDA_ERROR_NOT_INITIALIZED;
       *host_id = id;
-      w.put_u64(id);
+      wire::put_node_params(w, p, id);
       return CUDA_SUCCESS;
     }
-    case CU_GRAPH_NODE_TYPE_GRAPH:
-      w.put_u64(handle_id(p.graph.graph));
-      w.put_u32(static_cast<uint32_t>(p.graph.ownership));
-      return CUDA_SUCCESS;
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      w.put_u64(handle_id(p.eventWait.event));
-      return CUDA_SUCCESS;
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-      w.put_u64(handle_id(p.eventRecord.event));
-      return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
-      const auto& a = p.alloc;
+      auto& a = p.alloc;
       if (a.poolProps.win32SecurityAttributes) return CUDA_ERROR_INVALID_VALUE;  // Windows only
       if (a.accessDescCount && !a.accessDescs) return CUDA_ERROR_INVALID_VALUE;
       if (a.accessDescCount > kMaxAccessDescs) return CUDA_ERROR_INVALID_VALUE;
-      CUmemPoolProps props = a.poolProps;
-      map_location(&props.location, true);
-      w.put(props);
-      w.put_u32(static_cast<uint32_t>(a.accessDescCount));
-      for (size_t i = 0; i < a.accessDescCount; ++i) {
-        CUmemAccessDesc d = a.accessDescs[i];
-        map_location(&d.location, true);
-        w.put(d);
-      }
-      w.put_u64(a.bytesize);
-      w.put_u64(0);
-      return CUDA_SUCCESS;
+      map_location(&a.poolProps.location, true);
+      descs.assign(a.accessDescs, a.accessDescs + a.accessDescCount);
+      for (auto& d : descs) map_location(&d.location, true);
+      a.accessDescs = descs.empty() ? nullptr : descs.data();
+      a.dptr = 0;  // an output
+      break;
     }
-    case CU_GRAPH_NODE_TYPE_MEM_FREE:
-      w.put_u64(p.free.dptr);
-      return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:
       if (p.conditional.size > kMaxBodies) return CUDA_ERROR_INVALID_VALUE;
-      w.put_u64(p.conditional.handle);
-      w.put_u32(static_cast<uint32_t>(p.conditional.type));
-      w.put_u32(p.conditional.size);
-      w.put_u64(handle_id(p.conditional.ctx));
-      return CUDA_SUCCESS;
+      break;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
     case CU_GRAPH_NODE_TYPE_EMPTY:
-      return CUDA_SUCCESS;
+      break;
     default:
       rgpu::log::error("%s: graph node type %d is not supported by rgpu yet; returning CUDA_ERROR_NOT_SUPPORTED",
                        name, static_cast<int>(p.type));
       return CUDA_ERROR_NOT_SUPPORTED;
   }
+  wire::put_node_params(w, p);
+  return CUDA_SUCCESS;
 }
 
 // Reads NodeParams as the server encodes a node's parameters; storage the result points at is
 // kept per node.
 CUresult read_params(Reader& r, uint64_t node, CUgraphNodeParams* p) {
-  *p = CUgraphNodeParams{};
-  p->type = static_cast<CUgraphNodeType>(r.u32());
+  auto got = std::make_unique<wire::NodeParams>();
+  if (!wire::read_node_params(r, got.get())) return CUDA_ERROR_UNKNOWN;
+  *p = got->p;
   switch (p->type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      auto& k = p->kernel;
-      k.func = handle_from<CUfunction>(r.u64());
-      k.kern = handle_from<CUkernel>(r.u64());
-      k.ctx = handle_from<CUcontext>(r.u64());
-      unsigned* dims[] = {&k.gridDimX, &k.gridDimY, &k.gridDimZ, &k.blockDimX, &k.blockDimY, &k.blockDimZ,
-                          &k.sharedMemBytes};
-      for (unsigned* v : dims) *v = r.u32();
-      uint32_t n = r.u32();
-      if (n > 4096) return CUDA_ERROR_UNKNOWN;
-      std::vector<std::pair<uint32_t, uint32_t>> layout(n);
-      for (auto& [off, size] : layout) off = r.u32(), size = r.u32();
-      size_t len = 0;
-      const uint8_t* bytes = r.bytes(&len);
-      if (!r.ok()) return CUDA_ERROR_UNKNOWN;
-      NodeStore* s = store_for(node, true);
-      s->args.assign(bytes, bytes + len);
-      for (auto& [off, size] : layout) {
-        if (uint64_t(off) + size > len) return CUDA_ERROR_UNKNOWN;
-        s->ptrs.push_back(s->args.data() + off);
-      }
-      if (n) {
-        k.kernelParams = s->ptrs.data();
-      } else if (len) {
-        s->extra_size = len;
-        s->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-        s->extra[1] = s->args.data();
-        s->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-        s->extra[3] = &s->extra_size;
-        s->extra[4] = CU_LAUNCH_PARAM_END;
-        k.extra = s->extra;
-      }
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      got->args.own();
+      if (!got->args.bind()) return CUDA_ERROR_UNKNOWN;
+      p->kernel.kernelParams = got->args.params();
+      p->kernel.extra = got->args.extras();
       break;
-    }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
-      p->memcpy.copyCtx = handle_from<CUcontext>(r.u64());
-      p->memcpy.copyParams = r.get<CUDA_MEMCPY3D>();
-      break;
-    case CU_GRAPH_NODE_TYPE_MEMSET:
-      p->memset.ctx = handle_from<CUcontext>(r.u64());
-      p->memset.dst = r.u64();
-      p->memset.pitch = r.u64();
-      p->memset.value = r.u32();
-      p->memset.elementSize = r.u32();
-      p->memset.width = r.u64();
-      p->memset.height = r.u64();
       break;
     case CU_GRAPH_NODE_TYPE_HOST: {
-      uint64_t id = r.u64();
+      uint64_t id = got->host_callback;
+      p->host = {};
       if (id && !rgpu::client::host_node(id, &p->host.fn, &p->host.userData)) {
         rgpu::log::warn("host node %llu names a callback this process never registered",
                         static_cast<unsigned long long>(id));
       }
       break;
     }
-    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
-      auto& a = p->alloc;
-      a.poolProps = r.get<CUmemPoolProps>();
-      map_location(&a.poolProps.location, false);
-      uint32_t n = r.u32();
-      if (n > kMaxAccessDescs) return CUDA_ERROR_UNKNOWN;
-      NodeStore* s = store_for(node, false);
-      s->descs.resize(n);
-      for (auto& d : s->descs) {
-        d = r.get<CUmemAccessDesc>();
-        map_location(&d.location, false);
-      }
-      a.accessDescs = n ? s->descs.data() : nullptr;
-      a.accessDescCount = n;
-      a.bytesize = r.u64();
-      a.dptr = r.u64();
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      map_location(&p->alloc.poolProps.location, false);
+      for (auto& d : got->descs) map_location(&d.location, false);
       break;
-    }
     default:
       return CUDA_ERROR_UNKNOWN;  // the server encodes only the types above
   }
-  return r.ok() ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
-}
-
-CUresult put_deps(Writer& w, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n) {
-  if ((n && !deps) || n > kMaxNodes) return CUDA_ERROR_INVALID_VALUE;
-  w.put_u64(n);
-  for (size_t i = 0; i < n; ++i) w.put_u64(handle_id(deps[i]));
-  w.put_u8(edges != nullptr && n > 0);
-  if (edges)
-    for (size_t i = 0; i < n; ++i) w.put(edges[i]);
+  store_for(node, false)->read = std::move(got);
   return CUDA_SUCCESS;
 }
 
@@ -568,9 +449,8 @@ CUresult add(uint16_t opcode, const char* name, CUgraphNode* ph, CUgraph graph, 
   if (!ph || !p) return CUDA_ERROR_INVALID_VALUE;
   Call c(opcode, rgpu::client::kWaits);
   uint64_t id = rgpu::client::mint_handle();
-  c.args().put_u64(id);
-  c.args().put_u64(handle_id(graph));
-  if (CUresult rc = put_deps(c.args(), deps, edges, n)) return rc;
+  if ((n && !deps) || n > kMaxNodes) return CUDA_ERROR_INVALID_VALUE;
+  wire::put_add_node_head(c.args(), id, handle_id(graph), deps, edges, n);
   uint64_t host_id = 0;
   HostTransfer t;
   if (CUresult rc = put_params(c.args(), name, *p, &host_id, &t)) return rc;
@@ -580,20 +460,18 @@ CUresult add(uint16_t opcode, const char* name, CUgraphNode* ph, CUgraph graph, 
     free_staging(t);
     return rc;
   }
-  Reader& r = c.reply();
-  if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) p->alloc.dptr = r.u64();
+  wire::AddNodeReply got;
+  if (!wire::read_add_node_reply(c.reply(), p->type, &got)) return CUDA_ERROR_UNKNOWN;
+  if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) p->alloc.dptr = got.dptr;
   if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
-    uint32_t nb = r.u32();
-    if (!r.ok() || nb > kMaxBodies) return CUDA_ERROR_UNKNOWN;
     NodeStore* s = store_for(id, false);
-    s->bodies.resize(nb);
-    for (auto& b : s->bodies) b = handle_from<CUgraph>(r.u64());
+    s->bodies.clear();
+    for (uint64_t b : got.bodies) s->bodies.push_back(handle_from<CUgraph>(b));
     p->conditional.phGraph_out = s->bodies.data();
     State& st = state();
     std::lock_guard<std::mutex> lock(st.mu);
     for (CUgraph b : s->bodies) st.body_parent[handle_id(b)] = handle_id(graph);
   }
-  if (!r.ok()) return CUDA_ERROR_UNKNOWN;
   *ph = handle_from<CUgraphNode>(id);
   if (p->type == CU_GRAPH_NODE_TYPE_HOST) count_host_node(handle_id(graph), id);
   if (p->type == CU_GRAPH_NODE_TYPE_GRAPH) count_child(handle_id(graph), handle_id(p->graph.graph));
@@ -609,8 +487,7 @@ CUresult set(uint16_t opcode, const char* name, bool in_exec, CUgraphExec exec, 
              const CUgraphNodeParams& p) {
   rgpu::client::trace_call(name);
   Call c(opcode, rgpu::client::kWaits);
-  if (in_exec) c.args().put_u64(handle_id(exec));
-  c.args().put_u64(handle_id(node));
+  wire::put_set_params_head(c.args(), in_exec, handle_id(exec), handle_id(node));
   uint64_t host_id = 0;
   HostTransfer t;
   if (CUresult rc = put_params(c.args(), name, p, &host_id, &t)) return rc;
@@ -630,7 +507,7 @@ CUresult set(uint16_t opcode, const char* name, bool in_exec, CUgraphExec exec, 
 CUresult get(uint16_t opcode, const char* name, CUgraphNode node, CUgraphNodeType want, CUgraphNodeParams* p) {
   rgpu::client::trace_call(name);
   Call c(opcode, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(node));
+  wire::put_get_params(c.args(), handle_id(node));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   rc = read_params(c.reply(), handle_id(node), p);
@@ -648,23 +525,19 @@ CUresult node_array(uint16_t opcode, const char* name, const void* handle, CUgra
   uint64_t cap = (want || edge_data) ? *count : 0;
   if (cap > kMaxNodes) return CUDA_ERROR_INVALID_VALUE;
   Call c(opcode, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(handle));
-  c.args().put_u8(want);
-  c.args().put_u8(edge_data != nullptr);
-  c.args().put_u64(cap);
+  const wire::NodeArrayAsk ask{handle_id(handle), want, edge_data != nullptr, cap};
+  wire::put_node_array_ask(c.args(), ask);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  Reader& r = c.reply();
-  uint64_t n = r.u64();
+  wire::NodeArray got;
+  if (!wire::read_node_array(c.reply(), ask, edges_form, &got)) return CUDA_ERROR_UNKNOWN;
   if (want) {
-    for (uint64_t i = 0; i < cap; ++i) nodes[i] = handle_from<CUgraphNode>(r.u64());
+    for (uint64_t i = 0; i < cap; ++i) nodes[i] = handle_from<CUgraphNode>(got.from[i]);
     if (edges_form)
-      for (uint64_t i = 0; i < cap; ++i) to_nodes[i] = handle_from<CUgraphNode>(r.u64());
+      for (uint64_t i = 0; i < cap; ++i) to_nodes[i] = handle_from<CUgraphNode>(got.to[i]);
   }
-  if (edge_data)
-    for (uint64_t i = 0; i < cap; ++i) edge_data[i] = r.get<CUgraphEdgeData>();
-  if (!r.ok()) return CUDA_ERROR_UNKNOWN;
-  *count = n;
+  if (edge_data) std::copy(got.edges.begin(), got.edges.end(), edge_data);
+  *count = got.count;
   return CUDA_SUCCESS;
 }
 
@@ -673,75 +546,8 @@ CUresult change_deps(uint16_t opcode, const char* name, CUgraph graph, const CUg
   rgpu::client::trace_call(name);
   if ((n && (!from || !to)) || n > kMaxNodes) return CUDA_ERROR_INVALID_VALUE;
   Call c(opcode, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(graph));
-  c.args().put_u64(n);
-  for (size_t i = 0; i < n; ++i) c.args().put_u64(handle_id(from[i]));
-  for (size_t i = 0; i < n; ++i) c.args().put_u64(handle_id(to[i]));
-  c.args().put_u8(edges != nullptr && n > 0);
-  if (edges)
-    for (size_t i = 0; i < n; ++i) c.args().put(edges[i]);
+  wire::put_dependency_change(c.args(), handle_id(graph), from, to, edges, n);
   return c.invoke();
-}
-
-// Legacy structs ↔ CUgraphNodeParams.
-template <class K>
-CUgraphNodeParams from_kernel(const K& k) {
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
-  p.kernel.func = k.func;
-  p.kernel.gridDimX = k.gridDimX, p.kernel.gridDimY = k.gridDimY, p.kernel.gridDimZ = k.gridDimZ;
-  p.kernel.blockDimX = k.blockDimX, p.kernel.blockDimY = k.blockDimY, p.kernel.blockDimZ = k.blockDimZ;
-  p.kernel.sharedMemBytes = k.sharedMemBytes;
-  p.kernel.kernelParams = k.kernelParams;
-  p.kernel.extra = k.extra;
-  if constexpr (requires { k.kern; }) {
-    p.kernel.kern = k.kern;
-    p.kernel.ctx = k.ctx;
-  }
-  return p;
-}
-
-template <class K>
-void to_kernel(const CUgraphNodeParams& p, K* k) {
-  k->func = p.kernel.func;
-  k->gridDimX = p.kernel.gridDimX, k->gridDimY = p.kernel.gridDimY, k->gridDimZ = p.kernel.gridDimZ;
-  k->blockDimX = p.kernel.blockDimX, k->blockDimY = p.kernel.blockDimY, k->blockDimZ = p.kernel.blockDimZ;
-  k->sharedMemBytes = p.kernel.sharedMemBytes;
-  k->kernelParams = p.kernel.kernelParams;
-  k->extra = p.kernel.extra;
-  if constexpr (requires { k->kern; }) {
-    k->kern = p.kernel.kern;
-    k->ctx = p.kernel.ctx;
-  }
-}
-
-CUgraphNodeParams from_copy(const CUDA_MEMCPY3D& c, CUcontext ctx) {
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
-  p.memcpy.copyCtx = ctx;
-  p.memcpy.copyParams = c;
-  return p;
-}
-
-CUgraphNodeParams from_memset(const CUDA_MEMSET_NODE_PARAMS& m, CUcontext ctx) {
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_MEMSET;
-  p.memset.dst = m.dst;
-  p.memset.pitch = m.pitch;
-  p.memset.value = m.value;
-  p.memset.elementSize = m.elementSize;
-  p.memset.width = m.width;
-  p.memset.height = m.height;
-  p.memset.ctx = ctx;
-  return p;
-}
-
-CUgraphNodeParams from_host(const CUDA_HOST_NODE_PARAMS& h) {
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_HOST;
-  p.host.fn = h.fn;
-  p.host.userData = h.userData;
-  return p;
 }
 
 CUgraphNodeParams of_type(CUgraphNodeType t) {
@@ -1088,16 +894,13 @@ RGPU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* ph, CUgrap
 RGPU_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph g, CUgraphExecUpdateResultInfo* info) {
   rgpu::client::trace_call("cuGraphExecUpdate_v2");
   Call c(op::cuGraphExecUpdate_v2, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(exec));
-  c.args().put_u64(handle_id(g));
+  wire::put_exec_update(c.args(), handle_id(exec), handle_id(g));
   CUresult rc = c.invoke();
-  Reader& r = c.reply();
-  uint32_t result = r.u32();
-  uint64_t err_node = r.u64(), err_from = r.u64();
-  if (r.ok() && info) {
-    info->result = static_cast<CUgraphExecUpdateResult>(result);
-    info->errorNode = handle_from<CUgraphNode>(err_node);
-    info->errorFromNode = handle_from<CUgraphNode>(err_from);
+  wire::ExecUpdateResult got;
+  if (wire::read_exec_update_result(c.reply(), &got) && info) {
+    info->result = static_cast<CUgraphExecUpdateResult>(got.result);
+    info->errorNode = handle_from<CUgraphNode>(got.error_node);
+    info->errorFromNode = handle_from<CUgraphNode>(got.error_from_node);
   }
   if (rc == CUDA_SUCCESS) note_instance(exec, g);
   return rc;

@@ -5,8 +5,7 @@
 // reaches the callback, the server sends kOpCallback and holds the stream; the connection's
 // callback thread runs the function and answers kOpCallbackDone, which releases the stream.
 //
-// Wire (cuLaunchHostFunc[_ptsz]): u64 stream, u64 callback id. One-way.
-// Wire (cuStreamAddCallback[_ptsz]): u64 stream, u64 callback id, u32 flags. One-way.
+// Wire layout: protocol/wire/stream.h.
 // If the server cannot queue the callback, it sends kOpCallback with run = 0 and the error is
 // reported with the next reply on this thread, as for any one-way call.
 // Graph host nodes (client/driver/host_nodes.h, client/driver/graph.cpp) use the same ids and
@@ -28,6 +27,7 @@
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/stream.h"
 
 namespace {
 
@@ -108,9 +108,7 @@ CUresult add(uint16_t op, const char* name, CUstream stream, Callback cb, bool w
   }
   if (!cb.persistent) conn->expect_callback();
   Call c(op, rgpu::client::kOneWay);
-  c.args().put_u64(handle_id(stream));
-  c.args().put_u64(id);
-  if (with_flags) c.args().put_u32(flags);
+  rgpu::proto::wire::put_host_callback(c.args(), with_flags, {handle_id(stream), id, flags});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) {
     // Not sent (or an earlier failure was reported): the server will not announce it. Only a

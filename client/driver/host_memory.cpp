@@ -7,9 +7,8 @@
 // the same way, at the address the server's driver picked (mapped::map_managed). IPC is refused
 // with one line naming the call and the reason.
 //
-// Wire (cuPointerGetAttribute, cuPointerGetAttributes; only for pointers outside the client's
-// pinned ranges): u64 ptr, u32 n, n × i32 attribute. Reply: CUresult, then n × (i32 result,
-// u32 size, size bytes); sizes from protocol/pointer_attributes.h, handles as ids.
+// cuPointerGetAttribute(s) ask the server only for pointers outside the client's pinned ranges
+// (wire layout in protocol/wire/memory.h).
 #include "client/driver/host_memory.h"
 
 #include <cuda.h>
@@ -33,6 +32,7 @@
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/pointer_attributes.h"
+#include "protocol/wire/memory.h"
 
 namespace rgpu::client {
 namespace {
@@ -240,17 +240,14 @@ CUresult host_attribute(const HostRange& r, CUdeviceptr ptr, CUpointer_attribute
 CUresult server_attributes(uint16_t op, CUdeviceptr ptr, unsigned n, const CUpointer_attribute* attrs, void** data,
                            CUresult* results) {
   Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(ptr);
-  c.args().put_u32(n);
-  for (unsigned i = 0; i < n; ++i) c.args().put<int32_t>(attrs[i]);
+  rgpu::proto::wire::put_pointer_attributes(c.args(), ptr, attrs, n);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   for (unsigned i = 0; i < n; ++i) {
-    int32_t r = c.reply().get<int32_t>();
-    uint32_t size = c.reply().u32();
-    if (size != rgpu::proto::pointer_attribute_size(attrs[i])) return CUDA_ERROR_UNKNOWN;
-    const uint8_t* bytes = c.reply().view(size);
-    if (!c.reply().ok())
+    int32_t r;
+    uint32_t size;
+    const uint8_t* bytes;
+    if (!rgpu::proto::wire::read_pointer_attribute_value(c.reply(), attrs[i], &r, &bytes, &size))
       return CUDA_ERROR_UNKNOWN;
     results[i] = static_cast<CUresult>(r);
     if (r == CUDA_SUCCESS && data[i]) std::memcpy(data[i], bytes, size);  // handles arrive as client ids

@@ -1,15 +1,7 @@
 // Kernel launches. The arguments are packed on the client into one buffer using the kernel's
 // parameter layout, known from the module image (client/modules.h) or, failing that, asked once
-// from the server with cuFuncGetParamInfo and remembered. A launch is one-way.
-//
-// Wire (cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchCooperativeKernel[_ptsz]):
-//   u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes, u64 stream, LaunchArgs
-// cuLaunchKernelEx[_ptsz]:
-//   u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes, u64 stream,
-//   u32 n attrs, n × CUlaunchAttribute (events inside travel as client ids), LaunchArgs
-// LaunchArgs: u32 n params, n × (u32 offset, u32 size), u64 len, len bytes of packed
-//   arguments. n = 0 with len > 0 means "the caller's `extra` buffer": the server passes it as
-//   CU_LAUNCH_PARAM_BUFFER_POINTER.
+// from the server with cuFuncGetParamInfo and remembered. A launch is one-way. The wire layout
+// (the launch and LaunchArgs) is protocol/wire/launch.h.
 #include <cuda.h>
 
 #include <atomic>
@@ -28,6 +20,7 @@
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/launch.h"
 
 namespace {
 
@@ -39,7 +32,7 @@ using rgpu::client::ModuleRegistry;
 // keeps the two apart (a CUkernel given to cuFuncGetParamInfo fails; inferred from the H200 run
 // below, where mixing the two answers broke PyTorch), so answers are cached per kind; kEither asks
 // the server to try the function reading first, then the kernel one.
-enum class ParamKind : uint8_t { kFunction = 0, kKernel = 1, kEither = 2 };
+using rgpu::proto::wire::ParamKind;
 
 // Answers the server gave, by (id, kind, index), including "past the last parameter"
 // (CUDA_ERROR_INVALID_VALUE) so that repeated walks of a layout cost nothing. Other errors (an
@@ -63,22 +56,17 @@ std::atomic<bool> g_layout_op_unsupported{false};
 bool fetch_layout(uint64_t id, ParamKind kind, ParamKind* answered, uint32_t* walked) {
   if (g_layout_op_unsupported.load(std::memory_order_relaxed)) return false;
   Call c(rgpu::proto::kOpParamLayout, rgpu::client::kWaits);
-  c.args().put_u64(id);
-  c.args().put_u8(static_cast<uint8_t>(kind));
+  rgpu::proto::wire::put_param_layout_ask(c.args(), {id, static_cast<uint8_t>(kind)});
   CUresult rc = c.invoke();
   if (rc == CUDA_ERROR_NOT_SUPPORTED) g_layout_op_unsupported.store(true, std::memory_order_relaxed);
   if (rc != CUDA_SUCCESS) return false;
-  const uint32_t n = c.reply().u32();
-  if (!c.reply().ok() || n > rgpu::proto::kMaxParamLayout) return false;
+  rgpu::proto::wire::ParamLayout layout;
+  if (!rgpu::proto::wire::read_param_layout(c.reply(), &layout)) return false;
+  const uint32_t n = static_cast<uint32_t>(layout.params.size());
   std::vector<ParamAnswer> got(n);
-  for (auto& p : got) {
-    p.rc = CUDA_SUCCESS;
-    p.offset = c.reply().u64();
-    p.size = c.reply().u64();
-  }
-  const auto end = static_cast<CUresult>(c.reply().i32());
-  const uint8_t used = c.reply().u8();
-  if (!c.reply().ok() || used > static_cast<uint8_t>(ParamKind::kKernel)) return false;
+  for (uint32_t i = 0; i < n; ++i) got[i] = {CUDA_SUCCESS, layout.params[i].first, layout.params[i].second};
+  const auto end = static_cast<CUresult>(layout.end);
+  const uint8_t used = layout.answered;
   *answered = static_cast<ParamKind>(used);
   *walked = n;
   std::lock_guard lk(g_param_answers_mu);
@@ -182,38 +170,28 @@ CUresult put_args(rgpu::Writer& w, CUfunction f, void** kernelParams, void** ext
     if (!buf || !size) return CUDA_ERROR_INVALID_VALUE;
     auto k = ModuleRegistry::get().function(handle_id(f));
     if (k && !k->params.empty() && *size < k->param_bytes) return CUDA_ERROR_INVALID_VALUE;
-    w.put_u32(0);
-    w.put_bytes(buf, *size);
+    rgpu::proto::wire::put_extra_args(w, buf, *size);
     return CUDA_SUCCESS;
   }
   auto k = layout(f);
   if (!k) return CUDA_ERROR_INVALID_HANDLE;
   if (!k->params.empty() && !kernelParams) return CUDA_ERROR_INVALID_VALUE;
-  w.put_u32(static_cast<uint32_t>(k->params.size()));
-  for (const auto& p : k->params) {
-    w.put_u32(p.offset);
-    w.put_u32(p.size);
-  }
-  // The packed arguments go straight into the call's buffer (this runs on every launch); the
-  // padding between parameters stays zero.
-  w.put_u64(k->param_bytes);
-  size_t at = w.size();
-  w.buf().resize(at + k->param_bytes);
-  for (size_t i = 0; i < k->params.size(); ++i) {
+  for (size_t i = 0; i < k->params.size(); ++i)
     if (!kernelParams[i]) return CUDA_ERROR_INVALID_VALUE;
+  // The packed arguments go straight into the call's buffer; the padding between parameters
+  // stays zero.
+  size_t at = rgpu::proto::wire::put_packed_args(w, k->params, k->param_bytes);
+  for (size_t i = 0; i < k->params.size(); ++i)
     std::memcpy(w.buf().data() + at + k->params[i].offset, kernelParams[i], k->params[i].size);
-  }
   // Arguments that may point into pinned host memory: kept for explaining an illegal address.
   if (rgpu::client::pinned_memory_exists())
     rgpu::client::note_launch(handle_id(f), w.buf().data() + at, k->param_bytes);
   return CUDA_SUCCESS;
 }
 
-void put_dims(rgpu::Writer& w, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-              unsigned bz, unsigned shmem, CUstream s) {
-  w.put_u64(handle_id(f));
-  for (unsigned v : {gx, gy, gz, bx, by, bz, shmem}) w.put_u32(v);
-  w.put_u64(handle_id(s));
+rgpu::proto::wire::LaunchDims dims_of(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                      unsigned shmem) {
+  return {{gx, gy, gz}, {bx, by, bz}, shmem};
 }
 
 CUresult launch(uint16_t op, const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -222,7 +200,7 @@ CUresult launch(uint16_t op, const char* name, CUfunction f, unsigned gx, unsign
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   Call c(op, rgpu::client::kOneWay);
   c.on_stream(s);
-  put_dims(c.args(), f, gx, gy, gz, bx, by, bz, shmem, s);
+  rgpu::proto::wire::put_launch_head(c.args(), handle_id(f), dims_of(gx, gy, gz, bx, by, bz, shmem), handle_id(s));
   CUresult rc = put_args(c.args(), f, kernelParams, extra);
   return rc == CUDA_SUCCESS ? c.invoke() : rc;
 }
@@ -235,10 +213,10 @@ CUresult launch_ex(uint16_t op, const char* name, const CUlaunchConfig* config, 
   if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
   Call c(op, rgpu::client::kOneWay);
   c.on_stream(config->hStream);
-  put_dims(c.args(), f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-           config->blockDimZ, config->sharedMemBytes, config->hStream);
-  c.args().put_u32(config->numAttrs);
-  for (unsigned i = 0; i < config->numAttrs; ++i) c.args().put(config->attrs[i]);
+  rgpu::proto::wire::put_launch_ex_head(c.args(), handle_id(f),
+                                        dims_of(config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                                                config->blockDimY, config->blockDimZ, config->sharedMemBytes),
+                                        handle_id(config->hStream), config->attrs, config->numAttrs);
   CUresult rc = put_args(c.args(), f, kernelParams, extra);
   return rc == CUDA_SUCCESS ? c.invoke() : rc;
 }
@@ -296,13 +274,14 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramInd
   if (!func) return CUDA_ERROR_INVALID_HANDLE;
   return param_info("cuFuncGetParamInfo", handle_id(func), paramIndex, paramOffset, paramSize, ParamKind::kFunction, [&](size_t* off, size_t* size) {
     Call c(rgpu::op::cuFuncGetParamInfo, rgpu::client::kWaits);
-    c.args().put_u64(handle_id(func));
-    c.args().put_u64(paramIndex);
+    rgpu::proto::wire::put_param_info(c.args(), {handle_id(func), paramIndex});
     CUresult rc = c.invoke();
     if (rc != CUDA_SUCCESS) return rc;
-    *off = c.reply().u64();
-    *size = c.reply().u64();
-    return c.reply().ok() ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+    uint64_t o = 0, s = 0;
+    if (!rgpu::proto::wire::read_param_info_reply(c.reply(), &o, &s)) return CUDA_ERROR_UNKNOWN;
+    *off = o;
+    *size = s;
+    return CUDA_SUCCESS;
   });
 }
 

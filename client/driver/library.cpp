@@ -4,14 +4,8 @@
 // handles and no round trip, and a launch of a CUkernel (passed as the CUfunction) knows its
 // parameter layout: the layout is recorded under the kernel's id in the ModuleRegistry.
 //
-// Wire (cuLibraryLoadData; cuLibraryLoadFromFile travels as it):
-//   u64 library id (client-minted), u64 n, n bytes of image. Reply: CUresult.
-//   JIT and library options are not sent: they carry host pointers (log buffers, the host
-//   function table) that mean nothing on the server.
-// cuLibraryGetKernel: u64 kernel id (client-minted), u64 library id, str name. One-way when the
-//   client found the kernel in the parsed image; waiting otherwise. Reply: CUresult.
-// cuKernelGetName, cuFuncGetName (only when the client does not know the name):
-//   u64 kernel or function id. Reply: CUresult, str name.
+// Wire layouts: protocol/wire/module.h. cuLibraryGetKernel is one-way when the client found the
+// kernel in the parsed image, waiting otherwise.
 #include <cuda.h>
 
 #include <fstream>
@@ -33,6 +27,7 @@
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/module.h"
 
 namespace {
 
@@ -70,11 +65,11 @@ CUresult load(const char* name, CUlibrary* library, const void* code, size_t max
 // Asks the server for the name of a kernel or function handle the client has no image for.
 CUresult name_from_server(uint16_t op, uint64_t id, const char** name) {
   Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(id);
+  rgpu::proto::wire::put_id(c.args(), id);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  std::string s = c.reply().str(4096);
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  std::string s;
+  if (!rgpu::proto::wire::read_symbol_name(c.reply(), &s)) return CUDA_ERROR_UNKNOWN;
   *name = intern(s);
   return CUDA_SUCCESS;
 }
@@ -134,9 +129,7 @@ RGPU_EXPORT CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary lib
                      found < 0 ? "the client could not read the library's image" : "not among the kernels the client read");
   uint64_t id = rgpu::client::mint_handle();
   Call c(rgpu::op::cuLibraryGetKernel, found == 1 ? rgpu::client::kOneWay : rgpu::client::kWaits);
-  c.args().put_u64(id);
-  c.args().put_u64(handle_id(library));
-  c.args().put_str(name);
+  rgpu::proto::wire::put_symbol_lookup(c.args(), id, handle_id(library), name);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (found == 1) ModuleRegistry::get().set_function(id, k);

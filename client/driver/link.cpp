@@ -14,12 +14,7 @@
 // named them has returned, when such a buffer may be gone). Because inputs are checked only at
 // cuLinkComplete, a bad input is reported there, not by cuLinkAddData.
 //
-// Wire (cuLinkComplete): JitOptions, u32 n inputs, each: u32 CUjitInputType, str name,
-//   JitOptions, u64 len + len bytes.
-//   JitOptions: u32 n, n × (u32 option, u64 value); a log buffer's value is 0 (its size comes
-//   with its *_SIZE_BYTES option).
-//   Reply: CUresult, then (whatever the CUresult) u32 n × u64 slot values after linking (the
-//   link options'), str info log, str error log, then (success) u64 len + len bytes of cubin.
+// Wire layout: protocol/wire/link.h.
 #include <cuda.h>
 
 #include <cstdint>
@@ -33,13 +28,15 @@
 #include "common/log.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/link.h"
 
 namespace {
 
 using rgpu::client::Call;
 
-constexpr uint32_t kMaxOptions = 64;
-constexpr size_t kMaxLog = 1 << 20;
+namespace wire = rgpu::proto::wire;
+constexpr uint32_t kMaxOptions = wire::kMaxJitOptions;
+constexpr size_t kMaxLog = wire::kMaxLinkLog;
 
 struct Options {
   std::vector<CUjit_option> opts;
@@ -65,11 +62,6 @@ struct LinkState {
   std::vector<uint8_t> cubin;
 };
 
-bool pointer_option(CUjit_option o) {
-  return o == CU_JIT_GLOBAL_SYMBOL_NAMES || o == CU_JIT_GLOBAL_SYMBOL_ADDRESSES ||
-         o == CU_JIT_REFERENCED_KERNEL_NAMES || o == CU_JIT_REFERENCED_VARIABLE_NAMES;
-}
-
 // Reads a caller's option arrays. keep_logs: record the log buffers (cuLinkCreate); otherwise
 // drop them (per-input options).
 CUresult read_options(const char* name, unsigned n, CUjit_option* opts, void** values, Options* out,
@@ -78,7 +70,7 @@ CUresult read_options(const char* name, unsigned n, CUjit_option* opts, void** v
   if (n > kMaxOptions) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < n; ++i) {
     CUjit_option o = opts[i];
-    if (pointer_option(o)) {
+    if (wire::jit_pointer_option(o)) {
       rgpu::log::error("%s: JIT option %d names host pointers the GPU server cannot read; not supported by rgpu "
                        "(returning CUDA_ERROR_NOT_SUPPORTED)",
                        name, static_cast<int>(o));
@@ -102,14 +94,6 @@ CUresult read_options(const char* name, unsigned n, CUjit_option* opts, void** v
     out->values.push_back(v);
   }
   return CUDA_SUCCESS;
-}
-
-void put_options(rgpu::Writer& w, const Options& o) {
-  w.put_u32(static_cast<uint32_t>(o.opts.size()));
-  for (size_t i = 0; i < o.opts.size(); ++i) {
-    w.put_u32(static_cast<uint32_t>(o.opts[i]));
-    w.put_u64(o.values[i]);
-  }
 }
 
 void copy_log(const std::string& text, char* buf, size_t size) {
@@ -203,24 +187,20 @@ RGPU_EXPORT CUresult CUDAAPI cuLinkComplete(CUlinkState state, void** cubin_out,
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
   if (!cubin_out || !size_out) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuLinkComplete, rgpu::client::kWaits);
-  put_options(c.args(), s->options);
-  c.args().put_u32(static_cast<uint32_t>(s->inputs.size()));
-  for (const Input& in : s->inputs) {
-    c.args().put_u32(static_cast<uint32_t>(in.type));
-    c.args().put_str(in.name);
-    put_options(c.args(), in.options);
-    c.args().put_bytes(in.data.data(), in.data.size());
-  }
+  wire::put_link_complete_head(c.args(), s->options.opts.size(), s->options.opts.data(), s->options.values.data(),
+                               static_cast<uint32_t>(s->inputs.size()));
+  for (const Input& in : s->inputs)
+    wire::put_link_input(c.args(), static_cast<uint32_t>(in.type), in.name, in.options.opts.size(),
+                         in.options.opts.data(), in.options.values.data(), in.data.data(), in.data.size());
   CUresult rc = c.invoke();
-  rgpu::Reader& r = c.reply();
-  uint32_t n = r.u32();
-  if (r.ok() && n == s->options.opts.size()) {
-    std::vector<uint64_t> slots(n);
-    for (auto& v : slots) v = r.u64();
-    std::string info = r.str(kMaxLog), error = r.str(kMaxLog);
-    if (r.ok()) {
-      copy_log(info, s->info_log, s->info_size);
-      copy_log(error, s->error_log, s->error_size);
+  wire::LinkResult got;
+  const bool decoded = wire::read_link_result(c.reply(), rc == CUDA_SUCCESS, &got);
+  const uint32_t n = static_cast<uint32_t>(got.slots.size());
+  if (decoded && n == s->options.opts.size()) {
+    const std::vector<uint64_t>& slots = got.slots;
+    {
+      copy_log(got.info, s->info_log, s->info_size);
+      copy_log(got.error, s->error_log, s->error_size);
       // Write back the slots the driver overwrites, in the caller's array (the options were
       // read from it in order, skipping none of these).
       size_t k = 0;
@@ -235,10 +215,8 @@ RGPU_EXPORT CUresult CUDAAPI cuLinkComplete(CUlinkState state, void** cubin_out,
     }
   }
   if (rc != CUDA_SUCCESS) return rc;
-  size_t len = 0;
-  const uint8_t* bytes = r.bytes(&len);
-  if (!r.ok() || !len) return CUDA_ERROR_UNKNOWN;
-  s->cubin.assign(bytes, bytes + len);
+  if (!decoded || !got.cubin_len) return CUDA_ERROR_UNKNOWN;
+  s->cubin.assign(got.cubin, got.cubin + got.cubin_len);
   *cubin_out = s->cubin.data();
   *size_out = s->cubin.size();
   return CUDA_SUCCESS;

@@ -4,10 +4,7 @@
 // a host destination the server replies with contiguous rows, scattered here into the caller's
 // pitch. Both ops use one wire layout, the 2D form being a 3D copy of depth 1.
 //
-// Wire: u64 stream (async ops only), then per side (src, dst): u32 kind (kHost/kDevice/kArray),
-// u64 xInBytes, y, z, lod, u64 device pointer or array id, u64 pitch, u64 height; then u64
-// WidthInBytes, Height, Depth; then, for a host source, u64 n + n bytes (n = W*H*D).
-// Reply: CUresult, then for a host destination W*H*D bytes.
+// Wire layout: protocol/wire/copy.h (cuMemcpy2D*, cuMemcpy3D*).
 //
 // Copies larger than one bulk chunk (env bulk_chunk) are cut into boxes: whole slices when a
 // slice fits, else bands of rows, else pieces of one row; each box is one waiting call with the
@@ -27,6 +24,7 @@
 #include "common/env.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/copy.h"
 
 namespace {
 
@@ -34,7 +32,8 @@ using rgpu::client::Call;
 using rgpu::client::handle_id;
 using rgpu::client::is_device;
 
-enum Kind : uint32_t { kHost = 0, kDevice = 1, kArray = 2 };
+using rgpu::proto::wire::CopySide;
+enum Kind : uint32_t { kHost = CopySide::kHost, kDevice = CopySide::kDevice, kArray = CopySide::kArray };
 
 struct Side {
   Kind kind;
@@ -91,30 +90,32 @@ bool contiguous(const Side& s, const Box& b) {
   return (b.h == 1 || s.pitch == b.w) && (b.d == 1 || s.pitch * s.height == b.w * b.h);
 }
 
-void put_side(Call& c, const Side& s, const Box& b) {
-  c.args().put_u32(s.kind);
+// A side as it travels: a host side is contiguous over the box (the caller gathers or scatters it).
+CopySide wire_side(const Side& s, const Box& b) {
   bool host = s.kind == kHost;
-  c.args().put_u64(host ? 0 : s.x + b.x);
-  c.args().put_u64(host ? 0 : s.y + b.y);
-  c.args().put_u64(host ? 0 : s.z + b.z);
-  c.args().put_u64(s.lod);
-  c.args().put_u64(host ? 0 : s.value);
-  c.args().put_u64(host ? b.w : s.pitch);
-  c.args().put_u64(host ? b.h : s.height);
+  CopySide w;
+  w.kind = s.kind;
+  w.x = host ? 0 : s.x + b.x;
+  w.y = host ? 0 : s.y + b.y;
+  w.z = host ? 0 : s.z + b.z;
+  w.lod = s.lod;
+  w.value = host ? 0 : s.value;
+  w.pitch = host ? b.w : s.pitch;
+  w.height = host ? b.h : s.height;
+  return w;
 }
 
 CUresult one_box(uint16_t op, bool async, CUstream stream, const Copy& cp, const Box& b) {
   size_t n = b.w * b.h * b.d;
   Call c(op, rgpu::client::kWaits);
-  if (async) c.args().put_u64(handle_id(stream));
-  put_side(c, cp.src, b);
-  put_side(c, cp.dst, b);
-  c.args().put_u64(b.w);
-  c.args().put_u64(b.h);
-  c.args().put_u64(b.d);
+  rgpu::proto::wire::PitchedCopy head;
+  head.stream = handle_id(stream);
+  head.src = wire_side(cp.src, b);
+  head.dst = wire_side(cp.dst, b);
+  head.width = b.w, head.height = b.h, head.depth = b.d;
+  rgpu::proto::wire::put_pitched_copy_head(c.args(), async, head);
   std::vector<uint8_t> staging;
   if (cp.src.kind == kHost) {
-    c.args().put_u64(n);
     if (contiguous(cp.src, b)) {
       c.attach(host_row(cp.src, b.x, b.y, b.z), n);
     } else {

@@ -42,6 +42,7 @@
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/copy.h"
 
 namespace {
 
@@ -49,7 +50,7 @@ using rgpu::client::Call;
 using rgpu::client::handle_id;
 using rgpu::client::is_device;
 
-// Wire: u64 dst, u64 stream (async ops only), u64 n, then n bytes of data.
+// Wire layout: protocol/wire/copy.h (cuMemcpyHtoD*).
 CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t n, CUstream stream) {
   if (n && !src) return CUDA_ERROR_INVALID_VALUE;
   if (async) {  // on a capturing stream: captured through staging (client/driver/stream_capture.h)
@@ -71,9 +72,7 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
     bool last = off + len == n;
     Call c(op, (last && !async) ? rgpu::client::kWaits : rgpu::client::kOneWay);
     if (checked) c.checked();
-    c.args().put<uint64_t>(dst + off);
-    if (async) c.args().put_u64(handle_id(stream));
-    c.args().put_u64(len);
+    rgpu::proto::wire::put_htod_head(c.args(), async, dst + off, handle_id(stream), len);
     c.attach(static_cast<const uint8_t*>(src) + off, len);
     CUresult rc = c.invoke();
     if (rc != CUDA_SUCCESS) return rc;
@@ -117,9 +116,8 @@ void async_done(uint64_t id, int32_t status) {
   g_async_cv.notify_all();
 }
 
-// Wire: u64 src, u64 stream (async ops only), u64 n, u64 delivery id (async ops only).
-// Reply (sync ops): CUresult, then n bytes. Async ops: one-way; the bytes come as kOpAsyncData.
-// All chunk requests are sent before the first reply is awaited, so the server copies chunk k+1
+// Wire layout: protocol/wire/copy.h (cuMemcpyDtoH*). Async ops are one-way; the bytes come as
+// kOpAsyncData. All chunk requests are sent before the first reply is awaited, so the server copies chunk k+1
 // off the device while chunk k is on the wire; each reply lands in its slice of dst.
 CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUstream stream) {
   if (n && !dst) return CUDA_ERROR_INVALID_VALUE;
@@ -146,10 +144,7 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
       }
       Call c(op, rgpu::client::kOneWay);
       c.on_stream(stream);
-      c.args().put<uint64_t>(src + off);
-      c.args().put_u64(handle_id(stream));
-      c.args().put_u64(len);
-      c.args().put_u64(id);
+      rgpu::proto::wire::put_dtoh(c.args(), true, {src + off, handle_id(stream), len, id});
       if (CUresult rc = c.invoke()) {
         std::lock_guard lk(async_mu());
         g_async.erase(id);  // not sent, or an earlier failure reported: the data will not come
@@ -173,8 +168,7 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
   do {
     size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
     auto c = std::make_unique<Call>(op, rgpu::client::kWaits);
-    c->args().put<uint64_t>(src + off);
-    c->args().put_u64(len);
+    rgpu::proto::wire::put_dtoh(c->args(), false, {src + off, 0, len, 0});
     c->reply_sink(sizeof(int32_t), static_cast<uint8_t*>(dst) + off, len);
     CUresult rc = c->submit();
     if (rc != CUDA_SUCCESS) {

@@ -2,11 +2,7 @@
 // (cuMemAllocAsync, cuMemFreeAsync, cuMemAllocFromPoolAsync, cuMemPoolDestroy, cuMemPoolTrimTo,
 // cuDeviceGetDefaultMemPool and the rest are generated.)
 //
-// Wire (cuMemPoolCreate): u64 pool id (client-minted), CUmemPoolProps with
-//   win32SecurityAttributes set to 0 (a Windows-only pointer; must be 0 elsewhere). Reply: CUresult.
-// cuMemPoolGetAttribute: u64 pool, i32 attr. Reply: CUresult, u32 size, size bytes.
-// cuMemPoolSetAttribute: u64 pool, i32 attr, u32 size, size bytes. Reply: CUresult.
-//   size: 4 for the int attributes (REUSE_*), 8 for the cuuint64_t ones.
+// Wire layout and each attribute's size: protocol/wire/memory.h.
 #include <cuda.h>
 
 #include <cstring>
@@ -15,28 +11,14 @@
 #include "client/runtime.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/memory.h"
 
 namespace {
 
 using rgpu::client::Call;
 using rgpu::client::handle_id;
 
-uint32_t attribute_size(CUmemPool_attribute attr) {
-  switch (attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      return 4;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-      return 8;
-    default:
-      return 0;
-  }
-}
+using rgpu::proto::wire::pool_attribute_size;
 
 }  // namespace
 
@@ -52,8 +34,7 @@ RGPU_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPool
   if (props.location.type == CU_MEM_LOCATION_TYPE_DEVICE) props.location.id = rgpu::client::server_device(props.location.id);
   uint64_t id = rgpu::client::mint_handle();
   Call c(rgpu::op::cuMemPoolCreate, rgpu::client::kWaits);
-  c.args().put_u64(id);
-  c.args().put(props);
+  rgpu::proto::wire::put_pool_create(c.args(), {id, props});
   CUresult rc = c.invoke();
   if (rc == CUDA_SUCCESS) *pool = rgpu::client::handle_from<CUmemoryPool>(id);
   return rc;
@@ -61,29 +42,26 @@ RGPU_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPool
 
 RGPU_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   rgpu::client::trace_call("cuMemPoolGetAttribute");
-  uint32_t size = attribute_size(attr);
+  uint32_t size = pool_attribute_size(attr);
   if (!value || size == 0) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuMemPoolGetAttribute, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(pool));
-  c.args().put<int32_t>(attr);
+  rgpu::proto::wire::PoolAttribute got{handle_id(pool), attr};
+  rgpu::proto::wire::put_pool_attribute(c.args(), false, got);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (c.reply().u32() != size) return CUDA_ERROR_UNKNOWN;
-  const uint8_t* bytes = c.reply().view(size);
-  if (!bytes) return CUDA_ERROR_UNKNOWN;
-  std::memcpy(value, bytes, size);
+  if (!rgpu::proto::wire::read_pool_value(c.reply(), &got) || got.size != size) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(value, got.value, size);
   return CUDA_SUCCESS;
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   rgpu::client::trace_call("cuMemPoolSetAttribute");
-  uint32_t size = attribute_size(attr);
+  uint32_t size = pool_attribute_size(attr);
   if (!value || size == 0) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuMemPoolSetAttribute, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(pool));
-  c.args().put<int32_t>(attr);
-  c.args().put_u32(size);
-  c.args().append(value, size);
+  rgpu::proto::wire::PoolAttribute set{handle_id(pool), attr, size};
+  std::memcpy(set.value, value, size);
+  rgpu::proto::wire::put_pool_attribute(c.args(), true, set);
   return c.invoke();
 }
 

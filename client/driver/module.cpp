@@ -2,11 +2,8 @@
 // (common/cuda_image.h) so that cuModuleGetFunction is answered locally with a client-minted
 // handle (no round trip) and launches know their parameter layout.
 //
-// Wire (cuModuleLoadData; cuModuleLoad, cuModuleLoadDataEx and cuModuleLoadFatBinary travel as it):
-//   u64 module id (client-minted), u64 n, n bytes of image. Reply: CUresult.
-// cuModuleGetFunction: u64 function id (client-minted), u64 module id, str name. One-way when
-//   the client found the kernel in the parsed image; waiting otherwise. Reply: CUresult.
-// cuModuleUnload: u64 module id; one-way.
+// Wire layouts: protocol/wire/module.h. cuModuleGetFunction is one-way when the client found the
+// kernel in the parsed image, waiting otherwise.
 #include <cuda.h>
 
 #include <cstdio>
@@ -22,6 +19,7 @@
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/module.h"
 
 namespace {
 
@@ -77,7 +75,7 @@ RGPU_EXPORT CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
   rgpu::client::trace_call("cuModuleUnload");
   if (!hmod) return CUDA_ERROR_INVALID_HANDLE;
   Call c(rgpu::op::cuModuleUnload, rgpu::client::kOneWay);
-  c.args().put_u64(handle_id(hmod));
+  rgpu::proto::wire::put_id(c.args(), handle_id(hmod));
   CUresult rc = c.invoke();
   if (rc == CUDA_SUCCESS) ModuleRegistry::get().remove_module(handle_id(hmod));
   return rc;
@@ -93,9 +91,7 @@ RGPU_EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction* hfunc, CUmodule hmo
   // hold entries the client cannot read), at the price of one round trip.
   uint64_t id = rgpu::client::mint_handle();
   Call c(rgpu::op::cuModuleGetFunction, found == 1 ? rgpu::client::kOneWay : rgpu::client::kWaits);
-  c.args().put_u64(id);
-  c.args().put_u64(handle_id(hmod));
-  c.args().put_str(name);
+  rgpu::proto::wire::put_symbol_lookup(c.args(), id, handle_id(hmod), name);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   if (found == 1) ModuleRegistry::get().set_function(id, k);

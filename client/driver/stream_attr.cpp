@@ -5,44 +5,31 @@
 // ones, whose events would need translating, and unknown ones) is refused with
 // CUDA_ERROR_INVALID_VALUE, as the driver refuses attributes that are not valid for streams.
 //
-// Wire (cuStreamGetAttribute[_ptsz]): u64 stream, i32 attr. Reply: CUresult, CUstreamAttrValue.
-// cuStreamSetAttribute[_ptsz]: u64 stream, i32 attr, CUstreamAttrValue. Reply: CUresult.
+// Wire layout and the ids valid for streams: protocol/wire/stream.h.
 #include <cuda.h>
 
 #include "client/call.h"
 #include "client/runtime.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/stream.h"
 
 namespace {
 
 using rgpu::client::Call;
 using rgpu::client::handle_id;
 
-bool stream_attribute(int attr) {
-  switch (attr) {
-    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
-    case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
-    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
-    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-    case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
-      return true;
-    default:
-      return false;
-  }
-}
+using rgpu::proto::wire::stream_attribute;
 
 CUresult get_attribute(uint16_t op, const char* name, CUstream s, CUstreamAttrID attr, CUstreamAttrValue* out) {
   rgpu::client::trace_call(name);
   if (!out || !stream_attribute(attr)) return CUDA_ERROR_INVALID_VALUE;
   Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(s));
-  c.args().put<int32_t>(attr);
+  rgpu::proto::wire::put_stream_attribute(c.args(), false, {handle_id(s), attr, {}});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  CUstreamAttrValue v = c.reply().get<CUstreamAttrValue>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  CUstreamAttrValue v;
+  if (!rgpu::proto::wire::read_stream_attribute_value(c.reply(), &v)) return CUDA_ERROR_UNKNOWN;
   *out = v;
   return CUDA_SUCCESS;
 }
@@ -51,9 +38,7 @@ CUresult set_attribute(uint16_t op, const char* name, CUstream s, CUstreamAttrID
   rgpu::client::trace_call(name);
   if (!in || !stream_attribute(attr)) return CUDA_ERROR_INVALID_VALUE;
   Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(handle_id(s));
-  c.args().put<int32_t>(attr);
-  c.args().put(*in);
+  rgpu::proto::wire::put_stream_attribute(c.args(), true, {handle_id(s), attr, *in});
   return c.invoke();
 }
 

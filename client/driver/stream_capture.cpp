@@ -9,11 +9,7 @@
 // current dependency nodes and edge data), valid until the next call on the thread; here those
 // arrays live in thread-local storage on the client.
 //
-// Wire: u64 stream, u8 want_edges. Reply: CUresult, i32 status, u64 id, u64 graph id,
-//   u64 n, n × u64 node ids, then (want_edges) n × CUgraphEdgeData.
-// cuStreamBeginCaptureToGraph(_ptsz): u64 stream, u64 graph, Nodes, u32 mode. Reply: CUresult.
-// cuStreamUpdateCaptureDependencies(_v2)(_ptsz): u64 stream, Nodes, u32 flags. Reply: CUresult.
-//   Nodes: u64 n, n × u64 node id, u8 has_edges, (has_edges) n × CUgraphEdgeData.
+// Wire layouts: protocol/wire/capture.h.
 //
 // Async copies between device memory and this process's memory on a capturing stream (issued by
 // client/driver/memory.cpp) are captured as device-to-device copies against a staging buffer or
@@ -38,6 +34,7 @@
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/capture.h"
 
 namespace {
 
@@ -76,7 +73,8 @@ void capture_ended(CUstream s, CUresult rc) {
 
 bool none_open() { return g_open.load(std::memory_order_acquire) == 0; }
 
-constexpr uint64_t kMaxDependencies = 1 << 16;
+namespace wire = rgpu::proto::wire;
+using wire::kMaxCaptureDependencies;
 
 CUresult capture_info(uint16_t op, const char* name, CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id,
                       CUgraph* graph, const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* count) {
@@ -92,23 +90,18 @@ CUresult capture_info(uint16_t op, const char* name, CUstream stream, CUstreamCa
   thread_local std::vector<CUgraphNode> t_nodes;
   thread_local std::vector<CUgraphEdgeData> t_edges;
   rgpu::client::Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(rgpu::client::handle_id(stream));
-  c.args().put_u8(edges != nullptr);
+  wire::put_capture_info_ask(c.args(), {rgpu::client::handle_id(stream), edges != nullptr});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  rgpu::Reader& r = c.reply();
-  int32_t st = r.get<int32_t>();
-  uint64_t capture_id = r.u64();
-  uint64_t graph_id = r.u64();
-  uint64_t n = r.u64();
-  if (!r.ok() || n > kMaxDependencies) return CUDA_ERROR_UNKNOWN;
+  wire::CaptureInfo got;
+  if (!wire::read_capture_info(c.reply(), edges != nullptr, &got)) return CUDA_ERROR_UNKNOWN;
+  int32_t st = got.status;
+  uint64_t capture_id = got.id;
+  uint64_t graph_id = got.graph;
+  size_t n = got.nodes.size();
   t_nodes.resize(n);
-  for (auto& node : t_nodes) node = rgpu::client::handle_from<CUgraphNode>(r.u64());
-  if (edges) {
-    t_edges.resize(n);
-    for (auto& e : t_edges) e = r.get<CUgraphEdgeData>();
-  }
-  if (!r.ok()) return CUDA_ERROR_UNKNOWN;
+  for (size_t i = 0; i < n; ++i) t_nodes[i] = rgpu::client::handle_from<CUgraphNode>(got.nodes[i]);
+  if (edges) t_edges = got.edges;
   if (status) *status = static_cast<CUstreamCaptureStatus>(st);
   if (id) *id = capture_id;
   if (graph) *graph = rgpu::client::handle_from<CUgraph>(graph_id);
@@ -118,25 +111,17 @@ CUresult capture_info(uint16_t op, const char* name, CUstream stream, CUstreamCa
   return CUDA_SUCCESS;
 }
 
-// Nodes: u64 n, n × u64 node, u8 has_edges, (has_edges) n × CUgraphEdgeData.
-CUresult put_nodes(rgpu::Writer& w, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n) {
-  if ((n && !deps) || n > kMaxDependencies) return CUDA_ERROR_INVALID_VALUE;
-  w.put_u64(n);
-  for (size_t i = 0; i < n; ++i) w.put_u64(rgpu::client::handle_id(deps[i]));
-  w.put_u8(edges != nullptr && n > 0);
-  if (edges)
-    for (size_t i = 0; i < n; ++i) w.put(edges[i]);
-  return CUDA_SUCCESS;
+CUresult check_nodes(const CUgraphNode* deps, size_t n) {
+  return (n && !deps) || n > kMaxCaptureDependencies ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 CUresult begin_to_graph(uint16_t op, const char* name, CUstream stream, CUgraph graph, const CUgraphNode* deps,
                         const CUgraphEdgeData* edges, size_t n, CUstreamCaptureMode mode) {
   rgpu::client::trace_call(name);
   rgpu::client::Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(rgpu::client::handle_id(stream));
-  c.args().put_u64(rgpu::client::handle_id(graph));
-  if (CUresult rc = put_nodes(c.args(), deps, edges, n)) return rc;
-  c.args().put_u32(static_cast<uint32_t>(mode));
+  if (CUresult rc = check_nodes(deps, n)) return rc;
+  wire::put_begin_capture_to_graph(c.args(), rgpu::client::handle_id(stream), rgpu::client::handle_id(graph), deps,
+                                   edges, n, static_cast<uint32_t>(mode));
   return c.invoke();
 }
 
@@ -148,9 +133,8 @@ CUresult update_deps(uint16_t op, const char* name, CUstream stream, const CUgra
   }
   rgpu::client::trace_call(name);
   rgpu::client::Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(rgpu::client::handle_id(stream));
-  if (CUresult rc = put_nodes(c.args(), deps, edges, n)) return rc;
-  c.args().put_u32(flags);
+  if (CUresult rc = check_nodes(deps, n)) return rc;
+  wire::put_update_capture_dependencies(c.args(), rgpu::client::handle_id(stream), deps, edges, n, flags);
   return c.invoke();
 }
 

@@ -5,18 +5,8 @@
 // it and the 128 bytes come back; the device address inside is the server's, which is the address
 // space kernels run in.
 //
-// Wire (one op per entry point; arrays travel with the length their rank gives, checked here so
-// the caller's arrays are never read past their end):
-//   Tiled:      u32 dtype, u32 rank, u64 address, rank × u64 globalDim, (rank-1) × u64 globalStrides,
-//               rank × u32 boxDim, rank × u32 elementStrides, u32 interleave, u32 swizzle,
-//               u32 l2Promotion, u32 oobFill
-//   Im2col:     u32 dtype, u32 rank, u64 address, dims, strides, (rank-2) × i32 lower corner,
-//               (rank-2) × i32 upper corner, u32 channelsPerPixel, u32 pixelsPerColumn,
-//               rank × u32 elementStrides, u32 interleave, u32 swizzle, u32 l2Promotion, u32 oobFill
-//   Im2colWide: as Im2col but i32 lower width, i32 upper width instead of the corners, and u32 mode
-//               after interleave
-//   ReplaceAddress: 128 bytes map, u64 address
-//   Reply (all): CUresult, then 128 bytes of CUtensorMap on success.
+// Wire layout: protocol/wire/tensor_map.h; the caller's arrays are checked here, so they are
+// never read past their end.
 #include <cuda.h>
 
 #include <cstring>
@@ -25,26 +15,35 @@
 #include "client/runtime.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/tensor_map.h"
 
 namespace {
 
-using rgpu::Writer;
 using rgpu::client::Call;
+namespace wire = rgpu::proto::wire;
 
 // The driver accepts ranks 1..5 (3..5 for the im2col forms).
-constexpr cuuint32_t kMaxRank = 5;
+constexpr cuuint32_t kMaxRank = wire::kMaxTensorRank;
 
-void put_dims(Writer& w, cuuint32_t rank, const cuuint64_t* dims, const cuuint64_t* strides) {
-  for (cuuint32_t i = 0; i < rank; ++i) w.put_u64(dims[i]);
-  for (cuuint32_t i = 0; i + 1 < rank; ++i) w.put_u64(strides[i]);
+// The fields every form has; the caller has checked rank and the arrays.
+wire::TensorMapEncode common(CUtensorMapDataType dtype, cuuint32_t rank, void* address, const cuuint64_t* dims,
+                             const cuuint64_t* strides, const cuuint32_t* elementStrides) {
+  wire::TensorMapEncode v;
+  v.dtype = dtype;
+  v.rank = rank;
+  v.address = reinterpret_cast<uint64_t>(address);
+  for (cuuint32_t i = 0; i < rank; ++i) v.dims[i] = dims[i];
+  for (cuuint32_t i = 0; i + 1 < rank; ++i) v.strides[i] = strides[i];
+  for (cuuint32_t i = 0; i < rank; ++i) v.elem[i] = elementStrides[i];
+  return v;
 }
 
 CUresult finish(Call& c, CUtensorMap* tensorMap) {
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  const uint8_t* bytes = c.reply().view(sizeof(CUtensorMap));
-  if (!bytes || !c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  std::memcpy(tensorMap, bytes, sizeof(CUtensorMap));
+  CUtensorMap map;
+  if (!wire::read_tensor_map(c.reply(), &map)) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(tensorMap, &map, sizeof map);
   return CUDA_SUCCESS;
 }
 
@@ -64,17 +63,10 @@ RGPU_EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap* tensorMap, CUte
       (tensorRank > 1 && !globalStrides))
     return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuTensorMapEncodeTiled, rgpu::client::kWaits);
-  Writer& w = c.args();
-  w.put_u32(tensorDataType);
-  w.put_u32(tensorRank);
-  w.put_u64(reinterpret_cast<uint64_t>(globalAddress));
-  put_dims(w, tensorRank, globalDim, globalStrides);
-  for (cuuint32_t i = 0; i < tensorRank; ++i) w.put_u32(boxDim[i]);
-  for (cuuint32_t i = 0; i < tensorRank; ++i) w.put_u32(elementStrides[i]);
-  w.put_u32(interleave);
-  w.put_u32(swizzle);
-  w.put_u32(l2Promotion);
-  w.put_u32(oobFill);
+  wire::TensorMapEncode v = common(tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, elementStrides);
+  for (cuuint32_t i = 0; i < tensorRank; ++i) v.box[i] = boxDim[i];
+  v.interleave = interleave, v.swizzle = swizzle, v.l2 = l2Promotion, v.oob = oobFill;
+  wire::put_tensor_map_encode(c.args(), wire::TensorMapForm::kTiled, v);
   return finish(c, tensorMap);
 }
 
@@ -92,20 +84,12 @@ RGPU_EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(CUtensorMap* tensorMap, CUt
       !pixelBoxLowerCorner || !pixelBoxUpperCorner || !elementStrides)
     return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuTensorMapEncodeIm2col, rgpu::client::kWaits);
-  Writer& w = c.args();
-  w.put_u32(tensorDataType);
-  w.put_u32(tensorRank);
-  w.put_u64(reinterpret_cast<uint64_t>(globalAddress));
-  put_dims(w, tensorRank, globalDim, globalStrides);
-  for (cuuint32_t i = 0; i + 2 < tensorRank; ++i) w.put<int32_t>(pixelBoxLowerCorner[i]);
-  for (cuuint32_t i = 0; i + 2 < tensorRank; ++i) w.put<int32_t>(pixelBoxUpperCorner[i]);
-  w.put_u32(channelsPerPixel);
-  w.put_u32(pixelsPerColumn);
-  for (cuuint32_t i = 0; i < tensorRank; ++i) w.put_u32(elementStrides[i]);
-  w.put_u32(interleave);
-  w.put_u32(swizzle);
-  w.put_u32(l2Promotion);
-  w.put_u32(oobFill);
+  wire::TensorMapEncode v = common(tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, elementStrides);
+  for (cuuint32_t i = 0; i + 2 < tensorRank; ++i) v.lower[i] = pixelBoxLowerCorner[i];
+  for (cuuint32_t i = 0; i + 2 < tensorRank; ++i) v.upper[i] = pixelBoxUpperCorner[i];
+  v.channels = channelsPerPixel, v.pixels = pixelsPerColumn;
+  v.interleave = interleave, v.swizzle = swizzle, v.l2 = l2Promotion, v.oob = oobFill;
+  wire::put_tensor_map_encode(c.args(), wire::TensorMapForm::kIm2col, v);
   return finish(c, tensorMap);
 }
 
@@ -119,21 +103,11 @@ RGPU_EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2colWide(
   if (!tensorMap || tensorRank < 3 || tensorRank > kMaxRank || !globalDim || !globalStrides || !elementStrides)
     return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuTensorMapEncodeIm2colWide, rgpu::client::kWaits);
-  Writer& w = c.args();
-  w.put_u32(tensorDataType);
-  w.put_u32(tensorRank);
-  w.put_u64(reinterpret_cast<uint64_t>(globalAddress));
-  put_dims(w, tensorRank, globalDim, globalStrides);
-  w.put<int32_t>(pixelBoxLowerCornerWidth);
-  w.put<int32_t>(pixelBoxUpperCornerWidth);
-  w.put_u32(channelsPerPixel);
-  w.put_u32(pixelsPerColumn);
-  for (cuuint32_t i = 0; i < tensorRank; ++i) w.put_u32(elementStrides[i]);
-  w.put_u32(interleave);
-  w.put_u32(mode);
-  w.put_u32(swizzle);
-  w.put_u32(l2Promotion);
-  w.put_u32(oobFill);
+  wire::TensorMapEncode v = common(tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, elementStrides);
+  v.lower[0] = pixelBoxLowerCornerWidth, v.upper[0] = pixelBoxUpperCornerWidth;
+  v.channels = channelsPerPixel, v.pixels = pixelsPerColumn;
+  v.interleave = interleave, v.mode = mode, v.swizzle = swizzle, v.l2 = l2Promotion, v.oob = oobFill;
+  wire::put_tensor_map_encode(c.args(), wire::TensorMapForm::kIm2colWide, v);
   return finish(c, tensorMap);
 }
 
@@ -141,8 +115,7 @@ RGPU_EXPORT CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap* tensorMap, v
   rgpu::client::trace_call("cuTensorMapReplaceAddress");
   if (!tensorMap) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuTensorMapReplaceAddress, rgpu::client::kWaits);
-  c.args().append(tensorMap, sizeof(CUtensorMap));
-  c.args().put_u64(reinterpret_cast<uint64_t>(globalAddress));
+  wire::put_tensor_map_replace_address(c.args(), *tensorMap, reinterpret_cast<uint64_t>(globalAddress));
   return finish(c, tensorMap);
 }
 

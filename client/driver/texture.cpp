@@ -1,13 +1,5 @@
-// Texture and surface objects. A CUDA_RESOURCE_DESC names its resource by CUarray or
-// CUmipmappedArray handle (client ids, translated by the server) or by device pointer; it travels
-// as its own bytes, since the client's handle values are the wire ids. Texture and surface
-// objects are 64-bit values the driver chose, not handles: they pass through as they are
-// (cuTexObjectDestroy/cuSurfObjectDestroy are generated).
-//
-// Wire, create: u64 sizeof(CUDA_RESOURCE_DESC) + the struct; texture objects also u8 has_tex
-// (+ CUDA_TEXTURE_DESC as bytes), u8 has_view (+ CUDA_RESOURCE_VIEW_DESC as bytes).
-// Reply: CUresult, u64 object. Get resource desc: u64 object; reply CUresult + the struct with
-// handles as ids.
+// Texture and surface objects (cuTexObjectDestroy/cuSurfObjectDestroy are generated). The wire
+// layout, and why a resource descriptor travels as its own bytes: protocol/wire/texture.h.
 #include <cuda.h>
 
 #include <cstring>
@@ -15,25 +7,20 @@
 #include "client/call.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/texture.h"
 
 namespace {
 
 using rgpu::client::Call;
 
-template <class T>
-void put_optional(Call& c, const T* p) {
-  c.args().put_u8(p != nullptr);
-  if (p) c.args().put_bytes(p, sizeof(T));
-}
-
 CUresult get_resource_desc(uint16_t op, CUDA_RESOURCE_DESC* out, unsigned long long object) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   Call c(op, rgpu::client::kWaits);
-  c.args().put_u64(object);
+  rgpu::proto::wire::put_object(c.args(), object);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   CUDA_RESOURCE_DESC desc;
-  if (!c.reply().take(&desc, sizeof desc)) return CUDA_ERROR_UNKNOWN;
+  if (!rgpu::proto::wire::read_resource_desc(c.reply(), &desc)) return CUDA_ERROR_UNKNOWN;
   *out = desc;
   return CUDA_SUCCESS;
 }
@@ -48,11 +35,11 @@ RGPU_EXPORT CUresult CUDAAPI cuTexObjectCreate(CUtexObject* pTexObject, const CU
   rgpu::client::trace_call("cuTexObjectCreate");
   if (!pTexObject || !pResDesc || !pTexDesc) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuTexObjectCreate, rgpu::client::kWaits);
-  c.args().put_bytes(pResDesc, sizeof *pResDesc);
-  put_optional(c, pTexDesc);
-  put_optional(c, pResViewDesc);
+  rgpu::proto::wire::put_texture_create(c.args(), *pResDesc, pTexDesc, pResViewDesc);
   CUresult rc = c.invoke();
-  if (rc == CUDA_SUCCESS) *pTexObject = c.reply().u64();
+  uint64_t object = 0;
+  if (rc == CUDA_SUCCESS && !rgpu::proto::wire::read_object(c.reply(), &object)) return CUDA_ERROR_UNKNOWN;
+  if (rc == CUDA_SUCCESS) *pTexObject = object;
   return rc;
 }
 
@@ -60,9 +47,11 @@ RGPU_EXPORT CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* pSurfObject, const
   rgpu::client::trace_call("cuSurfObjectCreate");
   if (!pSurfObject || !pResDesc) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuSurfObjectCreate, rgpu::client::kWaits);
-  c.args().put_bytes(pResDesc, sizeof *pResDesc);
+  rgpu::proto::wire::put_surface_create(c.args(), *pResDesc);
   CUresult rc = c.invoke();
-  if (rc == CUDA_SUCCESS) *pSurfObject = c.reply().u64();
+  uint64_t object = 0;
+  if (rc == CUDA_SUCCESS && !rgpu::proto::wire::read_object(c.reply(), &object)) return CUDA_ERROR_UNKNOWN;
+  if (rc == CUDA_SUCCESS) *pSurfObject = object;
   return rc;
 }
 

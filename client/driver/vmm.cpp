@@ -6,11 +6,7 @@
 // Shareable handles (cuMemExportToShareableHandle / cuMemImportFromShareableHandle) are file
 // descriptors (or fabric handles) of the GPU host's processes: refused.
 //
-// Wire (cuMemGetAllocationGranularity): CUmemAllocationProp, i32 option. Reply: CUresult, u64.
-// cuMemCreate: u64 size, CUmemAllocationProp, u64 flags. Reply: CUresult, u64 handle.
-// cuMemGetAllocationPropertiesFromHandle: u64 handle. Reply: CUresult, CUmemAllocationProp
-//   (win32HandleMetaData 0, a device location's id the server's ordinal).
-// cuMemRetainAllocationHandle: u64 device address. Reply: CUresult, u64 handle.
+// Wire layout: protocol/wire/memory.h.
 #include <cuda.h>
 
 #include <cstdint>
@@ -22,6 +18,7 @@
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
+#include "protocol/wire/memory.h"
 
 namespace {
 
@@ -70,12 +67,11 @@ RGPU_EXPORT CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, 
   CUmemAllocationProp p;
   if (!granularity || !to_server(prop, &p)) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuMemGetAllocationGranularity, rgpu::client::kWaits);
-  c.args().put(p);
-  c.args().put<int32_t>(option);
+  rgpu::proto::wire::put_granularity(c.args(), {p, option});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  uint64_t g = c.reply().u64();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  uint64_t g = 0;
+  if (!rgpu::proto::wire::read_u64_value(c.reply(), &g)) return CUDA_ERROR_UNKNOWN;
   *granularity = g;
   return CUDA_SUCCESS;
 }
@@ -86,13 +82,11 @@ RGPU_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, s
   CUmemAllocationProp p;
   if (!handle || !to_server(prop, &p)) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuMemCreate, rgpu::client::kWaits);
-  c.args().put_u64(size);
-  c.args().put(p);
-  c.args().put_u64(flags);
+  rgpu::proto::wire::put_mem_create(c.args(), {size, p, flags});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  uint64_t h = c.reply().u64();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  uint64_t h = 0;
+  if (!rgpu::proto::wire::read_u64_value(c.reply(), &h)) return CUDA_ERROR_UNKNOWN;
   *handle = h;
   return CUDA_SUCCESS;
 }
@@ -102,12 +96,11 @@ RGPU_EXPORT CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocat
   rgpu::client::trace_call("cuMemGetAllocationPropertiesFromHandle");
   if (!prop) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuMemGetAllocationPropertiesFromHandle, rgpu::client::kWaits);
-  c.args().put_u64(handle);
+  rgpu::proto::wire::put_u64_value(c.args(), handle);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  CUmemAllocationProp p = c.reply().get<CUmemAllocationProp>();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
-  p.win32HandleMetaData = nullptr;
+  CUmemAllocationProp p;
+  if (!rgpu::proto::wire::read_allocation_prop(c.reply(), &p)) return CUDA_ERROR_UNKNOWN;
   if (p.location.type == CU_MEM_LOCATION_TYPE_DEVICE) p.location.id = rgpu::client::client_device(p.location.id);
   *prop = p;
   return CUDA_SUCCESS;
@@ -117,11 +110,11 @@ RGPU_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationH
   rgpu::client::trace_call("cuMemRetainAllocationHandle");
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
   Call c(rgpu::op::cuMemRetainAllocationHandle, rgpu::client::kWaits);
-  c.args().put_u64(reinterpret_cast<uintptr_t>(addr));
+  rgpu::proto::wire::put_u64_value(c.args(), reinterpret_cast<uintptr_t>(addr));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  uint64_t h = c.reply().u64();
-  if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
+  uint64_t h = 0;
+  if (!rgpu::proto::wire::read_u64_value(c.reply(), &h)) return CUDA_ERROR_UNKNOWN;
   *handle = h;
   return CUDA_SUCCESS;
 }

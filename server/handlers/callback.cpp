@@ -1,9 +1,10 @@
-// Host callbacks (wire layouts in client/driver/host_callback.cpp; the protocol in
+// Host callbacks (wire layouts in protocol/wire/stream.h; the protocol in
 // protocol/messages.h, kOpCallback). The real stream gets a host function of ours that asks the
 // client to run the user's function and holds the stream until the client says it has returned.
 #include <cuda.h>
 
 #include "gen/server_handlers.gen.h"
+#include "protocol/wire/stream.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
@@ -38,12 +39,12 @@ void CUDA_CB stream_fn(CUstream, CUresult status, void* p) {
 using LaunchHostFn = CUresult (*)(CUstream, CUhostFn, void*);
 using AddCallbackFn = CUresult (*)(CUstream, CUstreamCallback, void*, unsigned int);
 
-// Reads u64 stream, u64 id[, u32 flags]; queues the callback; tells the client when it is not.
+// Reads the call; queues the callback; tells the client when it is not.
 void add(Dispatch& d, LaunchHostFn launch_fn, AddCallbackFn add_fn, bool with_flags, bool ptsz) {
-  uint64_t stream_id = d.args.u64();
-  uint64_t id = d.args.u64();
-  unsigned flags = with_flags ? d.args.u32() : 0;
-  if (!d.args.ok()) return;
+  proto::wire::HostCallback req;
+  if (!proto::wire::read_host_callback(d.args, with_flags, &req)) return;
+  const uint64_t stream_id = req.stream, id = req.id;
+  const unsigned flags = req.flags;
   CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
   CUstream stream = nullptr;
   if (!d.handles.get(stream_id, &stream)) {

@@ -7,6 +7,8 @@
 #include "common/crypto.h"
 #include "gen/ops.gen.h"
 #include "protocol/snapshot.h"
+#include "protocol/wire/launch.h"
+#include "protocol/wire/module.h"
 #include "server/module_cache.h"
 #include "server/handlers/image.h"
 #include "server/module_cache.h"
@@ -69,11 +71,11 @@ void snapshot(Dispatch& d) {
 }
 
 void module_by_hash(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  uint16_t load_op = d.args.u16();
-  crypto::Digest hash;
-  d.args.take(hash.data(), hash.size());
-  if (!d.args.ok()) return;
+  proto::wire::ModuleByHash req;
+  if (!proto::wire::read_module_by_hash(d.args, &req)) return;
+  const uint64_t id = req.id;
+  const uint16_t load_op = req.load_op;
+  const crypto::Digest& hash = req.hash;
   if (load_op != op::cuModuleLoadData && load_op != op::cuLibraryLoadData)
     return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   std::vector<uint8_t> image;
@@ -84,9 +86,10 @@ void module_by_hash(Dispatch& d) {
 }
 
 void param_layout(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  uint8_t kind = d.args.u8();  // proto::kOpParamLayout: 0 function, 1 kernel, 2 either
-  if (!d.args.ok()) return;
+  proto::wire::ParamLayoutAsk req;
+  if (!proto::wire::read_param_layout_ask(d.args, &req)) return;
+  const uint64_t id = req.id;
+  const uint8_t kind = req.kind;  // 0 function, 1 kernel, 2 either
   if (kind > 2) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   void* handle = nullptr;
   if (!d.handles.get_raw(id, &handle) || !handle) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
@@ -109,37 +112,31 @@ void param_layout(Dispatch& d) {
   // read as a kernel.
   if (kind == 2 && params.empty() && end != CUDA_ERROR_INVALID_VALUE) walk(as_kernel = true);
   d.reply.put<int32_t>(CUDA_SUCCESS);
-  d.reply.put_u32(static_cast<uint32_t>(params.size()));
-  for (const auto& [offset, size] : params) {
-    d.reply.put_u64(offset);
-    d.reply.put_u64(size);
-  }
-  d.reply.put<int32_t>(end);
-  d.reply.put_u8(as_kernel ? 1 : 0);
+  proto::wire::put_param_layout(d.reply, {params, end, static_cast<uint8_t>(as_kernel ? 1 : 0)});
 }
 
 
 void func_attributes(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  uint8_t kind = d.args.u8();  // proto::kOpFuncAttributes: 0 function, 1 kernel
-  int32_t dev = d.args.get<int32_t>();  // the server's ordinal (the client translated it)
-  if (!d.args.ok()) return;
+  proto::wire::FuncAttributesAsk req;
+  if (!proto::wire::read_func_attributes_ask(d.args, &req)) return;
+  const uint64_t id = req.id;
+  const uint8_t kind = req.kind;  // 0 function, 1 kernel
+  const int32_t dev = req.device;  // the server's ordinal (the client translated it)
   if (kind > 1) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   void* handle = nullptr;
   if (!d.handles.get_raw(id, &handle) || !handle) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (kind ? !d.drv.cuKernelGetAttribute : !d.drv.cuFuncGetAttribute) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   const uint32_t n = std::min<uint32_t>(CU_FUNC_ATTRIBUTE_MAX, proto::kMaxFuncAttributes);
-  d.reply.put<int32_t>(CUDA_SUCCESS);
-  d.reply.put_u32(n);
+  std::vector<proto::wire::FuncAttribute> attrs;
   for (uint32_t a = 0; a < n; ++a) {
     int value = 0;
     const auto attr = static_cast<CUfunction_attribute>(a);
     CUresult rc = kind ? d.drv.cuKernelGetAttribute(&value, attr, static_cast<CUkernel>(handle), dev)
                        : d.drv.cuFuncGetAttribute(&value, attr, static_cast<CUfunction>(handle));
-    d.reply.put<int32_t>(static_cast<int32_t>(a));
-    d.reply.put<int32_t>(rc);
-    d.reply.put<int32_t>(rc == CUDA_SUCCESS ? value : 0);
+    attrs.push_back({static_cast<int32_t>(a), rc, rc == CUDA_SUCCESS ? value : 0});
   }
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  proto::wire::put_func_attributes(d.reply, attrs);
 }
 
 void alloc_ahead(Dispatch& d) {

@@ -1,6 +1,6 @@
-// CUDA graph nodes (wire layouts in client/driver/graph.cpp). Node parameters arrive in one
+// CUDA graph nodes (wire layouts in protocol/wire/graph.h). Node parameters arrive in one
 // encoding (NodeParams) for every entry point; each handler decodes them into CUgraphNodeParams,
-// resolving every handle id, and calls the driver's entry point of the same name, rebuilding the
+// resolves every handle id, and calls the driver's entry point of the same name, rebuilding the
 // legacy struct where the call takes one. Kernel arguments are checked against the driver's own
 // layout as launches are (server/handlers/launch_args.h). A memcpy node never names this
 // process's own memory, except host memory registered with the driver (in rgpu-server, only the
@@ -20,15 +20,20 @@
 
 #include "gen/ops.gen.h"
 #include "gen/server_handlers.gen.h"
+#include "protocol/wire/graph.h"
 #include "server/dispatch.h"
 #include "server/handlers/launch_args.h"
 
 namespace rgpu::server::handlers {
 namespace {
 
-constexpr uint64_t kMaxNodes = 1 << 20;
-constexpr uint32_t kMaxAccessDescs = 1024;
-constexpr uint32_t kMaxBodies = 1 << 16;
+namespace wire = proto::wire;
+using wire::from_kernel;
+using wire::kMaxAccessDescs;
+using wire::to_alloc;
+using wire::to_host;
+using wire::to_kernel;
+using wire::to_memset;
 
 #define DRV(fn, ...) (d.drv.fn ? d.drv.fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 
@@ -42,11 +47,11 @@ void CUDA_CB host_node_fn(void* p) {
   h->callbacks->run(h->id, CUDA_SUCCESS);
 }
 
-// Decoded NodeParams and what its pointers point at.
+// Decoded NodeParams, its ids resolved, and what its pointers point at.
 struct Node {
-  CUgraphNodeParams p{};
-  KernelArgs args;
-  std::vector<CUmemAccessDesc> descs;
+  explicit Node(wire::NodeParams& decoded) : in(decoded), p(decoded.p) {}
+  wire::NodeParams& in;
+  CUgraphNodeParams& p;
   HostNode* host = nullptr;  // ours until the driver has accepted the node
   ~Node() { delete host; }
   void accepted() { host = nullptr; }
@@ -61,11 +66,10 @@ void get_handle(Dispatch& d, uint64_t id, H* out, CUresult* bad) {
   }
 }
 
-template <class E>
-E read_enum(Dispatch& d, uint32_t max) {
-  uint32_t v = d.args.u32();
-  if (v > max) d.args.fail();
-  return static_cast<E>(v);
+// Resolves an id the decoder left in a handle field, in place.
+template <class H>
+void resolve(Dispatch& d, H* h, CUresult* bad) {
+  get_handle(d, reinterpret_cast<uint64_t>(*h), h, bad);
 }
 
 // One side of a copy, its type read as an integer (never trusting the enum): device, array, or
@@ -97,36 +101,33 @@ bool copy_side_ok(Dispatch& d, const CUDA_MEMCPY3D& c, size_t type_offset, CUdev
          first_id == last_id;
 }
 
-// Reads NodeParams into *n. Returns false when the handler must stop: the payload is malformed
-// (d.args.ok() false) or a reply is already written. Handle and value errors found on the way
-// are left in *bad for the caller to answer once everything is read.
-bool read_params(Dispatch& d, Node* n, CUresult* bad) {
+// Resolves the decoded NodeParams in *n: handle ids, a kernel node's arguments (checked against
+// the driver's layout), a copy's sides, a host node's function. Returns false when the handler
+// must stop because a reply is already written. Handle and value errors found on the way are left
+// in *bad for the caller to answer once everything is read.
+bool resolve_params(Dispatch& d, Node* n, CUresult* bad) {
   CUgraphNodeParams& p = n->p;
-  p.type = read_enum<CUgraphNodeType>(d, CU_GRAPH_NODE_TYPE_CONDITIONAL);
-  if (!d.args.ok()) return false;
   switch (p.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       auto& k = p.kernel;
-      uint64_t fid = d.args.u64(), kid = d.args.u64(), cid = d.args.u64();
-      unsigned* dims[] = {&k.gridDimX, &k.gridDimY, &k.gridDimZ, &k.blockDimX, &k.blockDimY, &k.blockDimZ,
-                          &k.sharedMemBytes};
-      for (unsigned* v : dims) *v = d.args.u32();
-      if (!d.args.ok() || !read_launch_args(d, &n->args)) return false;
-      get_handle(d, fid, &k.func, bad);
-      get_handle(d, kid, &k.kern, bad);
-      get_handle(d, cid, &k.ctx, bad);
+      if (!n->in.args.bind()) {
+        d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+        return false;
+      }
+      uint64_t fid = reinterpret_cast<uint64_t>(k.func), kid = reinterpret_cast<uint64_t>(k.kern);
+      resolve(d, &k.func, bad);
+      resolve(d, &k.kern, bad);
+      resolve(d, &k.ctx, bad);
       CUfunction f = k.func ? k.func : reinterpret_cast<CUfunction>(k.kern);
-      if (f && !launch_args_fit(d, k.func ? fid : kid, f, &n->args) && *bad == CUDA_SUCCESS)
+      if (f && !launch_args_fit(d, k.func ? fid : kid, f, &n->in.args) && *bad == CUDA_SUCCESS)
         *bad = CUDA_ERROR_INVALID_VALUE;
-      k.kernelParams = n->args.params();
-      k.extra = n->args.extras();
+      k.kernelParams = n->in.args.params();
+      k.extra = n->in.args.extras();
       break;
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
-      get_handle(d, d.args.u64(), &p.memcpy.copyCtx, bad);
+      resolve(d, &p.memcpy.copyCtx, bad);
       CUDA_MEMCPY3D& c = p.memcpy.copyParams;
-      c = d.args.get<CUDA_MEMCPY3D>();
-      if (!d.args.ok()) return false;
       if (!copy_side_ok(d, c, offsetof(CUDA_MEMCPY3D, srcMemoryType), c.srcDevice, c.srcXInBytes, c.srcY, c.srcZ,
                         c.srcPitch, c.srcHeight) ||
           !copy_side_ok(d, c, offsetof(CUDA_MEMCPY3D, dstMemoryType), c.dstDevice, c.dstXInBytes, c.dstY, c.dstZ,
@@ -134,177 +135,77 @@ bool read_params(Dispatch& d, Node* n, CUresult* bad) {
         if (*bad == CUDA_SUCCESS) *bad = CUDA_ERROR_NOT_SUPPORTED;  // host sides never come from a client of ours
         c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
       }
-      c.srcHost = c.dstHost = nullptr;
-      c.reserved0 = c.reserved1 = nullptr;
       uint64_t src_array = reinterpret_cast<uint64_t>(c.srcArray), dst_array = reinterpret_cast<uint64_t>(c.dstArray);
       c.srcArray = c.dstArray = nullptr;
       if (c.srcMemoryType == CU_MEMORYTYPE_ARRAY) get_handle(d, src_array, &c.srcArray, bad);
       if (c.dstMemoryType == CU_MEMORYTYPE_ARRAY) get_handle(d, dst_array, &c.dstArray, bad);
       break;
     }
-    case CU_GRAPH_NODE_TYPE_MEMSET: {
-      auto& m = p.memset;
-      get_handle(d, d.args.u64(), &m.ctx, bad);
-      m.dst = d.args.u64();
-      m.pitch = d.args.u64();
-      m.value = d.args.u32();
-      m.elementSize = d.args.u32();
-      m.width = d.args.u64();
-      m.height = d.args.u64();
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      resolve(d, &p.memset.ctx, bad);
       break;
-    }
-    case CU_GRAPH_NODE_TYPE_HOST: {
-      uint64_t id = d.args.u64();
+    case CU_GRAPH_NODE_TYPE_HOST:
       if (!d.callbacks) {
         if (*bad == CUDA_SUCCESS) *bad = CUDA_ERROR_NOT_SUPPORTED;
         break;
       }
-      n->host = new HostNode{d.callbacks, id};
+      n->host = new HostNode{d.callbacks, n->in.host_callback};
       p.host.fn = host_node_fn;
       p.host.userData = n->host;
       break;
-    }
     case CU_GRAPH_NODE_TYPE_GRAPH:
-      get_handle(d, d.args.u64(), &p.graph.graph, bad);
-      p.graph.ownership = read_enum<CUgraphChildGraphNodeOwnership>(d, CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE);
+      resolve(d, &p.graph.graph, bad);
       break;
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      get_handle(d, d.args.u64(), &p.eventWait.event, bad);
+      resolve(d, &p.eventWait.event, bad);
       break;
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-      get_handle(d, d.args.u64(), &p.eventRecord.event, bad);
+      resolve(d, &p.eventRecord.event, bad);
       break;
-    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
-      auto& a = p.alloc;
-      a.poolProps = d.args.get<CUmemPoolProps>();
-      a.poolProps.win32SecurityAttributes = nullptr;
-      uint32_t nd = d.args.u32();
-      if (nd > kMaxAccessDescs) return d.args.fail();
-      n->descs.resize(nd);
-      for (auto& desc : n->descs) desc = d.args.get<CUmemAccessDesc>();
-      a.accessDescs = nd ? n->descs.data() : nullptr;
-      a.accessDescCount = nd;
-      a.bytesize = d.args.u64();
-      d.args.u64();  // dptr: an output
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      p.alloc.dptr = 0;  // an output
       break;
-    }
-    case CU_GRAPH_NODE_TYPE_MEM_FREE:
-      p.free.dptr = d.args.u64();
-      break;
-    case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
-      auto& c = p.conditional;
-      c.handle = d.args.u64();
-      c.type = read_enum<CUgraphConditionalNodeType>(d, CU_GRAPH_COND_TYPE_SWITCH);
-      c.size = d.args.u32();
-      if (c.size > kMaxBodies) return d.args.fail();
-      get_handle(d, d.args.u64(), &c.ctx, bad);
-      break;
-    }
-    case CU_GRAPH_NODE_TYPE_EMPTY:
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      resolve(d, &p.conditional.ctx, bad);
       break;
     default:
-      return d.args.fail();  // a client of ours sends only the types above
+      break;
   }
-  return d.args.ok();
+  return true;
 }
 
 // Writes NodeParams for what a getter read back (kernel, memcpy, host and allocation nodes).
-void put_params(Dispatch& d, const CUgraphNodeParams& p) {
-  Writer& w = d.reply;
-  w.put_u32(static_cast<uint32_t>(p.type));
+void put_params(Dispatch& d, const CUgraphNodeParams& in) {
+  CUgraphNodeParams p = in;  // its handles as the client's ids
+  uint64_t host_callback = 0;
   switch (p.type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      const auto& k = p.kernel;
-      uint64_t fid = d.handles.id_for(k.func), kid = d.handles.id_for(k.kern);
-      w.put_u64(fid);
-      w.put_u64(kid);
-      w.put_u64(d.handles.id_for(k.ctx));
-      for (unsigned v : {k.gridDimX, k.gridDimY, k.gridDimZ, k.blockDimX, k.blockDimY, k.blockDimZ, k.sharedMemBytes})
-        w.put_u32(v);
-      CUfunction f = k.func ? k.func : reinterpret_cast<CUfunction>(k.kern);
-      put_launch_args(d, k.func ? fid : kid, f, k.kernelParams, k.extra, w);
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      p.kernel.func = reinterpret_cast<CUfunction>(d.handles.id_for(in.kernel.func));
+      p.kernel.kern = reinterpret_cast<CUkernel>(d.handles.id_for(in.kernel.kern));
+      p.kernel.ctx = reinterpret_cast<CUcontext>(d.handles.id_for(in.kernel.ctx));
       break;
-    }
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
-      CUDA_MEMCPY3D c = p.memcpy.copyParams;
-      c.srcHost = c.dstHost = nullptr;  // never this process's addresses to the client
-      c.reserved0 = c.reserved1 = nullptr;
+      CUDA_MEMCPY3D& c = p.memcpy.copyParams;
       c.srcArray = reinterpret_cast<CUarray>(c.srcArray ? d.handles.id_for(c.srcArray) : 0);
       c.dstArray = reinterpret_cast<CUarray>(c.dstArray ? d.handles.id_for(c.dstArray) : 0);
-      w.put_u64(d.handles.id_for(p.memcpy.copyCtx));
-      w.put(c);
+      p.memcpy.copyCtx = reinterpret_cast<CUcontext>(d.handles.id_for(in.memcpy.copyCtx));
       break;
     }
     case CU_GRAPH_NODE_TYPE_HOST:
-      w.put_u64(p.host.fn == host_node_fn && p.host.userData ? static_cast<HostNode*>(p.host.userData)->id : 0);
+      host_callback = p.host.fn == host_node_fn && p.host.userData ? static_cast<HostNode*>(p.host.userData)->id : 0;
       break;
-    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
-      CUmemPoolProps props = p.alloc.poolProps;
-      props.win32SecurityAttributes = nullptr;
-      w.put(props);
-      size_t n = p.alloc.accessDescs ? std::min<size_t>(p.alloc.accessDescCount, kMaxAccessDescs) : 0;
-      w.put_u32(static_cast<uint32_t>(n));
-      for (size_t i = 0; i < n; ++i) w.put(p.alloc.accessDescs[i]);
-      w.put_u64(p.alloc.bytesize);
-      w.put_u64(p.alloc.dptr);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
       break;
-    }
     default:
-      break;
+      return;  // a getter reads back only the types above
   }
-}
-
-template <class K>
-void to_kernel(const CUgraphNodeParams& p, K* k) {
-  k->func = p.kernel.func;
-  k->gridDimX = p.kernel.gridDimX, k->gridDimY = p.kernel.gridDimY, k->gridDimZ = p.kernel.gridDimZ;
-  k->blockDimX = p.kernel.blockDimX, k->blockDimY = p.kernel.blockDimY, k->blockDimZ = p.kernel.blockDimZ;
-  k->sharedMemBytes = p.kernel.sharedMemBytes;
-  k->kernelParams = p.kernel.kernelParams;
-  k->extra = p.kernel.extra;
-  if constexpr (requires { k->kern; }) {
-    k->kern = p.kernel.kern;
-    k->ctx = p.kernel.ctx;
+  wire::put_node_params(d.reply, p, host_callback);
+  if (p.type == CU_GRAPH_NODE_TYPE_KERNEL) {
+    const auto& k = in.kernel;
+    CUfunction f = k.func ? k.func : reinterpret_cast<CUfunction>(k.kern);
+    put_launch_args(d, k.func ? d.handles.id_for(k.func) : d.handles.id_for(k.kern), f, k.kernelParams, k.extra,
+                    d.reply);
   }
-}
-
-template <class K>
-CUgraphNodeParams from_kernel(const K& k) {
-  CUgraphNodeParams p{};
-  p.type = CU_GRAPH_NODE_TYPE_KERNEL;
-  p.kernel.func = k.func;
-  p.kernel.gridDimX = k.gridDimX, p.kernel.gridDimY = k.gridDimY, p.kernel.gridDimZ = k.gridDimZ;
-  p.kernel.blockDimX = k.blockDimX, p.kernel.blockDimY = k.blockDimY, p.kernel.blockDimZ = k.blockDimZ;
-  p.kernel.sharedMemBytes = k.sharedMemBytes;
-  p.kernel.kernelParams = k.kernelParams;
-  p.kernel.extra = k.extra;
-  if constexpr (requires { k.kern; }) {
-    p.kernel.kern = k.kern;
-    p.kernel.ctx = k.ctx;
-  }
-  return p;
-}
-
-CUDA_MEMSET_NODE_PARAMS to_memset(const CUgraphNodeParams& p) {
-  CUDA_MEMSET_NODE_PARAMS m{};
-  m.dst = p.memset.dst;
-  m.pitch = p.memset.pitch;
-  m.value = p.memset.value;
-  m.elementSize = p.memset.elementSize;
-  m.width = p.memset.width;
-  m.height = p.memset.height;
-  return m;
-}
-
-CUDA_HOST_NODE_PARAMS to_host(const CUgraphNodeParams& p) { return CUDA_HOST_NODE_PARAMS{p.host.fn, p.host.userData}; }
-
-CUDA_MEM_ALLOC_NODE_PARAMS to_alloc(const CUgraphNodeParams& p) {
-  CUDA_MEM_ALLOC_NODE_PARAMS a{};
-  a.poolProps = p.alloc.poolProps;
-  a.accessDescs = p.alloc.accessDescs;
-  a.accessDescCount = p.alloc.accessDescCount;
-  a.bytesize = p.alloc.bytesize;
-  return a;
 }
 
 // The node type each legacy entry point takes; -1: any (cuGraphAddNode, cuGraph(Exec)NodeSetParams).
@@ -393,39 +294,33 @@ CUresult call_add(Dispatch& d, CUgraphNode* out, CUgraph g, const CUgraphNode* d
 }
 
 void add(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  uint64_t gid = d.args.u64();
-  uint64_t n = d.args.u64();
-  if (!d.args.ok() || n > kMaxNodes || n > d.args.left() / 8) return (void)d.args.fail();
-  std::vector<uint64_t> dep_ids(n);
-  for (auto& v : dep_ids) v = d.args.u64();
-  bool has_edges = d.args.u8() != 0;
-  if (has_edges && d.op != op::cuGraphAddNode_v2) return (void)d.args.fail();
-  std::vector<CUgraphEdgeData> edges(has_edges ? n : 0);
-  for (auto& e : edges) e = d.args.get<CUgraphEdgeData>();
-  CUresult bad = CUDA_SUCCESS;
-  Node node;
-  if (!read_params(d, &node, &bad)) return;
+  wire::AddNode req;
+  if (!wire::read_add_node(d.args, &req)) return;
+  const wire::NodeList& dl = req.deps;
+  if (dl.has_edges && d.op != op::cuGraphAddNode_v2) return (void)d.args.fail();
   int want = expected_type(d.op);
-  if (want >= 0 && node.p.type != want) return (void)d.args.fail();
+  if (want >= 0 && req.params.p.type != want) return (void)d.args.fail();
+  CUresult bad = CUDA_SUCCESS;
+  Node node(req.params);
+  if (!resolve_params(d, &node, &bad)) return;
   CUgraph g = nullptr;
-  get_handle(d, gid, &g, &bad);
+  get_handle(d, req.graph, &g, &bad);
+  size_t n = dl.nodes.size();
   std::vector<CUgraphNode> deps(n);
-  for (size_t i = 0; i < n; ++i) get_handle(d, dep_ids[i], &deps[i], &bad);
+  for (size_t i = 0; i < n; ++i) get_handle(d, dl.nodes[i], &deps[i], &bad);
   if (bad != CUDA_SUCCESS) return d.reply.put<int32_t>(bad);
   CUgraphNode out = nullptr;
-  CUresult rc = call_add(d, &out, g, n ? deps.data() : nullptr, has_edges ? edges.data() : nullptr, n, node.p);
-  if (rc == CUDA_SUCCESS && !d.handles.bind(id, out)) rc = CUDA_ERROR_INVALID_VALUE;
+  CUresult rc = call_add(d, &out, g, n ? deps.data() : nullptr, dl.has_edges ? dl.edges.data() : nullptr, n, node.p);
+  if (rc == CUDA_SUCCESS && !d.handles.bind(req.node, out)) rc = CUDA_ERROR_INVALID_VALUE;
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
   node.accepted();
-  if (node.p.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) d.reply.put_u64(node.p.alloc.dptr);
-  if (node.p.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
-    const auto& c = node.p.conditional;
-    uint32_t nb = c.phGraph_out ? c.size : 0;
-    d.reply.put_u32(nb);
-    for (uint32_t i = 0; i < nb; ++i) d.reply.put_u64(d.handles.id_for(c.phGraph_out[i]));
-  }
+  std::vector<uint64_t> bodies;
+  if (node.p.type == CU_GRAPH_NODE_TYPE_CONDITIONAL && node.p.conditional.phGraph_out)
+    for (uint32_t i = 0; i < node.p.conditional.size; ++i)
+      bodies.push_back(d.handles.id_for(node.p.conditional.phGraph_out[i]));
+  wire::put_add_node_reply(d.reply, node.p.type, node.p.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ? node.p.alloc.dptr : 0,
+                           bodies);
 }
 
 CUresult call_set(Dispatch& d, CUgraphExec exec, CUgraphNode node, CUgraphNodeParams& p) {
@@ -472,17 +367,17 @@ CUresult call_set(Dispatch& d, CUgraphExec exec, CUgraphNode node, CUgraphNodePa
 }
 
 void set(Dispatch& d, bool in_exec) {
-  uint64_t exec_id = in_exec ? d.args.u64() : 0;
-  uint64_t node_id = d.args.u64();
-  CUresult bad = CUDA_SUCCESS;
-  Node node;
-  if (!read_params(d, &node, &bad)) return;
+  wire::SetParams req;
+  if (!wire::read_set_params(d.args, in_exec, &req)) return;
   int want = expected_type(d.op);
-  if (want >= 0 && node.p.type != want) return (void)d.args.fail();
+  if (want >= 0 && req.params.p.type != want) return (void)d.args.fail();
+  CUresult bad = CUDA_SUCCESS;
+  Node node(req.params);
+  if (!resolve_params(d, &node, &bad)) return;
   CUgraphExec exec = nullptr;
   CUgraphNode target = nullptr;
-  if (in_exec) get_handle(d, exec_id, &exec, &bad);
-  get_handle(d, node_id, &target, &bad);
+  if (in_exec) get_handle(d, req.exec, &exec, &bad);
+  get_handle(d, req.node, &target, &bad);
   if (bad != CUDA_SUCCESS) return d.reply.put<int32_t>(bad);
   CUresult rc = call_set(d, exec, target, node.p);
   if (rc == CUDA_SUCCESS) node.accepted();
@@ -490,8 +385,8 @@ void set(Dispatch& d, bool in_exec) {
 }
 
 void get(Dispatch& d) {
-  uint64_t node_id = d.args.u64();
-  if (!d.args.ok()) return;
+  uint64_t node_id = 0;
+  if (!wire::read_get_params(d.args, &node_id)) return;
   CUgraphNode node;
   if (!d.handles.get(node_id, &node)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   CUgraphNodeParams p{};
@@ -515,21 +410,14 @@ void get(Dispatch& d) {
       break;
     case op::cuGraphHostNodeGetParams: {
       CUDA_HOST_NODE_PARAMS h{};
-      p.type = CU_GRAPH_NODE_TYPE_HOST;
       rc = DRV(cuGraphHostNodeGetParams, node, &h);
-      p.host.fn = h.fn;
-      p.host.userData = h.userData;
+      p = wire::from_host(h);
       break;
     }
     case op::cuGraphMemAllocNodeGetParams: {
       CUDA_MEM_ALLOC_NODE_PARAMS a{};
-      p.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
       rc = DRV(cuGraphMemAllocNodeGetParams, node, &a);
-      p.alloc.poolProps = a.poolProps;
-      p.alloc.accessDescs = a.accessDescs;
-      p.alloc.accessDescCount = a.accessDescCount;
-      p.alloc.bytesize = a.bytesize;
-      p.alloc.dptr = a.dptr;
+      p = wire::from_alloc(a);
       break;
     }
     default:
@@ -541,24 +429,23 @@ void get(Dispatch& d) {
 
 // Node arrays out (GetNodes, GetRootNodes, NodeGetDependencies, NodeGetDependentNodes, GetEdges).
 void node_array(Dispatch& d) {
-  uint64_t hid = d.args.u64();
-  bool want = d.args.u8() != 0;
-  bool want_edges = d.args.u8() != 0;
-  uint64_t cap = d.args.u64();
-  if (!d.args.ok()) return;
-  if (cap > kMaxNodes) return (void)d.args.fail();
+  wire::NodeArrayAsk ask;
+  if (!wire::read_node_array_ask(d.args, &ask)) return;
+  const uint64_t cap = ask.capacity;
+  const bool want = ask.want_nodes, want_edges = ask.want_edges;
   void* h = nullptr;
-  if (!d.handles.get_raw(hid, &h)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.handles.get_raw(ask.handle, &h)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   auto graph = static_cast<CUgraph>(h);
   auto node = static_cast<CUgraphNode>(h);
   bool edges_form = d.op == op::cuGraphGetEdges || d.op == op::cuGraphGetEdges_v2;
   // Never an empty array where the caller gave one: the driver reads NULL as "count only".
   size_t len = std::max<uint64_t>(cap, 1);
   std::vector<CUgraphNode> a(want ? len : 0), b(want && edges_form ? len : 0);
-  std::vector<CUgraphEdgeData> e(want_edges ? len : 0);
+  wire::NodeArray out;
+  out.edges.resize(want_edges ? len : 0);
   CUgraphNode* pa = want ? a.data() : nullptr;
   CUgraphNode* pb = want && edges_form ? b.data() : nullptr;
-  CUgraphEdgeData* pe = want_edges ? e.data() : nullptr;
+  CUgraphEdgeData* pe = want_edges ? out.edges.data() : nullptr;
   size_t count = cap;
   CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
   switch (d.op) {
@@ -576,35 +463,28 @@ void node_array(Dispatch& d) {
   }
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
-  d.reply.put_u64(count);
-  if (want) {
-    for (uint64_t i = 0; i < cap; ++i) d.reply.put_u64(d.handles.id_for(a[i]));
-    if (edges_form)
-      for (uint64_t i = 0; i < cap; ++i) d.reply.put_u64(d.handles.id_for(b[i]));
-  }
-  if (want_edges)
-    for (uint64_t i = 0; i < cap; ++i) d.reply.put(e[i]);
+  out.count = count;
+  for (CUgraphNode x : a) out.from.push_back(d.handles.id_for(x));
+  for (CUgraphNode x : b) out.to.push_back(d.handles.id_for(x));
+  wire::put_node_array(d.reply, ask, edges_form, out);
 }
 
 void change_deps(Dispatch& d) {
-  uint64_t gid = d.args.u64();
-  uint64_t n = d.args.u64();
-  if (!d.args.ok() || n > kMaxNodes || n > d.args.left() / 16) return (void)d.args.fail();
-  std::vector<uint64_t> ids(2 * n);
-  for (auto& v : ids) v = d.args.u64();
-  bool has_edges = d.args.u8() != 0;
-  std::vector<CUgraphEdgeData> edges(has_edges ? n : 0);
-  for (auto& e : edges) e = d.args.get<CUgraphEdgeData>();
-  if (!d.args.ok()) return;
+  wire::DependencyChange req;
+  if (!wire::read_dependency_change(d.args, &req)) return;
+  size_t n = req.from.size();
   CUresult bad = CUDA_SUCCESS;
   CUgraph g = nullptr;
-  get_handle(d, gid, &g, &bad);
+  get_handle(d, req.graph, &g, &bad);
   std::vector<CUgraphNode> nodes(2 * n);
-  for (size_t i = 0; i < 2 * n; ++i) get_handle(d, ids[i], &nodes[i], &bad);
+  for (size_t i = 0; i < n; ++i) {
+    get_handle(d, req.from[i], &nodes[i], &bad);
+    get_handle(d, req.to[i], &nodes[n + i], &bad);
+  }
   if (bad != CUDA_SUCCESS) return d.reply.put<int32_t>(bad);
   const CUgraphNode* from = n ? nodes.data() : nullptr;
   const CUgraphNode* to = n ? nodes.data() + n : nullptr;
-  const CUgraphEdgeData* e = has_edges ? edges.data() : nullptr;
+  const CUgraphEdgeData* e = req.has_edges ? req.edges.data() : nullptr;
   CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
   switch (d.op) {
     case op::cuGraphAddDependencies: rc = DRV(cuGraphAddDependencies, g, from, to, n); break;
@@ -664,8 +544,8 @@ void cuGraphRemoveDependencies(Dispatch& d) { change_deps(d); }
 void cuGraphRemoveDependencies_v2(Dispatch& d) { change_deps(d); }
 
 void cuGraphExecUpdate_v2(Dispatch& d) {
-  uint64_t exec_id = d.args.u64(), graph_id = d.args.u64();
-  if (!d.args.ok()) return;
+  uint64_t exec_id, graph_id;
+  if (!wire::read_exec_update(d.args, &exec_id, &graph_id)) return;
   CUgraphExec exec;
   CUgraph graph;
   CUgraphExecUpdateResultInfo info{};
@@ -673,9 +553,8 @@ void cuGraphExecUpdate_v2(Dispatch& d) {
   if (!d.handles.get(exec_id, &exec) || !d.handles.get(graph_id, &graph)) rc = CUDA_ERROR_INVALID_HANDLE;
   else rc = DRV(cuGraphExecUpdate_v2, exec, graph, &info);
   d.reply.put<int32_t>(rc);
-  d.reply.put_u32(static_cast<uint32_t>(info.result));
-  d.reply.put_u64(d.handles.id_for(info.errorNode));
-  d.reply.put_u64(d.handles.id_for(info.errorFromNode));
+  wire::put_exec_update_result(d.reply, {static_cast<uint32_t>(info.result), d.handles.id_for(info.errorNode),
+                                         d.handles.id_for(info.errorFromNode)});
 }
 
 }  // namespace rgpu::server::handlers

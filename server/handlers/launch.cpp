@@ -1,4 +1,4 @@
-// Kernel launches (wire layout in client/driver/launch.cpp). The packed argument buffer is
+// Kernel launches (wire layout in protocol/wire/launch.h). The packed argument buffer is
 // validated against the layout sent with it before the driver sees a single pointer into it.
 #include <cuda.h>
 
@@ -18,16 +18,12 @@
 namespace rgpu::server::handlers {
 namespace {
 
-constexpr uint32_t kMaxParams = 4096;
-constexpr uint32_t kMaxAttrs = 64;
+using proto::wire::kMaxParams;
 
 struct Launch {
+  proto::wire::Launch in;  // as it came
   CUfunction f = nullptr;
-  unsigned dims[6] = {};
-  unsigned shmem = 0;
   CUstream stream = nullptr;
-  std::vector<CUlaunchAttribute> attrs;
-  KernelArgs args;
 };
 
 // What the driver says about a kernel's parameters, reduced to what a launch checks.
@@ -91,28 +87,21 @@ bool arguments_fit(Dispatch& d, uint64_t fid, CUfunction f, KernelArgs* a, bool 
 // Reads the common head and, if with_attrs, the attributes. Returns false after writing the
 // reply when the call fails before the driver; d.args.ok() tells a malformed payload apart.
 bool read_head(Dispatch& d, Launch* l, bool with_attrs) {
-  uint64_t fid = d.args.u64();
-  for (unsigned& v : l->dims) v = d.args.u32();
-  l->shmem = d.args.u32();
-  uint64_t sid = d.args.u64();
-  std::vector<uint64_t> event_ids;
-  if (with_attrs) {
-    uint32_t n = d.args.u32();
-    if (n > kMaxAttrs) return d.args.fail();
-    l->attrs.resize(n);
-    for (auto& a : l->attrs) a = d.args.get<CUlaunchAttribute>();
+  if (!proto::wire::read_launch(d.args, &l->in, with_attrs)) return false;
+  if (!l->in.args.bind()) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return false;
   }
-  if (!read_launch_args(d, &l->args)) return false;
-  if (!d.handles.get(fid, &l->f) || !l->f || !d.handles.get(sid, &l->stream)) {
+  if (!d.handles.get(l->in.function, &l->f) || !l->f || !d.handles.get(l->in.stream, &l->stream)) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
     return false;
   }
-  if (!arguments_fit(d, fid, l->f, &l->args, l->args.extra_len == 0)) {
+  if (!arguments_fit(d, l->in.function, l->f, &l->in.args, l->in.args.extra_len == 0)) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
     return false;
   }
   // Attributes that name events carry client ids.
-  for (auto& a : l->attrs) {
+  for (auto& a : l->in.attrs) {
     // The id came off the wire: read it as an integer, not as the enum it may not be.
     std::underlying_type_t<CUlaunchAttributeID> id;
     std::memcpy(&id, reinterpret_cast<const char*>(&a) + offsetof(CUlaunchAttribute, id), sizeof id);
@@ -141,17 +130,21 @@ void launch(Dispatch& d, LaunchFn fn) {
   Launch l;
   if (!read_head(d, &l, false)) return;
   if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  d.reply.put<int32_t>(fn(l.f, l.dims[0], l.dims[1], l.dims[2], l.dims[3], l.dims[4], l.dims[5], l.shmem, l.stream,
-                          l.args.params(), l.args.extras()));
+  const auto& g = l.in.dims.grid;
+  const auto& b = l.in.dims.block;
+  d.reply.put<int32_t>(
+      fn(l.f, g[0], g[1], g[2], b[0], b[1], b[2], l.in.dims.shared_bytes, l.stream, l.in.args.params(), l.in.args.extras()));
 }
 
 void launch_cooperative(Dispatch& d, CoopFn fn) {
   Launch l;
   if (!read_head(d, &l, false)) return;
   if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  if (l.args.extra_len) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
-  d.reply.put<int32_t>(fn(l.f, l.dims[0], l.dims[1], l.dims[2], l.dims[3], l.dims[4], l.dims[5], l.shmem, l.stream,
-                          l.args.ptrs.data()));
+  if (l.in.args.extra_len) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  const auto& g = l.in.dims.grid;
+  const auto& b = l.in.dims.block;
+  d.reply.put<int32_t>(
+      fn(l.f, g[0], g[1], g[2], b[0], b[1], b[2], l.in.dims.shared_bytes, l.stream, l.in.args.ptrs.data()));
 }
 
 void launch_ex(Dispatch& d, LaunchExFn fn) {
@@ -159,45 +152,26 @@ void launch_ex(Dispatch& d, LaunchExFn fn) {
   if (!read_head(d, &l, true)) return;
   if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   CUlaunchConfig config{};
-  config.gridDimX = l.dims[0];
-  config.gridDimY = l.dims[1];
-  config.gridDimZ = l.dims[2];
-  config.blockDimX = l.dims[3];
-  config.blockDimY = l.dims[4];
-  config.blockDimZ = l.dims[5];
-  config.sharedMemBytes = l.shmem;
+  config.gridDimX = l.in.dims.grid[0];
+  config.gridDimY = l.in.dims.grid[1];
+  config.gridDimZ = l.in.dims.grid[2];
+  config.blockDimX = l.in.dims.block[0];
+  config.blockDimY = l.in.dims.block[1];
+  config.blockDimZ = l.in.dims.block[2];
+  config.sharedMemBytes = l.in.dims.shared_bytes;
   config.hStream = l.stream;
-  config.attrs = l.attrs.empty() ? nullptr : l.attrs.data();
-  config.numAttrs = static_cast<unsigned>(l.attrs.size());
-  d.reply.put<int32_t>(fn(&config, l.f, l.args.params(), l.args.extras()));
+  config.attrs = l.in.attrs.empty() ? nullptr : l.in.attrs.data();
+  config.numAttrs = static_cast<unsigned>(l.in.attrs.size());
+  d.reply.put<int32_t>(fn(&config, l.f, l.in.args.params(), l.in.args.extras()));
 }
 
 }  // namespace
 
 bool read_launch_args(Dispatch& d, KernelArgs* a) {
-  uint32_t np = d.args.u32();
-  if (np > kMaxParams) return d.args.fail();
-  std::vector<std::pair<uint32_t, uint32_t>> layout(np);
-  for (auto& [off, size] : layout) {
-    off = d.args.u32();
-    size = d.args.u32();
-  }
-  a->packed = d.args.bytes(&a->packed_len);
-  if (!d.args.ok()) return false;
-  for (auto& [off, size] : layout) {
-    if (static_cast<uint64_t>(off) + size > a->packed_len) {
-      d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
-      return false;
-    }
-    a->ptrs.push_back(const_cast<uint8_t*>(a->packed) + off);
-  }
-  if (np == 0 && a->packed_len > 0) {
-    a->extra_len = a->packed_len;
-    a->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-    a->extra[1] = const_cast<uint8_t*>(a->packed);
-    a->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-    a->extra[3] = &a->extra_len;
-    a->extra[4] = CU_LAUNCH_PARAM_END;
+  if (!proto::wire::read_launch_args(d.args, a)) return false;
+  if (!a->bind()) {
+    d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    return false;
   }
   return true;
 }
@@ -214,24 +188,18 @@ void put_launch_args(Dispatch& d, uint64_t fid, CUfunction f, void** kernelParam
       if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
       if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) size = *static_cast<const size_t*>(extra[i + 1]);
     }
-    w.put_u32(0);
-    w.put_bytes(buf, buf ? size : 0);
+    proto::wire::put_extra_args(w, buf, size);
     return;
   }
   std::shared_ptr<const DriverLayout> k = kernelParams ? driver_layout(d, fid, f) : nullptr;
   if (!k) {  // no parameters, or none the driver can describe
-    w.put_u32(0);
-    w.put_u64(0);
+    proto::wire::put_packed_args(w, std::vector<proto::wire::ParamSlot>{}, 0);
     return;
   }
-  w.put_u32(static_cast<uint32_t>(k->offsets.size()));
-  for (size_t i = 0; i < k->offsets.size(); ++i) {
-    w.put_u32(static_cast<uint32_t>(k->offsets[i]));
-    w.put_u32(static_cast<uint32_t>(k->sizes[i]));
-  }
-  w.put_u64(k->bytes);
-  size_t at = w.size();
-  w.buf().resize(at + k->bytes);
+  std::vector<proto::wire::ParamSlot> slots(k->offsets.size());
+  for (size_t i = 0; i < slots.size(); ++i)
+    slots[i] = {static_cast<uint32_t>(k->offsets[i]), static_cast<uint32_t>(k->sizes[i])};
+  size_t at = proto::wire::put_packed_args(w, slots, k->bytes);
   for (size_t i = 0; i < k->offsets.size(); ++i)
     if (kernelParams[i]) std::memcpy(w.buf().data() + at + k->offsets[i], kernelParams[i], k->sizes[i]);
 }
@@ -244,19 +212,16 @@ void cuLaunchKernelEx(Dispatch& d) { launch_ex(d, d.drv.cuLaunchKernelEx); }
 void cuLaunchKernelEx_ptsz(Dispatch& d) { launch_ex(d, d.drv.cuLaunchKernelEx_ptsz); }
 
 void cuFuncGetParamInfo(Dispatch& d) {
-  uint64_t fid = d.args.u64();
-  uint64_t index = d.args.u64();
-  if (!d.args.ok()) return;
+  proto::wire::ParamInfo req;
+  if (!proto::wire::read_param_info(d.args, &req)) return;
+  const uint64_t fid = req.function, index = req.index;
   CUfunction f;
   if (!d.handles.get(fid, &f) || !f) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (!d.drv.cuFuncGetParamInfo) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   size_t off = 0, size = 0;
   CUresult rc = d.drv.cuFuncGetParamInfo(f, index, &off, &size);
   d.reply.put<int32_t>(rc);
-  if (rc == CUDA_SUCCESS) {
-    d.reply.put_u64(off);
-    d.reply.put_u64(size);
-  }
+  if (rc == CUDA_SUCCESS) proto::wire::put_param_info_reply(d.reply, off, size);
 }
 
 }  // namespace rgpu::server::handlers

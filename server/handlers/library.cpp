@@ -1,4 +1,5 @@
-// Libraries and kernels (wire layouts in client/driver/library.cpp). The client names libraries
+// Libraries and kernels (wire layouts in protocol/wire/module.h; cuOccupancyMaxActiveClusters's
+// in protocol/wire/occupancy.h). The client names libraries
 // and kernels with ids it minted; these handlers bind them to the driver's. A CUkernel id is
 // also accepted wherever a CUfunction id is (launches, attributes, occupancy), as the driver
 // accepts a CUkernel cast to CUfunction: the id maps to the real CUkernel.
@@ -14,6 +15,8 @@
 #include "gen/server_handlers.gen.h"
 #include "server/dispatch.h"
 #include "protocol/messages.h"
+#include "protocol/wire/module.h"
+#include "protocol/wire/occupancy.h"
 #include "server/handlers/control.h"
 #include "server/handlers/image.h"
 #include "server/module_cache.h"
@@ -21,12 +24,10 @@
 namespace rgpu::server::handlers {
 namespace {
 
-constexpr uint32_t kMaxAttrs = 64;
-
 template <class H>
 void name_of(Dispatch& d, CUresult (*fn)(const char**, H)) {
-  uint64_t id = d.args.u64();
-  if (!d.args.ok()) return;
+  uint64_t id = 0;
+  if (!proto::wire::read_id(d.args, &id)) return;
   H h = nullptr;
   if (!d.handles.get(id, &h) || !h) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
@@ -34,7 +35,7 @@ void name_of(Dispatch& d, CUresult (*fn)(const char**, H)) {
   CUresult rc = fn(&name, h);
   if (rc == CUDA_SUCCESS && !name) rc = CUDA_ERROR_UNKNOWN;
   d.reply.put<int32_t>(rc);
-  if (rc == CUDA_SUCCESS) d.reply.put_str(name);
+  if (rc == CUDA_SUCCESS) proto::wire::put_symbol_name(d.reply, name);
 }
 
 }  // namespace
@@ -54,22 +55,20 @@ CUresult load_library_image(Dispatch& d, uint64_t id, const uint8_t* image, size
 }
 
 void cuLibraryLoadData(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  size_t n = 0;
-  const uint8_t* image = d.args.bytes(&n);
-  if (!d.args.ok()) return;
-  CUresult rc = load_library_image(d, id, image, n);
-  if (rc == CUDA_SUCCESS) module_cache::store(image, n);  // the next client asks by hash
+  proto::wire::ImageLoad req;
+  if (!proto::wire::read_image_load(d.args, &req)) return;
+  CUresult rc = load_library_image(d, req.id, req.image, req.n);
+  if (rc == CUDA_SUCCESS) module_cache::store(req.image, req.n);  // the next client asks by hash
   d.reply.put<int32_t>(rc);
 }
 
 void cuLibraryGetKernel(Dispatch& d) {
-  uint64_t kid = d.args.u64();
-  uint64_t lid = d.args.u64();
-  std::string name = d.args.str(4096);
-  if (!d.args.ok()) return;
+  proto::wire::SymbolLookup req;
+  if (!proto::wire::read_symbol_lookup(d.args, &req)) return;
+  const uint64_t kid = req.id;
+  const std::string& name = req.name;
   CUlibrary lib;
-  if (!d.handles.get(lid, &lib) || !lib) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.handles.get(req.parent, &lib) || !lib) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (!d.drv.cuLibraryGetKernel) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   CUkernel k = nullptr;
   CUresult rc = d.drv.cuLibraryGetKernel(&k, lib, name.c_str());
@@ -82,24 +81,15 @@ void cuFuncGetName(Dispatch& d) { name_of(d, d.drv.cuFuncGetName); }
 
 namespace {
 
-// The wire of cuOccupancyMaxActiveClusters and kOpClusterOccupancyTable up to the attributes:
-// u64 function, u32 grid x y z, u32 block x y z, u32 shared bytes, u64 stream, u32 n attrs,
-// n × CUlaunchAttribute. False after replying (or failing the arguments) when it cannot be asked.
+// The head of cuOccupancyMaxActiveClusters and kOpClusterOccupancyTable (protocol/wire/occupancy.h).
+// False after replying (or failing the arguments) when it cannot be asked.
 bool read_cluster_query(Dispatch& d, CUfunction* f, CUlaunchConfig* config, std::vector<CUlaunchAttribute>* attrs) {
-  uint64_t fid = d.args.u64();
-  unsigned v[7];
-  for (unsigned& x : v) x = d.args.u32();
-  uint64_t sid = d.args.u64();
-  uint32_t n = d.args.u32();
-  if (n > kMaxAttrs) {
-    d.args.fail();
-    return false;
-  }
-  attrs->resize(n);
-  for (auto& a : *attrs) a = d.args.get<CUlaunchAttribute>();
-  if (!d.args.ok()) return false;
+  proto::wire::Launch q;
+  if (!proto::wire::read_launch_head(d.args, &q, true)) return false;
+  *attrs = std::move(q.attrs);
+  const uint32_t n = static_cast<uint32_t>(attrs->size());
   CUstream s;
-  if (!d.handles.get(fid, f) || !*f || !d.handles.get(sid, &s)) {
+  if (!d.handles.get(q.function, f) || !*f || !d.handles.get(q.stream, &s)) {
     d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
     return false;
   }
@@ -120,13 +110,13 @@ bool read_cluster_query(Dispatch& d, CUfunction* f, CUlaunchConfig* config, std:
     return false;
   }
   *config = CUlaunchConfig{};
-  config->gridDimX = v[0];
-  config->gridDimY = v[1];
-  config->gridDimZ = v[2];
-  config->blockDimX = v[3];
-  config->blockDimY = v[4];
-  config->blockDimZ = v[5];
-  config->sharedMemBytes = v[6];
+  config->gridDimX = q.dims.grid[0];
+  config->gridDimY = q.dims.grid[1];
+  config->gridDimZ = q.dims.grid[2];
+  config->blockDimX = q.dims.block[0];
+  config->blockDimY = q.dims.block[1];
+  config->blockDimZ = q.dims.block[2];
+  config->sharedMemBytes = q.dims.shared_bytes;
   config->hStream = s;
   config->attrs = attrs->empty() ? nullptr : attrs->data();
   config->numAttrs = n;
@@ -143,7 +133,7 @@ void cuOccupancyMaxActiveClusters(Dispatch& d) {
   int clusters = 0;
   CUresult rc = d.drv.cuOccupancyMaxActiveClusters(&clusters, f, &config);
   d.reply.put<int32_t>(rc);
-  if (rc == CUDA_SUCCESS) d.reply.put<int32_t>(clusters);
+  if (rc == CUDA_SUCCESS) proto::wire::put_cluster_count(d.reply, clusters);
 }
 
 void cluster_occupancy_table(Dispatch& d) {
@@ -151,24 +141,25 @@ void cluster_occupancy_table(Dispatch& d) {
   CUlaunchConfig config;
   std::vector<CUlaunchAttribute> attrs;
   if (!read_cluster_query(d, &f, &config, &attrs)) return;
-  uint32_t first = d.args.u32(), count = d.args.u32();
-  uint8_t grid_follows = d.args.u8();
-  if (!d.args.ok()) return;
+  proto::wire::ClusterWidths widths;
+  if (!proto::wire::read_cluster_widths(d.args, &widths)) return;
+  const uint32_t first = widths.first, count = widths.count;
+  const bool grid_follows = widths.grid_follows;
   auto cluster = std::find_if(attrs.begin(), attrs.end(),
                               [](const CUlaunchAttribute& a) { return a.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; });
   if (cluster == attrs.end() || first == 0 || count == 0 || count > proto::kMaxClusterTable)
     return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
-  d.reply.put<int32_t>(CUDA_SUCCESS);
-  d.reply.put_u32(count);
+  std::vector<std::pair<int32_t, int32_t>> table;
   for (uint32_t i = 0; i < count; ++i) {
     const uint32_t x = first + i;
     cluster->value.clusterDim.x = x;
     if (grid_follows) config.gridDimX = x;
     int clusters = 0;
     CUresult rc = d.drv.cuOccupancyMaxActiveClusters(&clusters, f, &config);
-    d.reply.put<int32_t>(rc);
-    d.reply.put<int32_t>(rc == CUDA_SUCCESS ? clusters : 0);
+    table.emplace_back(rc, rc == CUDA_SUCCESS ? clusters : 0);
   }
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  proto::wire::put_cluster_table(d.reply, table);
 }
 
 }  // namespace rgpu::server::handlers

@@ -1,4 +1,4 @@
-// cuLinkComplete (wire layout in client/driver/link.cpp): the client's whole link, run here in
+// cuLinkComplete (wire layout in protocol/wire/link.h): the client's whole link, run here in
 // one go: create a link state with the client's options (log buffers of our own, of the sizes
 // the client asked for), add every input, complete, and send back the slots, the logs and the
 // cubin. The driver's link state never outlives the call.
@@ -9,34 +9,23 @@
 #include <vector>
 
 #include "gen/server_handlers.gen.h"
+#include "protocol/wire/link.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
 namespace {
 
-constexpr uint32_t kMaxOptions = 64;
-constexpr uint32_t kMaxInputs = 4096;
-constexpr uint64_t kMaxLog = 1 << 20;
+namespace wire = proto::wire;
 
 struct Options {
   std::vector<CUjit_option> opts;
   std::vector<void*> values;
 };
 
-// Reads JitOptions. Log buffers point into info/error (sized by their *_SIZE_BYTES options).
-bool read_options(Reader& r, Options* o, std::string* info, std::string* error) {
-  uint32_t n = r.u32();
-  if (!r.ok() || n > kMaxOptions) return r.fail();
-  std::vector<std::pair<uint32_t, uint64_t>> raw(n);
-  for (auto& [opt, v] : raw) opt = r.u32(), v = r.u64();
-  if (!r.ok()) return false;
+// The decoded options for the driver. Log buffers point into info/error (sized by their
+// *_SIZE_BYTES options); an input's options have none (the decoder refuses them).
+void to_options(const std::vector<wire::JitOption>& raw, Options* o, std::string* info, std::string* error) {
   for (auto& [opt, v] : raw) {
-    if (opt >= CU_JIT_NUM_OPTIONS || opt == CU_JIT_GLOBAL_SYMBOL_NAMES || opt == CU_JIT_GLOBAL_SYMBOL_ADDRESSES ||
-        opt == CU_JIT_REFERENCED_KERNEL_NAMES || opt == CU_JIT_REFERENCED_VARIABLE_NAMES)
-      return r.fail();  // a client of ours never sends these
-    if ((opt == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || opt == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) && v > kMaxLog)
-      return r.fail();
-    if ((opt == CU_JIT_INFO_LOG_BUFFER || opt == CU_JIT_ERROR_LOG_BUFFER) && (!info || !error)) return r.fail();
     if (opt == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES && info) info->assign(v, '\0');
     if (opt == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES && error) error->assign(v, '\0');
     o->opts.push_back(static_cast<CUjit_option>(opt));
@@ -48,7 +37,6 @@ bool read_options(Reader& r, Options* o, std::string* info, std::string* error) 
     if (o->opts[i] == CU_JIT_INFO_LOG_BUFFER) o->values[i] = info->empty() ? nullptr : info->data();
     if (o->opts[i] == CU_JIT_ERROR_LOG_BUFFER) o->values[i] = error->empty() ? nullptr : error->data();
   }
-  return true;
 }
 
 std::string c_str(const std::string& buf) { return std::string(buf.c_str()); }
@@ -56,9 +44,11 @@ std::string c_str(const std::string& buf) { return std::string(buf.c_str()); }
 }  // namespace
 
 void cuLinkComplete(Dispatch& d) {
+  wire::LinkComplete req;
+  if (!wire::read_link_complete(d.args, &req)) return;
   Options link;
   std::string info, error;
-  if (!read_options(d.args, &link, &info, &error)) return;
+  to_options(req.options, &link, &info, &error);
   // CU_JIT_WALL_TIME: the driver overwrites the slot with a float. Some programs (NVIDIA's ptxjit
   // sample) put a float* there instead; give the slot one of ours, so that either reading is safe.
   float wall = 0;
@@ -71,17 +61,15 @@ void cuLinkComplete(Dispatch& d) {
     const uint8_t* data;
     size_t len;
   };
-  uint32_t n = d.args.u32();
-  if (!d.args.ok() || n > kMaxInputs) return (void)d.args.fail();
-  std::vector<Input> inputs(n);
-  for (Input& in : inputs) {
-    uint32_t type = d.args.u32();
-    if (type >= CU_JIT_NUM_INPUT_TYPES) return (void)d.args.fail();
-    in.type = static_cast<CUjitInputType>(type);
-    in.name = d.args.str(4096);
-    if (!read_options(d.args, &in.options, nullptr, nullptr)) return;
-    in.data = d.args.bytes(&in.len);
-    if (!d.args.ok()) return;
+  std::vector<Input> inputs(req.inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const wire::LinkInput& from = req.inputs[i];
+    Input& in = inputs[i];
+    in.type = static_cast<CUjitInputType>(from.type);
+    in.name = from.name;
+    to_options(from.options, &in.options, nullptr, nullptr);
+    in.data = from.data;
+    in.len = from.len;
   }
   CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
   std::vector<uint8_t> cubin;
@@ -107,7 +95,7 @@ void cuLinkComplete(Dispatch& d) {
     if (state) d.drv.cuLinkDestroy(state);
   }
   d.reply.put<int32_t>(rc);
-  d.reply.put_u32(static_cast<uint32_t>(link.opts.size()));
+  wire::LinkResult out;
   for (size_t i = 0; i < link.opts.size(); ++i) {  // our log buffers' addresses stay here
     bool buffer = link.opts[i] == CU_JIT_INFO_LOG_BUFFER || link.opts[i] == CU_JIT_ERROR_LOG_BUFFER;
     uint64_t slot = buffer ? 0 : reinterpret_cast<uintptr_t>(link.values[i]);
@@ -115,11 +103,13 @@ void cuLinkComplete(Dispatch& d) {
       slot = 0;
       std::memcpy(&slot, &wall, sizeof wall);
     }
-    d.reply.put_u64(slot);
+    out.slots.push_back(slot);
   }
-  d.reply.put_str(c_str(info));
-  d.reply.put_str(c_str(error));
-  if (rc == CUDA_SUCCESS) d.reply.put_bytes(cubin.data(), cubin.size());
+  out.info = c_str(info);
+  out.error = c_str(error);
+  out.cubin = cubin.data();
+  out.cubin_len = cubin.size();
+  wire::put_link_result(d.reply, rc == CUDA_SUCCESS, out);
 }
 
 }  // namespace rgpu::server::handlers

@@ -1,4 +1,4 @@
-// Pitched 2D and 3D copies (wire layout in client/driver/memcpy2d.cpp). The client has already
+// Pitched 2D and 3D copies (wire layout in protocol/wire/copy.h). The client has already
 // made every host side contiguous: a host source arrives as W*H*D bytes and is described to the
 // driver with pitch W and height H at the origin; a host destination is a buffer of the same
 // shape sent back after the CUresult. Array ids go through the handle map; device pointers pass
@@ -11,26 +11,15 @@
 
 #include "gen/server_handlers.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/copy.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
 namespace {
 
-enum Kind : uint32_t { kHost = 0, kDevice = 1, kArray = 2 };
-
-struct Side {
-  uint32_t kind;
-  uint64_t x, y, z, lod, value, pitch, height;
-};
-
-Side read_side(Reader& r) {
-  Side s{};
-  s.kind = r.u32();
-  s.x = r.u64(), s.y = r.u64(), s.z = r.u64(), s.lod = r.u64();
-  s.value = r.u64(), s.pitch = r.u64(), s.height = r.u64();
-  if (s.kind > kArray) r.fail();
-  return s;
-}
+using proto::wire::CopySide;
+using Side = CopySide;
+constexpr uint32_t kHost = CopySide::kHost, kDevice = CopySide::kDevice;
 
 // Fills one side of the driver's struct; host sides point at `host`, shaped W x H.
 bool fill(Dispatch& d, const Side& s, void* host, uint64_t w, uint64_t h, size_t* x, size_t* y, size_t* z,
@@ -58,26 +47,12 @@ void free_buffer(void* p) { delete static_cast<std::vector<uint8_t>*>(p); }
 
 template <class Sync, class Async>
 void copy(Dispatch& d, bool three_d, Sync sync_fn, Async async_fn, bool async) {
-  uint64_t stream_id = async ? d.args.u64() : 0;
-  Side src = read_side(d.args), dst = read_side(d.args);
-  uint64_t w = d.args.u64(), h = d.args.u64(), depth = d.args.u64();
-  if (!d.args.ok()) return;
-  if (!three_d && depth != 1) return (void)d.args.fail();
-  // Byte count of a host side; a client of ours never sends or asks for more than one frame.
-  uint64_t n = 0;
-  if (src.kind == kHost || dst.kind == kHost) {
-    if (w == 0 || h == 0 || depth == 0 || h > (proto::kMaxPayload / w) || depth > proto::kMaxPayload / (w * h) ||
-        w * h * depth > proto::kMaxPayload - 64)
-      return (void)d.args.fail();
-    n = w * h * depth;
-  }
-  const uint8_t* in = nullptr;
-  if (src.kind == kHost) {
-    size_t got = 0;
-    in = d.args.bytes(&got);
-    if (!d.args.ok()) return;
-    if (got != n) return (void)d.args.fail();
-  }
+  proto::wire::PitchedCopy req;
+  if (!proto::wire::read_pitched_copy(d.args, async, three_d, &req)) return;
+  const Side &src = req.src, &dst = req.dst;
+  const uint64_t w = req.width, h = req.height, depth = req.depth, n = req.host_bytes;
+  const uint8_t* in = req.data;
+  const uint64_t stream_id = req.stream;
   CUstream stream = nullptr;
   if (!d.handles.get(stream_id, &stream)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (async ? !async_fn : !sync_fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);

@@ -1,4 +1,4 @@
-// Host↔device copies (wire layouts in client/driver/memory.cpp). One handler body per
+// Host↔device copies (wire layouts in protocol/wire/copy.h). One handler body per
 // direction, parameterised by the driver entry point the op names.
 #include <cuda.h>
 
@@ -10,6 +10,8 @@
 #include "gen/server_handlers.gen.h"
 #include "protocol/messages.h"
 #include "protocol/pointer_attributes.h"
+#include "protocol/wire/copy.h"
+#include "protocol/wire/memory.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
@@ -23,24 +25,22 @@ using AsyncDtoH = CUresult (*)(void*, CUdeviceptr, size_t, CUstream);
 void not_supported(Dispatch& d) { d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED); }
 
 void htod(Dispatch& d, SyncHtoD fn) {
-  CUdeviceptr dst = d.args.u64();
-  size_t n = 0;
-  const uint8_t* data = d.args.bytes(&n);
-  if (!d.args.ok()) return;
+  proto::wire::HtoD c;
+  if (!proto::wire::read_htod(d.args, false, &c)) return;
   if (!fn) return not_supported(d);
-  d.reply.put<int32_t>(fn(dst, data, n));
+  d.reply.put<int32_t>(fn(c.dst, c.data, c.n));
 }
 
 void free_buffer(void* p) { delete static_cast<std::vector<uint8_t>*>(p); }
 
 void htod_async(Dispatch& d, AsyncHtoD fn) {
-  CUdeviceptr dst = d.args.u64();
-  uint64_t stream_id = d.args.u64();
-  size_t n = 0;
-  const uint8_t* data = d.args.bytes(&n);
-  if (!d.args.ok()) return;
+  proto::wire::HtoD c;
+  if (!proto::wire::read_htod(d.args, true, &c)) return;
+  const CUdeviceptr dst = c.dst;
+  const uint8_t* data = c.data;
+  const size_t n = c.n;
   CUstream stream;
-  if (!d.handles.get(stream_id, &stream)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.handles.get(c.stream, &stream)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (!fn) return not_supported(d);
   // The source must outlive the copy: keep it until the stream passes this point.
   auto* keep = new std::vector<uint8_t>(data, data + n);
@@ -55,20 +55,15 @@ void htod_async(Dispatch& d, AsyncHtoD fn) {
 }
 
 // The reply is the CUresult followed by the bytes, read by the driver straight into the reply.
-// Async copies (client/driver/memory.cpp) carry a delivery id and are one-way: the bytes go out
-// as a kOpAsyncData frame once the copy has run, and the reply (if one is wanted) has no data.
+// Async copies carry a delivery id and are one-way: the bytes go out as a kOpAsyncData frame once
+// the copy has run, and the reply (if one is wanted) has no data.
 void dtoh(Dispatch& d, SyncDtoH sync_fn, AsyncDtoH async_fn, bool async) {
-  CUdeviceptr src = d.args.u64();
-  uint64_t stream_id = async ? d.args.u64() : 0;
-  uint64_t n = d.args.u64();
-  uint64_t delivery = async ? d.args.u64() : 0;
-  if (!d.args.ok()) return;
-  if (n > proto::kMaxPayload - 64) {
-    d.args.fail();  // a client of ours never asks for more than one frame
-    return;
-  }
+  proto::wire::DtoH c;
+  if (!proto::wire::read_dtoh(d.args, async, &c)) return;
+  const CUdeviceptr src = c.src;
+  const uint64_t n = c.n;
   CUstream stream = nullptr;
-  if (!d.handles.get(stream_id, &stream)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.handles.get(c.stream, &stream)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (async ? !async_fn : !sync_fn) return not_supported(d);
   // The data goes to d.bulk when the session offers it (no copy, no zeroing), else into the reply.
   Bytes scratch;
@@ -83,10 +78,8 @@ void dtoh(Dispatch& d, SyncDtoH sync_fn, AsyncDtoH async_fn, bool async) {
   }
   if (async) {
     // The data (or the failure) goes to the buffer the client registered under the id.
-    uint8_t head[12];
-    int32_t status = rc;
-    std::memcpy(head, &delivery, 8);
-    std::memcpy(head + 8, &status, 4);
+    uint8_t head[proto::wire::kAsyncDataHead];
+    proto::wire::put_async_data_head(head, c.delivery, rc);
     if (d.callbacks) d.callbacks->send_frame(proto::kOpAsyncData, head, sizeof head, out.data(), rc ? 0 : out.size());
     out.clear();
     return d.reply.put<int32_t>(rc);
@@ -99,19 +92,15 @@ void dtoh(Dispatch& d, SyncDtoH sync_fn, AsyncDtoH async_fn, bool async) {
   }
 }
 
-// Pointer attributes (wire layout in client/driver/host_memory.cpp). `each`: one driver call per
+// Pointer attributes (wire layout in protocol/wire/memory.h). `each`: one driver call per
 // attribute (cuPointerGetAttribute); otherwise one cuPointerGetAttributes for all.
 void pointer_attributes(Dispatch& d, bool each) {
-  uint64_t ptr = d.args.u64();
-  uint32_t n = d.args.u32();
-  if (n == 0 || n > proto::kMaxPointerAttributes || (each && n != 1)) {
-    d.args.fail();
-    return;
-  }
+  proto::wire::PointerAttributes req;
+  if (!proto::wire::read_pointer_attributes(d.args, each, &req)) return;
+  const uint64_t ptr = req.pointer;
+  const uint32_t n = static_cast<uint32_t>(req.attrs.size());
   // Checked as integers first: only known attributes become the enum.
-  std::vector<int32_t> raw(n);
-  for (auto& a : raw) a = d.args.i32();
-  if (!d.args.ok()) return;
+  const std::vector<int32_t>& raw = req.attrs;
   for (int32_t a : raw)
     if (proto::pointer_attribute_size(a) == 0) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   std::vector<CUpointer_attribute> attrs(n);
@@ -137,9 +126,7 @@ void pointer_attributes(Dispatch& d, bool each) {
       uint64_t id = real ? d.handles.id_for(real) : 0;
       std::memcpy(values[i].data(), &id, sizeof id);
     }
-    d.reply.put<int32_t>(results[i]);
-    d.reply.put_u32(size);
-    d.reply.append(values[i].data(), size);
+    proto::wire::put_pointer_attribute_value(d.reply, results[i], values[i].data(), size);
   }
 }
 

@@ -1,28 +1,20 @@
-// Memory pools (wire layouts in client/driver/memory_pool.cpp).
+// Memory pools (wire layouts in protocol/wire/memory.h).
 #include <cuda.h>
 
 #include <cstring>
 
 #include "gen/server_handlers.gen.h"
+#include "protocol/wire/memory.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
-namespace {
-
-uint32_t attribute_size(int attr) {
-  if (attr >= CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES && attr <= CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
-    return 4;
-  if (attr >= CU_MEMPOOL_ATTR_RELEASE_THRESHOLD && attr <= CU_MEMPOOL_ATTR_USED_MEM_HIGH) return 8;
-  return 0;
-}
-
-}  // namespace
+using proto::wire::pool_attribute_size;
 
 void cuMemPoolCreate(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  CUmemPoolProps props = d.args.get<CUmemPoolProps>();
-  if (!d.args.ok()) return;
-  props.win32SecurityAttributes = nullptr;  // never a pointer from the wire
+  proto::wire::PoolCreate req;
+  if (!proto::wire::read_pool_create(d.args, &req)) return;  // its Windows pointer cleared
+  const uint64_t id = req.id;
+  CUmemPoolProps props = req.props;
   if (!d.drv.cuMemPoolCreate) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   CUmemoryPool pool = nullptr;
   CUresult rc = d.drv.cuMemPoolCreate(&pool, &props);
@@ -34,10 +26,11 @@ void cuMemPoolCreate(Dispatch& d) {
 }
 
 void cuMemPoolGetAttribute(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  int32_t attr = d.args.i32();
-  if (!d.args.ok()) return;
-  uint32_t size = attribute_size(attr);
+  proto::wire::PoolAttribute req;
+  if (!proto::wire::read_pool_attribute(d.args, false, &req)) return;
+  const uint64_t id = req.pool;
+  const int32_t attr = req.attr;
+  uint32_t size = pool_attribute_size(attr);
   if (size == 0) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   CUmemoryPool pool;
   if (!d.handles.get(id, &pool)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
@@ -45,24 +38,17 @@ void cuMemPoolGetAttribute(Dispatch& d) {
   uint8_t value[8] = {};
   CUresult rc = d.drv.cuMemPoolGetAttribute(pool, static_cast<CUmemPool_attribute>(attr), value);
   d.reply.put<int32_t>(rc);
-  if (rc == CUDA_SUCCESS) {
-    d.reply.put_u32(size);
-    d.reply.append(value, size);
-  }
+  if (rc == CUDA_SUCCESS) proto::wire::put_pool_value(d.reply, value, size);
 }
 
 void cuMemPoolSetAttribute(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  int32_t attr = d.args.i32();
-  uint32_t size = d.args.u32();
-  if (!d.args.ok() || size > 8) {
-    d.args.fail();
-    return;
-  }
-  uint8_t value[8] = {};
-  d.args.take(value, size);
-  if (!d.args.ok()) return;
-  if (attribute_size(attr) == 0 || size != attribute_size(attr)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  proto::wire::PoolAttribute req;
+  if (!proto::wire::read_pool_attribute(d.args, true, &req)) return;
+  const uint64_t id = req.pool;
+  const int32_t attr = req.attr;
+  const uint32_t size = req.size;
+  uint8_t* value = req.value;
+  if (pool_attribute_size(attr) == 0 || size != pool_attribute_size(attr)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   CUmemoryPool pool;
   if (!d.handles.get(id, &pool)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (!d.drv.cuMemPoolSetAttribute) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);

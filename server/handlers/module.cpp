@@ -1,10 +1,11 @@
-// Module loading and function lookup (wire layouts in client/driver/module.cpp). The client
+// Module loading and function lookup (wire layouts in protocol/wire/module.h). The client
 // names modules and functions with ids it minted; these handlers bind them to the driver's.
 #include <cuda.h>
 
 #include <string>
 
 #include "gen/server_handlers.gen.h"
+#include "protocol/wire/module.h"
 #include "server/dispatch.h"
 #include "server/handlers/image.h"
 #include "server/module_cache.h"
@@ -26,12 +27,10 @@ CUresult load_module_image(Dispatch& d, uint64_t id, const uint8_t* image, size_
 }
 
 void cuModuleLoadData(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  size_t n = 0;
-  const uint8_t* image = d.args.bytes(&n);
-  if (!d.args.ok()) return;
-  CUresult rc = load_module_image(d, id, image, n);
-  if (rc == CUDA_SUCCESS) module_cache::store(image, n);  // the next client asks by hash
+  proto::wire::ImageLoad req;
+  if (!proto::wire::read_image_load(d.args, &req)) return;
+  CUresult rc = load_module_image(d, req.id, req.image, req.n);
+  if (rc == CUDA_SUCCESS) module_cache::store(req.image, req.n);  // the next client asks by hash
   d.reply.put<int32_t>(rc);
 }
 
@@ -41,8 +40,8 @@ void cuModuleLoadDataEx(Dispatch& d) { cuModuleLoadData(d); }
 void cuModuleLoadFatBinary(Dispatch& d) { cuModuleLoadData(d); }
 
 void cuModuleUnload(Dispatch& d) {
-  uint64_t id = d.args.u64();
-  if (!d.args.ok()) return;
+  uint64_t id = 0;
+  if (!proto::wire::read_id(d.args, &id)) return;
   CUmodule m;
   if (!d.handles.get(id, &m) || !m) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (!d.drv.cuModuleUnload) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
@@ -52,12 +51,12 @@ void cuModuleUnload(Dispatch& d) {
 }
 
 void cuModuleGetFunction(Dispatch& d) {
-  uint64_t fid = d.args.u64();
-  uint64_t mid = d.args.u64();
-  std::string name = d.args.str(4096);
-  if (!d.args.ok()) return;
+  proto::wire::SymbolLookup req;
+  if (!proto::wire::read_symbol_lookup(d.args, &req)) return;
+  const uint64_t fid = req.id;
+  const std::string& name = req.name;
   CUmodule m;
-  if (!d.handles.get(mid, &m) || !m) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.handles.get(req.parent, &m) || !m) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   if (!d.drv.cuModuleGetFunction) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   CUfunction f = nullptr;
   CUresult rc = d.drv.cuModuleGetFunction(&f, m, name.c_str());

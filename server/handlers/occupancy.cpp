@@ -1,4 +1,4 @@
-// cuOccupancyMaxPotentialBlockSize[WithFlags] (wire layout in client/driver/occupancy.cpp). The
+// cuOccupancyMaxPotentialBlockSize[WithFlags] (wire layout in protocol/wire/occupancy.h). The
 // client's block-size → shared-memory function arrives as a table; the driver gets a callback
 // that reads it through a thread_local pointer (the driver calls it on the calling thread, before
 // the call returns).
@@ -7,12 +7,11 @@
 #include <vector>
 
 #include "gen/server_handlers.gen.h"
+#include "protocol/wire/occupancy.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
 namespace {
-
-constexpr uint32_t kMaxBlock = 1024;
 
 thread_local const std::vector<size_t>* t_table = nullptr;
 
@@ -23,18 +22,13 @@ size_t CUDA_CB from_table(int block_size) {
 }
 
 void potential_block_size(Dispatch& d, bool with_flags) {
-  uint64_t fid = d.args.u64();
-  uint64_t dyn = d.args.u64();
-  int32_t limit = d.args.i32();
-  uint32_t flags = d.args.u32();
-  uint32_t n = d.args.u32();
-  if (!d.args.ok() || n > kMaxBlock) {
-    d.args.fail();
-    return;
-  }
-  std::vector<size_t> table(n);
-  for (auto& v : table) v = d.args.u64();
-  if (!d.args.ok()) return;
+  proto::wire::PotentialBlockSize req;
+  if (!proto::wire::read_potential_block_size(d.args, &req)) return;
+  const uint64_t fid = req.function, dyn = req.dynamic_smem;
+  int32_t limit = req.block_size_limit;
+  const uint32_t flags = req.flags;
+  const uint32_t n = static_cast<uint32_t>(req.table.size());
+  std::vector<size_t> table(req.table.begin(), req.table.end());
   if (limit < 0 || (!with_flags && flags != 0)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   CUfunction f;
   if (!d.handles.get(fid, &f) || !f) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
@@ -52,10 +46,7 @@ void potential_block_size(Dispatch& d, bool with_flags) {
   }
   t_table = nullptr;
   d.reply.put<int32_t>(rc);
-  if (rc == CUDA_SUCCESS) {
-    d.reply.put<int32_t>(grid);
-    d.reply.put<int32_t>(block);
-  }
+  if (rc == CUDA_SUCCESS) proto::wire::put_potential_block_size_reply(d.reply, grid, block);
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
 // cuStreamGetCaptureInfo_v2/_v3, cuStreamBeginCaptureToGraph, cuStreamUpdateCaptureDependencies
-// (wire layouts in client/driver/stream_capture.cpp).
+// (wire layouts in protocol/wire/capture.h).
 #include <cuda.h>
 
 #include <vector>
 
 #include "gen/ops.gen.h"
 #include "gen/server_handlers.gen.h"
+#include "protocol/wire/capture.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
@@ -15,12 +16,14 @@ using V2 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
 using V3 = CUresult (*)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*, const CUgraphNode**,
                         const CUgraphEdgeData**, size_t*);
 
+namespace wire = proto::wire;
+
 void capture_info(Dispatch& d, V2 v2, V3 v3) {
-  uint64_t sid = d.args.u64();
-  bool want_edges = d.args.u8() != 0;
-  if (!d.args.ok()) return;
+  wire::CaptureInfoAsk ask;
+  if (!wire::read_capture_info_ask(d.args, &ask)) return;
+  const bool want_edges = ask.want_edges;
   CUstream s;
-  if (!d.handles.get(sid, &s)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
+  if (!d.handles.get(ask.stream, &s)) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_HANDLE);
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   CUgraph g = nullptr;
@@ -34,51 +37,36 @@ void capture_info(Dispatch& d, V2 v2, V3 v3) {
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
   if (!deps) n = 0;
-  d.reply.put<int32_t>(st);
-  d.reply.put_u64(id);
-  d.reply.put_u64(g ? d.handles.id_for(g) : 0);
-  d.reply.put_u64(n);
-  for (size_t i = 0; i < n; ++i) d.reply.put_u64(d.handles.id_for(deps[i]));
-  if (want_edges) {
-    for (size_t i = 0; i < n; ++i) d.reply.put(edges ? edges[i] : CUgraphEdgeData{});
-  }
+  wire::CaptureInfo info;
+  info.status = st;
+  info.id = id;
+  info.graph = g ? d.handles.id_for(g) : 0;
+  for (size_t i = 0; i < n; ++i) info.nodes.push_back(d.handles.id_for(deps[i]));
+  if (want_edges && edges) info.edges.assign(edges, edges + n);
+  wire::put_capture_info(d.reply, want_edges, info);
 }
-
-constexpr uint64_t kMaxNodes = 1 << 20;
 
 #define DRV(fn, ...) (d.drv.fn ? d.drv.fn(__VA_ARGS__) : CUDA_ERROR_NOT_SUPPORTED)
 
-// u64 n, n × u64 node, u8 has_edges, (has_edges) n × CUgraphEdgeData. False: the payload is
-// malformed (already failed); *bad: a node id not bound.
-bool read_nodes(Dispatch& d, std::vector<CUgraphNode>* nodes, std::vector<CUgraphEdgeData>* edges, bool* has_edges,
-                CUresult* bad) {
-  uint64_t n = d.args.u64();
-  if (!d.args.ok() || n > kMaxNodes || n > d.args.left() / 8) return d.args.fail(), false;
-  std::vector<uint64_t> ids(n);
-  for (auto& v : ids) v = d.args.u64();
-  *has_edges = d.args.u8() != 0;
-  edges->resize(*has_edges ? n : 0);
-  for (auto& e : *edges) e = d.args.get<CUgraphEdgeData>();
-  if (!d.args.ok()) return false;
-  nodes->resize(n);
-  for (size_t i = 0; i < n; ++i)
-    if (!d.handles.get(ids[i], &(*nodes)[i]) && *bad == CUDA_SUCCESS) *bad = CUDA_ERROR_INVALID_HANDLE;
-  return true;
+// A NodeList's ids resolved; a node id not bound sets *bad.
+std::vector<CUgraphNode> resolve_nodes(Dispatch& d, const wire::NodeList& l, CUresult* bad) {
+  std::vector<CUgraphNode> nodes(l.nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!d.handles.get(l.nodes[i], &nodes[i]) && *bad == CUDA_SUCCESS) *bad = CUDA_ERROR_INVALID_HANDLE;
+  return nodes;
 }
 
-// Wire: u64 stream, u64 graph, Nodes, u32 mode. Reply: CUresult.
 void begin_to_graph(Dispatch& d, bool ptsz) {
-  uint64_t sid = d.args.u64(), gid = d.args.u64();
-  std::vector<CUgraphNode> nodes;
-  std::vector<CUgraphEdgeData> edges;
-  bool has_edges = false;
+  wire::BeginCaptureToGraph req;
+  if (!wire::read_begin_capture_to_graph(d.args, &req)) return;
   CUresult bad = CUDA_SUCCESS;
-  if (!read_nodes(d, &nodes, &edges, &has_edges, &bad)) return;
-  auto mode = static_cast<CUstreamCaptureMode>(d.args.u32());
-  if (!d.args.ok()) return;
+  std::vector<CUgraphNode> nodes = resolve_nodes(d, req.deps, &bad);
+  const bool has_edges = req.deps.has_edges;
+  const std::vector<CUgraphEdgeData>& edges = req.deps.edges;
+  auto mode = static_cast<CUstreamCaptureMode>(req.mode);
   CUstream s = nullptr;
   CUgraph g = nullptr;
-  if (!d.handles.get(sid, &s) || !d.handles.get(gid, &g)) bad = CUDA_ERROR_INVALID_HANDLE;
+  if (!d.handles.get(req.stream, &s) || !d.handles.get(req.graph, &g)) bad = CUDA_ERROR_INVALID_HANDLE;
   if (bad != CUDA_SUCCESS) return d.reply.put<int32_t>(bad);
   const CUgraphNode* deps = nodes.empty() ? nullptr : nodes.data();
   const CUgraphEdgeData* e = has_edges ? edges.data() : nullptr;
@@ -86,20 +74,18 @@ void begin_to_graph(Dispatch& d, bool ptsz) {
                             : DRV(cuStreamBeginCaptureToGraph, s, g, deps, e, nodes.size(), mode));
 }
 
-// Wire: u64 stream, Nodes, u32 flags. Reply: CUresult.
 void update_deps(Dispatch& d) {
-  uint64_t sid = d.args.u64();
-  std::vector<CUgraphNode> nodes;
-  std::vector<CUgraphEdgeData> edges;
-  bool has_edges = false;
+  wire::UpdateCaptureDependencies req;
+  if (!wire::read_update_capture_dependencies(d.args, &req)) return;
   CUresult bad = CUDA_SUCCESS;
-  if (!read_nodes(d, &nodes, &edges, &has_edges, &bad)) return;
-  unsigned flags = d.args.u32();
-  if (!d.args.ok()) return;
+  std::vector<CUgraphNode> nodes = resolve_nodes(d, req.deps, &bad);
+  const bool has_edges = req.deps.has_edges;
+  const std::vector<CUgraphEdgeData>& edges = req.deps.edges;
+  unsigned flags = req.flags;
   bool v2 = d.op == op::cuStreamUpdateCaptureDependencies_v2 || d.op == op::cuStreamUpdateCaptureDependencies_v2_ptsz;
   if (has_edges && !v2) return (void)d.args.fail();
   CUstream s = nullptr;
-  if (!d.handles.get(sid, &s)) bad = CUDA_ERROR_INVALID_HANDLE;
+  if (!d.handles.get(req.stream, &s)) bad = CUDA_ERROR_INVALID_HANDLE;
   if (bad != CUDA_SUCCESS) return d.reply.put<int32_t>(bad);
   CUgraphNode* deps = nodes.empty() ? nullptr : nodes.data();
   const CUgraphEdgeData* e = has_edges ? edges.data() : nullptr;

@@ -1,4 +1,4 @@
-// Texture and surface objects (wire layout in client/driver/texture.cpp). The resource
+// Texture and surface objects (wire layout in protocol/wire/texture.h). The resource
 // descriptor's array handles are client ids: translated on the way in, and back to ids on the
 // way out. Only the resource types the header defines are accepted, so no other bytes of the
 // union are ever read by the driver as a handle.
@@ -8,20 +8,11 @@
 #include <cstring>
 
 #include "gen/server_handlers.gen.h"
+#include "protocol/wire/texture.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
 namespace {
-
-// Reads a struct sent as u64 size + bytes; the size must be exactly sizeof(T).
-template <class T>
-bool read_struct(Reader& r, T* out) {
-  size_t n = 0;
-  const uint8_t* p = r.bytes(&n);
-  if (!r.ok() || n != sizeof(T)) return r.fail();
-  std::memcpy(out, p, sizeof(T));
-  return true;
-}
 
 // The wire id a client wrote into a handle field.
 uint64_t id_bits(const void* h) { return reinterpret_cast<uint64_t>(h); }
@@ -55,53 +46,46 @@ void to_client(Dispatch& d, CUDA_RESOURCE_DESC* desc) {
   }
 }
 
-template <class T>
-bool read_optional(Reader& r, T* out, bool* present) {
-  *present = r.u8() != 0;
-  return r.ok() && (!*present || read_struct(r, out));
-}
-
 using GetDesc = CUresult (*)(CUDA_RESOURCE_DESC*, unsigned long long);
 
 void get_resource_desc(Dispatch& d, GetDesc fn) {
-  uint64_t object = d.args.u64();
-  if (!d.args.ok()) return;
+  uint64_t object = 0;
+  if (!proto::wire::read_object(d.args, &object)) return;
   if (!fn) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   CUDA_RESOURCE_DESC desc{};
   CUresult rc = fn(&desc, object);
   d.reply.put<int32_t>(rc);
   if (rc != CUDA_SUCCESS) return;
   to_client(d, &desc);
-  d.reply.put(desc);
+  proto::wire::put_resource_desc(d.reply, desc);
 }
 
 }  // namespace
 
 void cuTexObjectCreate(Dispatch& d) {
-  CUDA_RESOURCE_DESC res;
-  CUDA_TEXTURE_DESC tex{};
-  CUDA_RESOURCE_VIEW_DESC view{};
-  bool has_tex = false, has_view = false;
-  if (!read_struct(d.args, &res) || !read_optional(d.args, &tex, &has_tex) ||
-      !read_optional(d.args, &view, &has_view))
-    return;
+  proto::wire::TextureCreate req;
+  if (!proto::wire::read_texture_create(d.args, &req)) return;
+  CUDA_RESOURCE_DESC& res = req.res;
+  const bool has_tex = req.has_tex, has_view = req.has_view;
+  CUDA_TEXTURE_DESC& tex = req.tex;
+  CUDA_RESOURCE_VIEW_DESC& view = req.view;
   if (!d.drv.cuTexObjectCreate) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   if (CUresult rc = to_driver(d, &res)) return d.reply.put<int32_t>(rc);
   CUtexObject obj = 0;
   CUresult rc = d.drv.cuTexObjectCreate(&obj, &res, has_tex ? &tex : nullptr, has_view ? &view : nullptr);
   d.reply.put<int32_t>(rc);
-  if (rc == CUDA_SUCCESS) d.reply.put_u64(obj);
+  if (rc == CUDA_SUCCESS) proto::wire::put_object(d.reply, obj);
 }
 
 void cuSurfObjectCreate(Dispatch& d) {
   CUDA_RESOURCE_DESC res;
-  if (!read_struct(d.args, &res)) return;
+  if (!proto::wire::read_surface_create(d.args, &res)) return;
   if (!d.drv.cuSurfObjectCreate) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   if (CUresult rc = to_driver(d, &res)) return d.reply.put<int32_t>(rc);
   CUsurfObject obj = 0;
   CUresult rc = d.drv.cuSurfObjectCreate(&obj, &res);
   d.reply.put<int32_t>(rc);
-  if (rc == CUDA_SUCCESS) d.reply.put_u64(obj);
+  if (rc == CUDA_SUCCESS) proto::wire::put_object(d.reply, obj);
 }
 
 void cuTexObjectGetResourceDesc(Dispatch& d) { get_resource_desc(d, d.drv.cuTexObjectGetResourceDesc); }
