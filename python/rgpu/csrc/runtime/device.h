@@ -46,6 +46,11 @@ void grow_storage(const c10::Storage& s, size_t nbytes);
 // Sets a tensor's sizes and strides, growing its storage when the view needs more bytes.
 void restride(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides);
 
+// Pinned host memory (runtime/pinned.cpp): the allocator Tensor.pin_memory() uses, and whether
+// a host address lies in memory it gave out.
+c10::Allocator* pinned_allocator();
+bool is_pinned(const void* p);
+
 // Waits until the server has run everything sent so far (and raises deferred errors).
 void synchronize();
 

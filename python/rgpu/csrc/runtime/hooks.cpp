@@ -23,8 +23,8 @@ struct RgpuHooks final : public at::PrivateUse1HooksInterface {
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
   // Storage addresses are not real (runtime/device.h): the current device is the best answer.
   at::Device getDeviceFromPtr(void*) const override { return device(); }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* p) const override { return is_pinned(p); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     TORCH_CHECK(false,
                 "rgpu: random numbers are drawn on the server by its own generator; seed it with torch.manual_seed(). "
