@@ -50,8 +50,9 @@ BUILD = Path(os.environ.get("RGPU_BUILD_DIR", REPO / "build")).resolve()
 # What python/setup.py compiles and includes: the package and the C++ it shares with the servers.
 SOURCE_FOLDERS = ("python", "common", "protocol", "opserver")
 SMOKE = 'import torch, rgpu; x = torch.ones(4, device="rgpu"); print((x*2).sum().item())\n'
-# Compiling the extension takes ~1.5 min on 2 idle cores; ctest may run other tests beside it.
-PIP_TIMEOUT_S = 720
+# Compiling the extension took ~1.5 min on 2 idle cores with 6 sources (11 now); ctest runs other tests beside
+# it, and on a loaded machine it ran past 12 minutes: the limit is generous, the time is not the test.
+PIP_TIMEOUT_S = 1500
 
 
 def free_port() -> int:
