@@ -178,6 +178,9 @@ const char* tag_name(Tag t) {
 
 }  // namespace
 
+bool op_refused(const std::string& name) { return name.rfind("aten::", 0) != 0 || denied(name); }
+bool dtype_accepted(int8_t t) { return valid_dtype(t); }
+
 std::string torch_version() {
   return log::format("%d.%d.%d", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
 }
@@ -725,6 +728,18 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
         what = "op";
         call(r, want_reply, &w);
         break;
+      case kTorchGraph:
+      case kTorchGraphRun:
+        what = "compiled graph";
+        try {
+          if (op == kTorchGraph)
+            graph_define(r);
+          else
+            graph_run(r);
+        } catch (const GraphMalformed& e) {
+          throw Malformed(e.what());
+        }
+        break;
       case kTorchSeed: {
         what = "manual_seed";
         uint64_t seed = r.u64();
@@ -779,7 +794,10 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
   if (own.failed && !want_reply) {
     // Name the op the client called; for ATen calls that is in the message's first bytes.
     std::string name = what;
-    if (op == kTorchCall) {
+    if (op == kTorchGraph || op == kTorchGraphRun) {
+      Reader again(data, len);
+      name = log::format("compiled graph %llu", (unsigned long long)again.u64());
+    } else if (op == kTorchCall) {
       Reader again(data, len);
       name = again.str(kMaxNameString);
       std::string ov = again.str(kMaxNameString);

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "opserver/graph.h"
 #include "protocol/torch_wire.h"
 
 namespace rgpu::opserver {
@@ -80,6 +81,11 @@ class Session {
   c10::Storage& storage(uint64_t id);
   at::Tensor tensor(const torchwire::TensorDesc& d);
   void call(Reader& r, bool want_reply, Writer* w);
+  // kTorchGraph and kTorchGraphRun (opserver/graph.cpp).
+  void graph_define(Reader& r);
+  void graph_run(Reader& r);
+  c10::IValue graph_arg(const GraphValue& v, const c10::TypePtr& type, const std::vector<c10::IValue>& inputs,
+                        const std::vector<torch::jit::Stack>& results, const std::string& where);
   // Binds an op's fresh output to the storage id the client minted for it; op_device is the
   // client's index of the device the op ran on (what a CPU server records for it).
   void bind(const torchwire::TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device);
@@ -102,6 +108,7 @@ class Session {
   std::unordered_map<uint64_t, Slot> storages_;
   std::unordered_map<const c10::StorageImpl*, uint64_t> ids_by_impl_;
   std::unordered_map<std::string, c10::OperatorHandle> ops_;
+  std::unordered_map<uint64_t, Graph> graphs_;
   bool hello_done_ = false;
   bool has_deferred_ = false;
   std::string deferred_op_, deferred_message_;

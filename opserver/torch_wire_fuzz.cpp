@@ -191,5 +191,36 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   elapsed.put_u64(0x9000);
   elapsed.put_u64(0x9001);
   record(&seed, kTorchEvent, false, elapsed);
+  // A compiled graph (kTorchGraph): one input, aten::mul.Tensor(input 0, input 0), result node 0;
+  // then one run of it on storage 0x1000 into a fresh 0x1010.
+  rgpu::Writer graph;
+  graph.put_u64(1);
+  graph.put_u32(1);
+  graph.put_u32(1);
+  graph.put_str("aten::mul");
+  graph.put_str("Tensor");
+  graph.put_u32(2);
+  for (int k = 0; k < 2; ++k) {
+    graph.put_u8(kGraphInput);
+    graph.put_u32(0);
+  }
+  graph.put_u32(1);
+  graph.put_u8(kGraphNode);
+  graph.put_u32(0);
+  graph.put_u32(0);
+  graph.put<int32_t>(-1);
+  record(&seed, kTorchGraph, true, graph);
+  rgpu::Writer run;
+  run.put_u64(1);
+  run.put_u8(0);
+  run.put_u32(1);
+  run.put_u8(kRemoteTensor);
+  put_desc_1d(run, 0x1000, 4);
+  run.put_u32(1);
+  run.put_u8(kOutTensor);
+  run.put_u64(0x1010);
+  run.put_u64(16);
+  put_shape(run, 6, std::vector<int64_t>{4}.data(), std::vector<int64_t>{1}.data(), 1, 0);
+  record(&seed, kTorchGraphRun, true, run);
   out->push_back(seed);
 }

@@ -119,6 +119,20 @@ enum Op : uint16_t {
   // kEventElapsed (request): u64 id1, u64 id2: reply prefix, f64 milliseconds from id1 to id2,
   // after both completed; kEventDestroy (one-way): u64 id.
   kTorchEvent = kFirstTorchOp + 14,
+  // One-way: a compiled graph (torch.compile(backend="rgpu"), python/rgpu/compile.py;
+  // opserver/graph.h runs it). u64 graph id (minted by the client, never reused), u32 ninputs,
+  // u32 nnodes, per node: str name ("aten::mm"), str overload, u32 nargs, nargs values (every
+  // argument of the schema, defaults filled in by the client); then u32 nout, nout values (the
+  // graph's results). Values are as above plus kGraphInput and kGraphNode (references), and
+  // hold no tensors of their own (kRemoteTensor, kHostTensor are refused). A node may only
+  // reference earlier nodes. Failures (an op this server does not run, a reused id) are deferred,
+  // named "compiled graph <id>".
+  kTorchGraph = kFirstTorchOp + 15,
+  // One-way: runs a compiled graph. u64 graph id, u8 device (the client's index the graph runs
+  // on), u32 nin, nin values (kRemoteTensor, kInt, kDouble, kBool: the graph's inputs), u32 nout,
+  // per graph result u8 OutKind (kOutIgnore or kOutTensor OutSpec, as kTorchCall's one-way
+  // outputs): the server binds each result to the storage id the client minted for it.
+  kTorchGraphRun = kFirstTorchOp + 16,
 };
 
 enum PropIndex : uint8_t {
@@ -146,6 +160,11 @@ enum Tag : uint8_t {
   // Results only: u64 storage id, u8 fresh (1: a new storage, u64 nbytes follows; 0: a view of
   // the existing storage id), then i8 dtype, u8 ndim, i64 sizes, i64 strides, i64 offset.
   kResultTensor = 10,
+  // Compiled graphs only (kTorchGraph): u32 index of a graph input.
+  kGraphInput = 11,
+  // Compiled graphs only: u32 node, u32 return index, i32 element (-1: the whole return; else
+  // the element of a returned list).
+  kGraphNode = 12,
 };
 
 enum DeviceKind : uint8_t { kDeviceRemote = 0, kDeviceHost = 1, kDeviceMeta = 2 };
@@ -163,6 +182,9 @@ inline constexpr uint8_t kHostWrappedNumber = 1;
 inline constexpr uint32_t kSyncResultIds = 64;
 // Most devices a server presents (device indices are i8 in kDevice values).
 inline constexpr int kMaxDevices = 64;
+// Most nodes of one compiled graph, and most compiled graphs a session keeps.
+inline constexpr uint32_t kMaxGraphNodes = 1u << 16;
+inline constexpr uint32_t kMaxGraphs = 1u << 12;
 
 struct TensorDesc {
   uint64_t storage = 0;

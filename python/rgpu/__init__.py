@@ -98,6 +98,9 @@ def _register():
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     _print_from_one_copy()
+    from . import compile as _compile
+
+    _compile.register()
     synchronize = _device.synchronize
     server_info = _device.server_info
     stats = _device.stats

@@ -147,6 +147,7 @@ if want torchdev; then
       tests/python/test_device_params.py tests/python/test_device_parity.py \
       tests/python/test_device_rnn.py tests/python/test_device_autocast.py tests/python/test_device_multi.py \
       tests/python/test_device_api.py \
+      tests/python/test_device_compile.py \
       2>&1 | tee "$OUT/torchdev.log" | tail -5
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     # The 6-layer model, fp32: local cuda against the rgpu device (opserver on this GPU).

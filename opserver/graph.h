@@ -1,0 +1,57 @@
+// Compiled graphs (torch.compile(backend="rgpu"), protocol/torch_wire.h kTorchGraph and
+// kTorchGraphRun): an aten-level FX graph the client serialized, kept by the session and run as
+// one call through the dispatcher. Session::graph_define and Session::graph_run (graph.cpp) are
+// the session's members; this header holds what they keep.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "protocol/torch_wire.h"
+
+namespace rgpu::opserver {
+
+// The graph's bytes do not decode: session.cpp turns it into its own Malformed (the connection
+// closes).
+struct GraphMalformed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What kTorchCall refuses too (session.cpp): operators outside aten, and the denied ones.
+bool op_refused(const std::string& name);
+bool dtype_accepted(int8_t dtype);
+
+// A graph argument: a constant, a list, or a reference to an input or an earlier node's result.
+struct GraphValue {
+  torchwire::Tag tag = torchwire::kNone;
+  bool b = false;
+  int64_t i = 0;
+  double d = 0, im = 0;
+  std::string s;
+  uint8_t device_kind = 0;
+  int8_t device_index = 0;
+  std::vector<GraphValue> list;
+  uint32_t node = 0, ret = 0;  // kGraphInput: node is the input index
+  int32_t elem = -1;
+};
+
+struct GraphNode {
+  std::optional<c10::OperatorHandle> op;
+  std::string name, overload;
+  std::string full;  // "aten::mm.default", for errors
+  std::vector<GraphValue> args;
+  uint32_t last_use = 0;  // the last node (or nnodes for the outputs) that reads this one
+};
+
+struct Graph {
+  uint32_t ninputs = 0;
+  std::vector<GraphNode> nodes;
+  std::vector<GraphValue> outputs;
+};
+
+}  // namespace rgpu::opserver
