@@ -98,12 +98,17 @@ def run_python(code, env_extra=None, timeout=120):
 _shared = []
 
 
-@pytest.fixture(scope="session")
-def opserver():
-    """The server every in-process test uses (one for the whole run)."""
+def shared_opserver():
+    """The server every in-process test uses (one for the whole run), started at the first call."""
     if not _shared:
         _shared.append(OpServer())
     return _shared[0]
+
+
+@pytest.fixture(scope="session")
+def opserver():
+    """The server every in-process test uses (one for the whole run)."""
+    return shared_opserver()
 
 
 @pytest.fixture(autouse=True)

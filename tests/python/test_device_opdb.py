@@ -1,6 +1,8 @@
 """Breadth: every operator in PyTorch's own OpInfo database (op_db) that supports float32, with up
 to three of its sample inputs, on rgpu against the CPU. Operators left out are listed in SKIP with
 the reason; anything else that fails is a bug of rgpu."""
+import os
+
 import pytest
 
 from device_fixtures import opserver, use_opserver  # noqa: F401,E402  (fixtures; skips without torch)
@@ -8,7 +10,18 @@ from device_fixtures import opserver, use_opserver  # noqa: F401,E402  (fixtures
 pytest.importorskip("expecttest", reason="torch's op_db (torch.testing._internal) needs the expecttest package")
 
 import torch  # noqa: E402
+from device_fixtures import shared_opserver  # noqa: E402
+
+# Importing op_db asks every device backend for its count, which opens the rgpu client's connection
+# (at collection, before any fixture has set RGPU_OPSERVER): it must find this run's server, or the
+# failed connection is what every later test in this process gets.
+_outer = os.environ.get("RGPU_OPSERVER")
+os.environ["RGPU_OPSERVER"] = shared_opserver().addr
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+if _outer is None:
+    del os.environ["RGPU_OPSERVER"]
+else:
+    os.environ["RGPU_OPSERVER"] = _outer
 
 import rgpu  # noqa: F401,E402
 
