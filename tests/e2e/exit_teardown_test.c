@@ -70,16 +70,28 @@ int main(int argc, char** argv) {
   size_t n = fread(image, 1, sizeof image - 1, f);
   fclose(f);
   image[n] = 0;
+  if (n == sizeof image - 1) {
+    fprintf(stderr, "exit_teardown_test: %s is larger than the %zu bytes read\n", argv[1], n);
+    return 2;
+  }
   CUdevice dev;
   CUcontext ctx;
-  if (p_cuInit(0) || p_cuDeviceGet(&dev, 0) || p_cuDevicePrimaryCtxRetain(&ctx, dev) || p_cuCtxSetCurrent(ctx)) return 1;
-  if (p_cuModuleLoadData(&g_mod, image) || p_cuLibraryLoadData(&g_lib, image, NULL, NULL, 0, NULL, NULL, 0)) return 1;
-  const char* names[] = {"rgpu_vec_add", "rgpu_fill_u32", "rgpu_affine", "rgpu_empty", "rgpu_spin"};
-  for (int i = 0; i < 5; ++i) {
-    CUkernel k;
-    if (p_cuLibraryGetKernel(&k, g_lib, names[i])) return 1;
-  }
-  if (p_cuMemAllocHost(&g_pinned, 4096)) return 1;
+  CUkernel k;
+  /* Each step says which call failed and how, so a failure on one driver is found from its log. */
+#define STEP(call) do { CUresult r_ = (call); if (r_) { \
+    fprintf(stderr, "exit_teardown_test: %s -> %d\n", #call, (int)r_); return 1; } } while (0)
+  STEP(p_cuInit(0));
+  STEP(p_cuDeviceGet(&dev, 0));
+  STEP(p_cuDevicePrimaryCtxRetain(&ctx, dev));
+  STEP(p_cuCtxSetCurrent(ctx));
+  STEP(p_cuModuleLoadData(&g_mod, image));
+  STEP(p_cuLibraryLoadData(&g_lib, image, NULL, NULL, 0, NULL, NULL, 0));
+  STEP(p_cuLibraryGetKernel(&k, g_lib, "rgpu_vec_add"));
+  STEP(p_cuLibraryGetKernel(&k, g_lib, "rgpu_fill_u32"));
+  STEP(p_cuLibraryGetKernel(&k, g_lib, "rgpu_affine"));
+  STEP(p_cuLibraryGetKernel(&k, g_lib, "rgpu_empty"));
+  STEP(p_cuLibraryGetKernel(&k, g_lib, "rgpu_spin"));
+  STEP(p_cuMemAllocHost(&g_pinned, 4096));
   printf("main done\n");
   return 0;
 }
