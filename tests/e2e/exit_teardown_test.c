@@ -59,7 +59,12 @@ int main(int argc, char** argv) {
   atexit(teardown);  /* before the driver is loaded, as static cudart does */
   void* lib = dlopen("libcuda.so.1", RTLD_NOW);
   if (!lib) return 3;
-#define LOAD(name) if (!(p_##name = (__typeof__(&name))dlsym(lib, #name))) return 3;
+/* The symbol's name after cuda.h's macros (cuMemAllocHost is cuMemAllocHost_v2): dlsym of the
+   bare name finds the legacy 32-bit-size entry point, which the real driver answers with
+   CUDA_ERROR_INVALID_CONTEXT. */
+#define SYMBOL_NAME(name) #name
+#define SYMBOL(name) SYMBOL_NAME(name)
+#define LOAD(name) if (!(p_##name = (__typeof__(&name))dlsym(lib, SYMBOL(name)))) return 3;
   LOAD(cuInit) LOAD(cuDeviceGet) LOAD(cuDevicePrimaryCtxRetain) LOAD(cuCtxSetCurrent) LOAD(cuModuleLoadData)
   LOAD(cuLibraryLoadData) LOAD(cuLibraryGetKernel) LOAD(cuMemAllocHost) LOAD(cuCtxGetCurrent)
   LOAD(cuDeviceGetAttribute) LOAD(cuModuleUnload) LOAD(cuLibraryUnload) LOAD(cuMemFreeHost) LOAD(cuCtxSynchronize)
