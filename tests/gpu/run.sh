@@ -142,12 +142,9 @@ wait $server 2>/dev/null
 if want torchdev; then
   step "PyTorch device rgpu against rgpu-opserver --device cuda (tests/python)"
   if [ -x build/bin/rgpu-opserver ]; then
+    # Every test_device_*.py, as ctest torch_device runs them on the cpu.
     RGPU_TEST_OPSERVER_DEVICE=cuda RGPU_BUILD_DIR=$PWD/build python3 -m pytest -q -p no:cacheprovider \
-      tests/python/test_device_train.py tests/python/test_device_ops.py tests/python/test_device_connect.py \
-      tests/python/test_device_params.py tests/python/test_device_parity.py \
-      tests/python/test_device_rnn.py tests/python/test_device_autocast.py tests/python/test_device_multi.py \
-      tests/python/test_device_api.py \
-      tests/python/test_device_compile.py \
+      tests/python/test_device_*.py \
       2>&1 | tee "$OUT/torchdev.log" | tail -5
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     # The 6-layer model, fp32: local cuda against the rgpu device (opserver on this GPU).
