@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <thread>
 
 #include "client/runtime.h"
 #include "common/env.h"
@@ -121,6 +122,53 @@ TEST_F(Batching, CreatedHandlesAreUsableBeforeAnyRoundTrip) {
   EXPECT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
   EXPECT_EQ(cuEventDestroy_v2(e), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+// One-way calls with arguments the driver refuses at once (client/driver/argument_checks.h) fail
+// at once, send nothing and leave nothing for the next call that waits: on the H200 the later
+// call used to fail in their place (bench/recorded/h200-2026-12-01/real_vs_rgpu_real.diff).
+TEST_F(Batching, ArgumentErrorsTheDriverGivesAtOnceComeAtOnceAndSendNothing) {
+  CUdeviceptr d;
+  ASSERT_EQ(cuMemAlloc_v2(&d, 1 << 20), CUDA_SUCCESS);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CUevent e;
+  ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  const uint64_t trips = connection()->round_trips();
+  const uint64_t oneway = connection()->oneway_calls();
+  EXPECT_EQ(cuMemsetD32_v2(d + 1, 0, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD16Async(d + 1, 0, 4, s), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD2D32_v2(d, 258, 0, 4, 2), CUDA_ERROR_INVALID_VALUE);
+  CUstream bad_stream = nullptr;
+  EXPECT_EQ(cuStreamCreate(&bad_stream, 0x80), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamCreateWithPriority(&bad_stream, 0x2, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(bad_stream, nullptr);
+  CUevent bad_event = nullptr;
+  EXPECT_EQ(cuEventCreate(&bad_event, 0x100), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuEventCreate(&bad_event, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(bad_event, nullptr);
+  EXPECT_EQ(cuStreamWaitEvent(s, e, 7), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuEventRecordWithFlags(e, s, 2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(connection()->oneway_calls(), oneway);
+  EXPECT_EQ(connection()->round_trips(), trips);
+  // The accepted neighbours still go one-way, and nothing was left to fail the next wait.
+  EXPECT_EQ(cuMemsetD32_v2(d + 4, 0, 4), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemsetD32_v2(d + 1, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(connection()->oneway_calls(), oneway + 2);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree_v2(d), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(Batching, ASynchronizeWithNoContextCurrentIsInvalidContext) {
+  CUresult rc = CUDA_SUCCESS;
+  std::thread t([&] { rc = cuCtxSynchronize(); });  // a new thread: no context current
+  t.join();
+  EXPECT_EQ(rc, CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
 }
 

@@ -780,7 +780,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceUnregisterAsyncNotification(CUde
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   rgpu::client::trace_call("cuEventCreate");
   if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuEventCreate, rgpu::client::kOneWay);
@@ -849,7 +849,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream h
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
   rgpu::client::trace_call("cuEventRecordWithFlags");
   rgpu::client::Call c(rgpu::op::cuEventRecordWithFlags, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
@@ -859,7 +859,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, C
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
   rgpu::client::trace_call("cuEventRecordWithFlags_ptsz");
   rgpu::client::Call c(rgpu::op::cuEventRecordWithFlags_ptsz, rgpu::client::kOneWay);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
@@ -2008,7 +2008,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr_v1 *pba
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
   rgpu::client::trace_call("cuMemGetAddressRange_v2");
   rgpu::client::Call c(rgpu::op::cuMemGetAddressRange_v2, rgpu::client::kWaits);
   c.args().put_u8(pbase != nullptr);
@@ -2523,7 +2523,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice,
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16(CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N) {
   rgpu::client::trace_call("cuMemsetD16");
   rgpu::client::Call c(rgpu::op::cuMemsetD16, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr_v1>(dstDevice);
@@ -2532,7 +2532,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16(CUdeviceptr_v1 dstDevice, un
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD16Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD16Async, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2543,7 +2543,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, 
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD16Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD16Async_ptsz, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2554,7 +2554,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr dstDev
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
   rgpu::client::trace_call("cuMemsetD16_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD16_v2, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2563,7 +2563,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, un
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N) {
   rgpu::client::trace_call("cuMemsetD16_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD16_v2_ptds, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2572,7 +2572,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD16_v2_ptds(CUdeviceptr dstDevic
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width, unsigned int Height) {
   rgpu::client::trace_call("cuMemsetD2D16");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr_v1>(dstDevice);
@@ -2583,7 +2583,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16(CUdeviceptr_v1 dstDevice, 
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D16Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16Async, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2596,7 +2596,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dstDevice
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D16Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16Async_ptsz, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2609,7 +2609,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr dstD
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D16_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16_v2, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2620,7 +2620,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dstDevice, 
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D16_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16_v2_ptds, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2631,7 +2631,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr dstDev
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32(CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width, unsigned int Height) {
   rgpu::client::trace_call("cuMemsetD2D32");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr_v1>(dstDevice);
@@ -2642,7 +2642,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32(CUdeviceptr_v1 dstDevice, 
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D32Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32Async, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2655,7 +2655,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dstDevice
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D32Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32Async_ptsz, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2668,7 +2668,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr dstD
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D32_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32_v2, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2679,7 +2679,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dstDevice, 
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D32_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32_v2_ptds, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2749,7 +2749,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevi
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N) {
   rgpu::client::trace_call("cuMemsetD32");
   rgpu::client::Call c(rgpu::op::cuMemsetD32, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr_v1>(dstDevice);
@@ -2758,7 +2758,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32(CUdeviceptr_v1 dstDevice, un
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD32Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD32Async, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2769,7 +2769,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, 
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD32Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD32Async_ptsz, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2780,7 +2780,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr dstDev
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
   rgpu::client::trace_call("cuMemsetD32_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD32_v2, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -2789,7 +2789,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, un
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
   rgpu::client::trace_call("cuMemsetD32_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD32_v2_ptds, rgpu::client::kOneWay);
   c.args().put<CUdeviceptr>(dstDevice);
@@ -3217,7 +3217,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream dst
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamCreate(CUstream *phStream, unsigned int Flags) {
   rgpu::client::trace_call("cuStreamCreate");
   if (!phStream) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuStreamCreate, rgpu::client::kOneWay);
@@ -3230,7 +3230,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsig
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority) {
   rgpu::client::trace_call("cuStreamCreateWithPriority");
   if (!phStream) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuStreamCreateWithPriority, rgpu::client::kOneWay);
@@ -3547,7 +3547,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize_ptsz(CUstream hStream) 
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   rgpu::client::trace_call("cuStreamWaitEvent");
   rgpu::client::Call c(rgpu::op::cuStreamWaitEvent, rgpu::client::kOneWay);
   c.on_stream(hStream);
@@ -3557,7 +3557,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUev
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   rgpu::client::trace_call("cuStreamWaitEvent_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitEvent_ptsz, rgpu::client::kOneWay);
   c.on_stream(hStream);

@@ -82,6 +82,26 @@ auto& g_kernel_sets = *new std::map<std::tuple<uint64_t, int, int>, int>();
 // cuFuncSetAttribute: (function id, attribute) → the last value set, while nothing else was set
 auto& g_func_sets = *new std::map<std::pair<uint64_t, int>, int>();
 
+// Bumped (under mu()) by every attribute or cache configuration set that is sent and by every
+// forget: an answer noted with the generation it was got in holds for launch checks only while
+// the generation is the same (launch_limits).
+uint64_t g_generation = 0;
+// (kernel or function id, device; -1 for functions) -> the generation fetch_all_attributes asked in
+auto& g_attrs_generation = *new std::map<std::pair<uint64_t, int>, uint64_t>();
+// g_occupancy's keys -> the generation each answer was got in
+auto& g_occupancy_generation = *new std::map<std::tuple<uint64_t, int, size_t, unsigned>, uint64_t>();
+// The last CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES set on a function or kernel id: the
+// limit, or above it when the driver refused the set (the limit then stays what it was, which
+// was below). Never dropped, so that presence also says "was set".
+struct DynamicSharedSet {
+  long long value;
+  uint64_t generation;
+  int dev;  // -1 for a function
+};
+auto& g_dynamic_shared_sets = *new std::map<uint64_t, DynamicSharedSet>();
+// Ids whose attributes launch_limits asked once already.
+auto& g_limits_asked = *new std::set<uint64_t>();
+
 // Kernel identity (ModuleRegistry::identity) -> the attributes set on it in this process, as
 // "what=value" entries; part of every key kept across runs.
 auto& g_identity_sets = *new std::map<std::string, std::map<std::string, long long>>();
@@ -157,6 +177,7 @@ bool parse_pairs(const std::string& text, char sep, std::vector<std::pair<long l
 // Only theirs: PyTorch sets an attribute on 26 kernels at start-up, and forgetting every answer
 // each time made it ask cuOccupancyMaxActiveClusters 82 times at 30 ms on the H200.
 void forget_attrs_of_locked(const std::vector<uint64_t>& ids) {
+  ++g_generation;
   g_func_sets.clear();  // a kernel's set may have changed what a function's repeat would set
   for (uint64_t id : ids) {
     for (auto it = g_attrs.lower_bound({id, INT32_MIN, INT32_MIN}); it != g_attrs.end() && std::get<0>(it->first) == id;)
@@ -182,7 +203,13 @@ void fetch_all_attributes(uint64_t id, int dev) {
   if (!key.empty() && rgpu::client::answer_store::lookup(key, &stored) && parse_pairs(stored, '=', &kept)) {
     std::lock_guard lk(mu());
     for (const auto& [a, v] : kept) g_attrs.try_emplace({id, static_cast<int>(a), dev}, static_cast<int>(v));
+    g_attrs_generation[{id, dev}] = g_generation;  // kept under the sets made so far: they hold now
     return;
+  }
+  uint64_t generation;
+  {
+    std::lock_guard lk(mu());
+    generation = g_generation;  // the reply reflects every set sent before it
   }
   Call c(rgpu::proto::kOpFuncAttributes, rgpu::client::kWaits);
   rgpu::proto::wire::put_func_attributes_ask(
@@ -202,6 +229,7 @@ void fetch_all_attributes(uint64_t id, int dev) {
       g_attrs.try_emplace({id, attr, dev}, value);
       keep += std::to_string(attr) + "=" + std::to_string(value) + ",";
     }
+    g_attrs_generation[{id, dev}] = generation;
   }
   if (!key.empty()) rgpu::client::answer_store::store(key, keep);
 }
@@ -215,6 +243,7 @@ std::vector<uint64_t> kernel_and_functions(uint64_t kernel_id) {
 
 void forget_attrs_and_occupancy() {
   std::lock_guard lk(mu());
+  ++g_generation;
   g_attrs.clear();
   g_occupancy.clear();
   g_dynamic_smem.clear();
@@ -325,13 +354,83 @@ bool fetch_cluster_table(CUfunction func, const CUlaunchConfig& config, unsigned
   return true;
 }
 
+// cuFuncSetAttribute and cuKernelSetAttribute are one-way: what the driver refuses at once is
+// refused here (client/driver/argument_checks.h), with nothing sent and nothing cached.
+CUresult checked_set(uint16_t op, uint64_t id, CUdevice dev, CUfunction_attribute attrib, int value) {
+  rgpu::client::checks::DeviceLimits limits;
+  if (dev < 0 || !rgpu::client::checks::device_limits(dev, &limits)) limits = {};  // optin unknown: not checked
+  CUresult rc = rgpu::client::checks::set_function_attribute(limits, attrib, value,
+                                                             rgpu::client::cached_static_shared(id, dev));
+  return rc == CUDA_SUCCESS ? rc : rgpu::client::checks::refused(op, rc);
+}
+
 }  // namespace
 
 namespace rgpu::client {
 
+int cached_static_shared(uint64_t id, int dev) {
+  std::lock_guard lk(mu());
+  for (int d : {dev, -1}) {
+    if (auto it = g_attrs.find({id, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, d}); it != g_attrs.end()) return it->second;
+  }
+  return -1;
+}
+
+checks::FunctionLimits launch_limits(uint64_t id, CUdevice dev, unsigned threads, unsigned shared, bool cooperative,
+                                     unsigned default_shared, int multiprocessors) {
+  checks::FunctionLimits out;
+  {
+    std::lock_guard lk(mu());
+    for (int d : {-1, static_cast<int>(dev)})  // fixed when the code was compiled
+      if (auto it = g_attrs.find({id, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, d}); it != g_attrs.end())
+        out.max_threads_per_block = it->second;
+  }
+  if (shared == 0 && !cooperative) return out;  // every launch's path: nothing more to look up
+  const bool kernel = is_library_kernel(id);
+  const int attr_dev = kernel ? static_cast<int>(dev) : -1;
+  std::vector<uint64_t> functions;  // a kernel's: a set on one of them changes what the kernel launches with
+  if (kernel) functions = functions_of_kernel(id);
+  auto dynamic_shared_locked = [&]() -> long long {
+    if (auto it = g_dynamic_shared_sets.find(id); it != g_dynamic_shared_sets.end() &&
+                                                  it->second.generation == g_generation &&
+                                                  (it->second.dev < 0 || it->second.dev == attr_dev)) {
+      bool functions_set = false;
+      for (uint64_t f : functions) functions_set |= g_dynamic_shared_sets.count(f) != 0;
+      if (!functions_set) return it->second.value;
+    }
+    if (kernel) return -1;  // a kernel's own attribute is not what a launch of it uses once its function was set
+    auto gen = g_attrs_generation.find({id, -1});
+    auto a = g_attrs.find({id, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, -1});
+    return gen != g_attrs_generation.end() && gen->second == g_generation && a != g_attrs.end() ? a->second : -1;
+  };
+  bool ask = false;
+  {
+    std::lock_guard lk(mu());
+    out.max_dynamic_shared = dynamic_shared_locked();
+    if (out.max_dynamic_shared < 0 && !kernel && default_shared > 0 && shared > default_shared)
+      ask = g_limits_asked.insert(id).second;
+    if (cooperative && multiprocessors > 0) {
+      const auto key = std::make_tuple(id, static_cast<int>(threads), static_cast<size_t>(shared), 0u);
+      auto o = g_occupancy.find(key);
+      auto gen = g_occupancy_generation.find(key);
+      if (o != g_occupancy.end() && gen != g_occupancy_generation.end() && gen->second == g_generation)
+        out.max_coresident_blocks = static_cast<long long>(o->second) * multiprocessors;
+    }
+  }
+  if (ask) {
+    fetch_all_attributes(id, -1);
+    std::lock_guard lk(mu());
+    out.max_dynamic_shared = dynamic_shared_locked();
+    if (auto it = g_attrs.find({id, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, -1}); it != g_attrs.end())
+      out.max_threads_per_block = it->second;
+  }
+  return out;
+}
+
 void forget_cached_answers() {
   {
     std::lock_guard lk(mu());
+    ++g_generation;
     g_attrs.clear();
     g_limits.clear();
     g_limits_set.clear();
@@ -367,6 +466,7 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute at
 
 RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
   if (!kernel) return rgpu_fwd_cuKernelSetAttribute(attrib, val, kernel, dev);
+  if (CUresult rc = checked_set(rgpu::op::cuKernelSetAttribute, handle_id(kernel), dev, attrib, val)) return rc;
   const auto key = std::make_tuple(handle_id(kernel), static_cast<int>(attrib), static_cast<int>(dev));
   const auto ids = kernel_and_functions(handle_id(kernel));
   {
@@ -378,6 +478,8 @@ RGPU_EXPORT CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, i
     }
     g_kernel_sets[key] = val;
     forget_attrs_of_locked(ids);
+    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+      g_dynamic_shared_sets[handle_id(kernel)] = {val, g_generation, static_cast<int>(dev)};
   }
   note_set(handle_id(kernel), "k" + std::to_string(attrib) + "@" + std::to_string(rgpu::client::server_device(dev)), val);
   return rgpu_fwd_cuKernelSetAttribute(attrib, val, kernel, dev);
@@ -395,6 +497,9 @@ RGPU_EXPORT CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cach
 
 RGPU_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
   if (hfunc) {
+    CUdevice dev = -1;
+    rgpu::client::contexts::device_of(rgpu::client::contexts::current(), &dev);
+    if (CUresult rc = checked_set(rgpu::op::cuFuncSetAttribute, handle_id(hfunc), dev, attrib, value)) return rc;
     const auto key = std::make_pair(handle_id(hfunc), static_cast<int>(attrib));
     {
       std::lock_guard lk(mu());
@@ -408,6 +513,8 @@ RGPU_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_att
     note_set(handle_id(hfunc), "f" + std::to_string(attrib) + current_device_tag(), value);
     std::lock_guard lk(mu());
     g_func_sets[key] = value;
+    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+      g_dynamic_shared_sets[handle_id(hfunc)] = {value, g_generation, -1};
   }
   return rgpu_fwd_cuFuncSetAttribute(hfunc, attrib, value);
 }
@@ -449,8 +556,16 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlag
   rgpu::client::trace_call("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
   if (!func) return rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize,
                                                                                   dynamicSMemSize, flags);
-  return cached(g_occupancy, std::make_tuple(handle_id(func), blockSize, dynamicSMemSize, flags), numBlocks,
+  const auto key = std::make_tuple(handle_id(func), blockSize, dynamicSMemSize, flags);
+  uint64_t generation;
+  {
+    std::lock_guard lk(mu());
+    generation = g_generation;
+  }
+  bool asked = false;
+  CUresult rc = cached(g_occupancy, key, numBlocks,
                 [&](int* v) {
+                  asked = true;
                   return lasting_number(
                       function_key("occupancy", func,
                                    std::to_string(blockSize) + "|" + std::to_string(dynamicSMemSize) + "|" +
@@ -461,6 +576,11 @@ RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlag
                                                                                              dynamicSMemSize, flags);
                       });
                 });
+  if (rc == CUDA_SUCCESS && asked) {
+    std::lock_guard lk(mu());
+    g_occupancy_generation[key] = generation;
+  }
+  return rc;
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* dynamicSmemSize, CUfunction func,

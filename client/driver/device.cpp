@@ -172,7 +172,8 @@ RGPU_EXPORT CUresult CUDAAPI cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevi
   CUresult rc;
   const auto* d = device(dev, &rc);
   if (!d) return rc;
-  if (!pciBusId || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  // A buffer too short for the whole id is refused ("device pci bus id short buffer" on the H200).
+  if (!pciBusId || len <= 0 || static_cast<size_t>(len) <= d->pci_bus_id.size()) return CUDA_ERROR_INVALID_VALUE;
   std::snprintf(pciBusId, static_cast<size_t>(len), "%s", d->pci_bus_id.c_str());
   return CUDA_SUCCESS;
 }

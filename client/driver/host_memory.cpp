@@ -29,6 +29,7 @@
 #include "client/modules.h"
 #include "client/runtime.h"
 #include "common/log.h"
+#include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/pointer_attributes.h"
@@ -226,6 +227,22 @@ CUresult host_attribute(const HostRange& r, CUdeviceptr ptr, CUpointer_attribute
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = r.base; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = r.size; break;
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
+    // As driver 580 answers for cuMemHostAlloc's memory (tests/conformance "pointer pinned", H200):
+    // no P2P tokens for host memory, read-write access, and the 2 MiB granules holding it (the
+    // client's own allocation is 2 MiB aligned). Registered memory keeps the answers below.
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS: return CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+      *static_cast<unsigned*>(data) = r.registered ? 0 : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: {
+      constexpr uintptr_t kGranule = 2u << 20;
+      const uintptr_t base = r.registered ? 0 : r.base & ~(kGranule - 1);
+      const uintptr_t end = r.registered ? 0 : (r.base + r.size + kGranule - 1) & ~(kGranule - 1);
+      if (attr == CU_POINTER_ATTRIBUTE_MAPPING_SIZE) *static_cast<size_t*>(data) = end - base;
+      else *static_cast<void**>(data) = reinterpret_cast<void*>(base);
+      break;
+    }
     default: {
       uint32_t n = rgpu::proto::pointer_attribute_size(attr);
       if (n == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -268,6 +285,25 @@ void managed_range_as_asked(CUdeviceptr ptr, CUpointer_attribute attr, void* dat
 }  // namespace
 
 extern "C" {
+
+// A pinned allocation's range is the client's own (the server never sees it: NOT_FOUND there);
+// managed memory's is what the program asked for, as the driver answers ("pointer pinned address
+// range" and "pointer managed address range", tests/conformance on the H200).
+RGPU_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  HostRange r;
+  if (rgpu::client::find_host_range(reinterpret_cast<const void*>(dptr), 0, &r) && !r.registered) {
+    rgpu::client::trace_call("cuMemGetAddressRange_v2");
+    if (pbase) *pbase = r.base;
+    if (psize) *psize = r.size;
+    return CUDA_SUCCESS;
+  }
+  CUresult rc = rgpu_fwd_cuMemGetAddressRange_v2(pbase, psize, dptr);
+  if (rc == CUDA_SUCCESS) {
+    managed_range_as_asked(dptr, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, pbase);
+    managed_range_as_asked(dptr, CU_POINTER_ATTRIBUTE_RANGE_SIZE, psize);
+  }
+  return rc;
+}
 
 RGPU_EXPORT CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   return host_alloc("cuMemHostAlloc", pp, bytesize, Flags);

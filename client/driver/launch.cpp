@@ -1,7 +1,9 @@
 // Kernel launches. The arguments are packed on the client into one buffer using the kernel's
 // parameter layout, known from the module image (client/modules.h) or, failing that, asked once
 // from the server with cuFuncGetParamInfo and remembered. A launch is one-way. The wire layout
-// (the launch and LaunchArgs) is protocol/wire/launch.h.
+// (the launch and LaunchArgs) is protocol/wire/launch.h. Being one-way, a launch the driver would
+// refuse at once for its dimensions or shared memory is refused before it is sent
+// (client/driver/argument_checks.h, checks()).
 #include <cuda.h>
 
 #include <atomic>
@@ -12,6 +14,8 @@
 #include <vector>
 
 #include "client/call.h"
+#include "client/driver/argument_checks.h"
+#include "client/driver/cached_answers.h"
 #include "client/driver/host_memory.h"
 #include "client/driver/launch_args.h"
 #include "client/modules.h"
@@ -194,29 +198,68 @@ rgpu::proto::wire::LaunchDims dims_of(unsigned gx, unsigned gy, unsigned gz, uns
   return {{gx, gy, gz}, {bx, by, bz}, shmem};
 }
 
+// The driver's immediate answer to a launch's shape, as far as the client can be sure of it
+// (CUDA_SUCCESS: the server's driver decides). Nothing is checked without a current context: the
+// driver answers CUDA_ERROR_INVALID_CONTEXT first (on the H200, for a block of 1025 too).
+CUresult checks(uint16_t op, CUfunction f, const rgpu::proto::wire::LaunchDims& d, bool cooperative) {
+  namespace checks = rgpu::client::checks;
+  checks::DeviceLimits dev;
+  CUdevice ordinal = -1;
+  if (!checks::current_device_limits(&dev, &ordinal)) return CUDA_SUCCESS;
+  const checks::LaunchShape shape{{d.grid[0], d.grid[1], d.grid[2]}, {d.block[0], d.block[1], d.block[2]}, d.shared_bytes, cooperative};
+  // The device's limits alone first: a shape they refuse needs nothing about the function.
+  CUresult rc = checks::launch(dev, {}, shape);
+  if (rc == CUDA_SUCCESS) {
+    const unsigned threads = d.block[0] * d.block[1] * d.block[2];  // <= the device's maximum here
+    rc = checks::launch(dev,
+                        rgpu::client::launch_limits(handle_id(f), ordinal, threads, d.shared_bytes, cooperative,
+                                                    static_cast<unsigned>(dev.max_shared_per_block), dev.multiprocessors),
+                        shape);
+  }
+  return rc == CUDA_SUCCESS ? rc : checks::refused(op, rc);
+}
+
 CUresult launch(uint16_t op, const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                 unsigned by, unsigned bz, unsigned shmem, CUstream s, void** kernelParams, void** extra) {
+  if (!f) {
+    rgpu::client::trace_call(name);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  const auto dims = dims_of(gx, gy, gz, bx, by, bz, shmem);
+  const bool cooperative = op == rgpu::op::cuLaunchCooperativeKernel || op == rgpu::op::cuLaunchCooperativeKernel_ptsz;
+  if (CUresult rc = checks(op, f, dims, cooperative)) return rc;
   rgpu::client::trace_call(name);
-  if (!f) return CUDA_ERROR_INVALID_HANDLE;
   Call c(op, rgpu::client::kOneWay);
   c.on_stream(s);
-  rgpu::proto::wire::put_launch_head(c.args(), handle_id(f), dims_of(gx, gy, gz, bx, by, bz, shmem), handle_id(s));
+  rgpu::proto::wire::put_launch_head(c.args(), handle_id(f), dims, handle_id(s));
   CUresult rc = put_args(c.args(), f, kernelParams, extra);
   return rc == CUDA_SUCCESS ? c.invoke() : rc;
 }
 
 CUresult launch_ex(uint16_t op, const char* name, const CUlaunchConfig* config, CUfunction f, void** kernelParams,
                    void** extra) {
+  if (!config || !f || (config->numAttrs && !config->attrs)) {
+    rgpu::client::trace_call(name);
+    if (config && !f) return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const auto dims = dims_of(config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                            config->blockDimZ, config->sharedMemBytes);
+  // A cluster dimension changes what the driver checks and in which order: the server's to say.
+  bool cooperative = false, clustered = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) cooperative = config->attrs[i].value.cooperative != 0;
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION ||
+        config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION)
+      clustered = true;
+  }
+  if (!clustered)
+    if (CUresult rc = checks(op, f, dims, cooperative)) return rc;
   rgpu::client::trace_call(name);
-  if (!config) return CUDA_ERROR_INVALID_VALUE;
-  if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
   Call c(op, rgpu::client::kOneWay);
   c.on_stream(config->hStream);
-  rgpu::proto::wire::put_launch_ex_head(c.args(), handle_id(f),
-                                        dims_of(config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
-                                                config->blockDimY, config->blockDimZ, config->sharedMemBytes),
-                                        handle_id(config->hStream), config->attrs, config->numAttrs);
+  rgpu::proto::wire::put_launch_ex_head(c.args(), handle_id(f), dims, handle_id(config->hStream), config->attrs,
+                                        config->numAttrs);
   CUresult rc = put_args(c.args(), f, kernelParams, extra);
   return rc == CUDA_SUCCESS ? c.invoke() : rc;
 }

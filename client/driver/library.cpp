@@ -183,6 +183,13 @@ void forget_kernel_functions() {
   g_kernel_functions.clear();
 }
 
+bool is_library_kernel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (const auto& [key, kernel] : g_kernels)
+    if (kernel == id) return true;
+  return false;
+}
+
 std::vector<uint64_t> functions_of_kernel(uint64_t kernel_id) {
   std::lock_guard lk(g_kernel_functions_mu);
   std::vector<uint64_t> ids;

@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include "client/call.h"
+#include "client/contexts.h"
 #include "client/device_work.h"
 #include "client/driver/host_memory.h"
 #include "client/runtime.h"
@@ -59,6 +60,12 @@ CUresult ctx_sync(uint16_t op, bool has_arg, uint64_t arg, Fwd fwd) {
 extern "C" {
 
 RGPU_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
+  // No context current on this thread (client/contexts.h knows the stack): the driver's answer
+  // ("thread ctx synchronize" on the H200), which a one-way synchronize would have lost.
+  if (rgpu::client::connection() && !rgpu::client::contexts::current()) {
+    rgpu::client::trace_call("cuCtxSynchronize");
+    return CUDA_ERROR_INVALID_CONTEXT;
+  }
   return ctx_sync(rgpu::op::cuCtxSynchronize, false, 0, [] { return rgpu_fwd_cuCtxSynchronize(); });
 }
 RGPU_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
