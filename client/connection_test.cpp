@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <vector>
 #include <thread>
 
 #include "client/runtime.h"
@@ -18,6 +21,7 @@
 #include "common/net.h"
 #include "protocol/handshake.h"
 #include "server/session.h"
+#include "test_kernel_paths.h"
 
 namespace rgpu::client {
 namespace {
@@ -45,6 +49,7 @@ void start_server() {
   }
   close(lfd);
   setenv("RGPU_SERVER", ("127.0.0.1:" + std::to_string(ntohs(sa.sin_port))).c_str(), 1);
+  setenv("RGPU_ANSWER_CACHE", "none", 1);  // round trips counted here must not depend on earlier runs
   env::reload();
 }
 
@@ -161,6 +166,64 @@ TEST_F(Batching, ArgumentErrorsTheDriverGivesAtOnceComeAtOnceAndSendNothing) {
   EXPECT_EQ(cuEventDestroy_v2(e), CUDA_SUCCESS);
   EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFree_v2(d), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+// Launches and attribute sets of a real kernel (the fake's rgpu_fill_u32): what the client knows
+// (the device, the limit last set, the attributes asked once, the occupancy asked) is enough to
+// refuse at once, and a launch the driver accepts still goes one-way.
+TEST_F(Batching, LaunchArgumentErrorsComeAtOnceFromWhatTheClientKnows) {
+  if (!RGPU_HAVE_TEST_KERNELS) GTEST_SKIP() << "nvcc was not found at configure time, so there are no images";
+  std::ifstream file(RGPU_TEST_KERNEL_FATBIN, std::ios::binary);
+  std::vector<char> image((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(image.empty());
+  CUmodule mod;
+  ASSERT_EQ(cuModuleLoadData(&mod, image.data()), CUDA_SUCCESS);
+  CUfunction fill;
+  ASSERT_EQ(cuModuleGetFunction(&fill, mod, "rgpu_fill_u32"), CUDA_SUCCESS);
+  CUdeviceptr d;
+  ASSERT_EQ(cuMemAlloc_v2(&d, 1 << 20), CUDA_SUCCESS);
+  unsigned value = 7;
+  unsigned long long n = 64;
+  void* args[] = {&d, &value, &n};
+  ASSERT_EQ(cuLaunchKernel(fill, 1, 1, 1, 64, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);  // layout known
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  uint64_t trips = connection()->round_trips();
+  const uint64_t oneway = connection()->oneway_calls();
+  EXPECT_EQ(cuLaunchKernel(fill, 1, 1, 1, 1025, 1, 1, 0, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(fill, 1, 1, 1, 1, 1, 65, 0, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(fill, 0, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(fill, 1, 65536, 1, 32, 1, 1, 0, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 300 << 10, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 64), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 300 << 10), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(connection()->round_trips(), trips);
+  EXPECT_EQ(connection()->oneway_calls(), oneway);
+  // Above 48 KiB with nothing known: the function's attributes are asked once (the default limit).
+  EXPECT_EQ(cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, (48 << 10) + 1, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(connection()->round_trips(), trips + 1);
+  trips = connection()->round_trips();
+  // Raised: the limit set is known with no question asked, in both directions.
+  EXPECT_EQ(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 << 10), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 100 << 10, nullptr, args, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, (100 << 10) + 1, nullptr, args, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(connection()->round_trips(), trips);
+  // Cooperative: once the occupancy is known, one block more than can be resident is too large.
+  int per_sm = 0, sms = 0;
+  ASSERT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fill, 256, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0), CUDA_SUCCESS);
+  ASSERT_GT(per_sm, 0);
+  trips = connection()->round_trips();
+  const unsigned most = static_cast<unsigned>(per_sm * sms);
+  EXPECT_EQ(cuLaunchCooperativeKernel(fill, most + 1, 1, 1, 256, 1, 1, 0, nullptr, args),
+            CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+  EXPECT_EQ(cuLaunchCooperativeKernel(fill, 1, 1, 1, 32, 1, 1, 300 << 10, nullptr, args),
+            CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+  EXPECT_EQ(cuLaunchCooperativeKernel(fill, most, 1, 1, 256, 1, 1, 0, nullptr, args), CUDA_SUCCESS);
+  EXPECT_EQ(connection()->round_trips(), trips);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);  // nothing deferred
+  EXPECT_EQ(cuMemFree_v2(d), CUDA_SUCCESS);
+  EXPECT_EQ(cuModuleUnload(mod), CUDA_SUCCESS);
   EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
 }
 
