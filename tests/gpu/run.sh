@@ -108,7 +108,8 @@ fi
 if want conformance; then
   step "conformance: the same calls on the real driver, the fake and through rgpu (tests/conformance)"
   # Writes real.txt, fake.txt, rgpu_real.txt and the diffs to $RESULTS/conformance; fails when
-  # the fake differs from the real driver beyond tests/conformance/known_fake.txt.
+  # the fake differs from the real driver beyond tests/conformance/known_fake.txt, or rgpu from the
+  # real driver beyond tests/conformance/known_rgpu.txt.
   python3 tests/conformance/run.py real --build build --image $IMAGE --out "$RESULTS/conformance" \
     --cuda "$REAL" --nvml "${RGPU_REAL_NVML:-$REAL_DIR/libnvidia-ml.so.1}" >"$OUT/conformance.log" 2>&1
   rc=$?
