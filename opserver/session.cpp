@@ -630,10 +630,82 @@ bool Session::hello(Reader& r, ReplyStatus* st, Writer* w, std::string* why) {
   return true;
 }
 
+void Session::write_chunk(const TensorDesc& d, uint64_t total, uint64_t at, const uint8_t* p, size_t n) {
+  if (at != staging_at_ || at + n > total) throw Malformed("write chunks out of order");
+  if (at == 0) {
+    staging_total_ = total;
+    staging_.clear();
+    // Straight into the tensor when it takes the bytes as they come (contiguous, the same
+    // size); else gathered here and copied at the end.
+    write_in_place_ = false;
+    try {
+      at::Tensor dst = tensor(d);
+      write_in_place_ = dst.is_contiguous() && static_cast<uint64_t>(dst.nbytes()) == total;
+    } catch (const std::exception&) {
+      // Reported when the last chunk arrives, as for any write.
+    }
+    if (!write_in_place_) {
+      if (total > opt_.max_storage_bytes) throw CallError("write larger than the server's storage limit");
+      staging_.reserve(total);
+    }
+  } else if (total != staging_total_) {
+    throw Malformed("write chunks of different lengths");
+  }
+  staging_at_ = at + n == total ? 0 : at + n;  // the next write starts over after the last chunk
+  if (write_in_place_) {
+    at::Tensor dst = tensor(d);
+    if (static_cast<uint64_t>(dst.nbytes()) != total || !dst.is_contiguous())
+      throw CallError("copy to the device: the tensor changed between the chunks of one write");
+    if (dst.is_cpu()) {
+      std::memcpy(static_cast<uint8_t*>(dst.data_ptr()) + at, p, n);
+    } else {
+      at::Tensor bytes = at::empty({0}, dst.options().dtype(at::kByte));
+      bytes.set_(dst.storage(), dst.storage_offset() * static_cast<int64_t>(dst.element_size()) + static_cast<int64_t>(at),
+                 {static_cast<int64_t>(n)}, {1});
+      bytes.copy_(at::from_blob(const_cast<uint8_t*>(p), {static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kByte)));
+      if (at + n == total) c10::impl::getDeviceGuardImpl(dst.device().type())->synchronizeDevice(dst.device().index());
+    }
+    return;
+  }
+  staging_.insert(staging_.end(), p, p + n);
+  if (staging_.size() < total) return;
+  Bytes data;
+  data.swap(staging_);
+  at::Tensor dst = tensor(d);
+  auto st = dst.scalar_type();
+  if (static_cast<uint64_t>(dst.numel()) * c10::elementSize(st) != data.size())
+    throw CallError("copy to the device: the bytes do not match the tensor's size");
+  at::Tensor host = at::from_blob(data.data(), dst.sizes(), at::TensorOptions().dtype(st));
+  dst.copy_(host);
+  if (!dst.is_cpu()) c10::impl::getDeviceGuardImpl(dst.device().type())->synchronizeDevice(dst.device().index());
+}
+
+void Session::read_many(const std::vector<TensorDesc>& descs, std::vector<Bytes>* reply_frames) {
+  // Every view is checked (and copied off the device) before the reply starts: a failure is the
+  // reply's own status, with no data.
+  std::vector<at::Tensor> hosts;
+  hosts.reserve(descs.size());
+  uint64_t total = 0;
+  for (const TensorDesc& d : descs) {
+    hosts.push_back(tensor(d).contiguous().to(at::kCPU));
+    total += static_cast<uint64_t>(hosts.back().nbytes());
+  }
+  Writer w;
+  put_status(w, take_status());
+  w.put_u64(total);
+  reply_frames->emplace_back(w.buf().begin(), w.buf().end());
+  // The data goes from the tensors' memory to the socket (serve), in frames of their own.
+  for (at::Tensor& h : hosts)
+    if (h.nbytes()) bulk_.push_back({static_cast<const uint8_t*>(h.const_data_ptr()), h.nbytes()});
+  bulk_hold_ = std::move(hosts);
+}
+
 bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t len, std::vector<Bytes>* reply_frames,
                      std::string* why) {
   Reader r(data, len);
   const bool want_reply = !(flags & proto::kNoReply);
+  bulk_.clear();
+  bulk_hold_.clear();
   Writer w;
   ReplyStatus own;
   bool keep = true;
@@ -684,44 +756,26 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
         size_t n = 0;
         const uint8_t* p = r.bytes(&n);
         if (!r.ok()) throw Malformed("truncated write");
-        if (at != staging_.size() || at + n > total) throw Malformed("write chunks out of order");
-        if (at == 0) {
-          if (total > opt_.max_storage_bytes) throw CallError("write larger than the server's storage limit");
-          staging_total_ = total;
-          staging_.clear();
-          staging_.reserve(total);
-        } else if (total != staging_total_) {
-          throw Malformed("write chunks of different lengths");
-        }
-        staging_.insert(staging_.end(), p, p + n);
-        if (staging_.size() == total) {
-          Bytes data;
-          data.swap(staging_);
-          at::Tensor dst = tensor(d);
-          auto st = dst.scalar_type();
-          if (static_cast<uint64_t>(dst.numel()) * c10::elementSize(st) != data.size())
-            throw CallError("copy to the device: the bytes do not match the tensor's size");
-          at::Tensor host = at::from_blob(data.data(), dst.sizes(), at::TensorOptions().dtype(st));
-          dst.copy_(host);
-          if (!dst.is_cpu()) c10::impl::getDeviceGuardImpl(dst.device().type())->synchronizeDevice(dst.device().index());
-        }
+        write_chunk(d, total, at, p, n);
         break;
       }
       case kTorchRead: {
         what = "copy from the device";
         TensorDesc d;
         if (!get_desc(r, &d) || r.left()) throw Malformed("truncated read");
-        at::Tensor host = tensor(d).contiguous().to(at::kCPU);
-        size_t total = static_cast<size_t>(host.numel()) * host.element_size();
-        auto* p = static_cast<const uint8_t*>(host.const_data_ptr());
-        ReplyStatus st = take_status();
-        put_status(w, st);
-        w.put_u64(total);
-        size_t first = std::min(total, kReadChunk);
-        w.append(p, first);
-        reply_frames->emplace_back(w.buf().begin(), w.buf().end());
-        for (size_t off = first; off < total; off += kReadChunk)
-          reply_frames->emplace_back(p + off, p + std::min(total, off + kReadChunk));
+        std::vector<TensorDesc> one{std::move(d)};
+        read_many(one, reply_frames);
+        return true;
+      }
+      case kTorchReadMany: {
+        what = "copy from the device";
+        uint32_t count = r.u32();
+        if (!r.ok() || count > kMaxReadMany) throw Malformed("a read of too many tensors");
+        std::vector<TensorDesc> descs(count);
+        for (TensorDesc& d : descs)
+          if (!get_desc(r, &d)) throw Malformed("truncated read");
+        if (r.left()) throw Malformed("truncated read");
+        read_many(descs, reply_frames);
         return true;
       }
       case kTorchCall:
@@ -836,6 +890,12 @@ int serve(int fd, const SessionOptions& opt) {
     bool keep = session.handle(h.op, h.flags, payload.data(), payload.size(), &replies, &why);
     for (const Bytes& rep : replies) {
       if (!proto::write_frame(fd, h.op, proto::kReply, h.request_id, h.thread_id, rep.data(), rep.size())) return 0;
+    }
+    for (const Session::BulkPiece& b : session.bulk_reply()) {
+      for (size_t off = 0; off < b.n; off += kReadChunk) {
+        if (!proto::write_frame(fd, h.op, proto::kReply, h.request_id, h.thread_id, b.p + off, std::min(kReadChunk, b.n - off)))
+          return 0;
+      }
     }
     if (!keep) {
       log::warn("closing the connection: %s", why.c_str());

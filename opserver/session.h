@@ -62,6 +62,15 @@ class Session {
 
   size_t storage_count() const { return storages_.size(); }
 
+  // After handle(): the data of a bulk reply (kTorchRead, kTorchReadMany), to send after
+  // reply_frames in frames of its own, straight from host memory the session keeps until the
+  // next handle(). Empty for other replies.
+  struct BulkPiece {
+    const uint8_t* p;
+    size_t n;
+  };
+  const std::vector<BulkPiece>& bulk_reply() const { return bulk_; }
+
  private:
   struct Slot {
     c10::Storage storage;  // undefined until first use (allocation is lazy)
@@ -120,9 +129,16 @@ class Session {
   };
   static constexpr size_t kMaxEvents = 1u << 16;
   std::unordered_map<uint64_t, EventSlot> events_;
-  // A host-to-device write arriving in several frames.
+  // kTorchWrite's chunks, and kTorchRead(Many)'s replies (reply_frames gets the prefix, bulk_ the data).
+  void write_chunk(const torchwire::TensorDesc& d, uint64_t total, uint64_t at, const uint8_t* p, size_t n);
+  void read_many(const std::vector<torchwire::TensorDesc>& descs, std::vector<Bytes>* reply_frames);
+  // A host-to-device write arriving in several frames: written into the tensor as it comes, or
+  // gathered in staging_ when the tensor does not take the bytes in order.
   Bytes staging_;
-  uint64_t staging_total_ = 0;
+  uint64_t staging_total_ = 0, staging_at_ = 0;
+  bool write_in_place_ = false;
+  std::vector<BulkPiece> bulk_;
+  std::vector<at::Tensor> bulk_hold_;
 };
 
 // Serves one connection (after the handshake) until the client leaves or misbehaves. Returns the

@@ -138,6 +138,11 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   rgpu::Writer read;
   put_desc_1d(read, 0x1001, 4);
   record(&seed, kTorchRead, false, read);
+  rgpu::Writer many;  // kTorchReadMany of two views: all of 0x1001, then 0x1000's first two floats
+  many.put_u32(2);
+  put_desc_1d(many, 0x1001, 4);
+  put_desc_1d(many, 0x1000, 2);
+  record(&seed, kTorchReadMany, false, many);
   rgpu::Writer resize;
   resize.put_u64(0x1000);
   resize.put_u64(64);

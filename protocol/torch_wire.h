@@ -72,7 +72,10 @@ enum Op : uint16_t {
   kTorchResize = kFirstTorchOp + 3,
   // One-way: TensorDesc dst, bytes (dst's elements, contiguous, dst's dtype): host to device.
   kTorchWrite = kFirstTorchOp + 4,
-  // Request: TensorDesc src. Reply: prefix, bytes (src's elements, contiguous): device to host.
+  // Request: TensorDesc src. Reply: prefix, u64 total, then total bytes (src's elements,
+  // contiguous) over one or more frames: the bytes that do not fit the first frame follow in
+  // frames of their own (same op, request id, kReply), whose payloads are nothing but data. Servers
+  // send the data in frames of their own only, so the client reads it in place: device to host.
   kTorchRead = kFirstTorchOp + 5,
   // An ATen op. str name ("aten::add"), str overload ("Tensor"), u32 nargs, nargs values, then
   // the outputs:
@@ -133,6 +136,11 @@ enum Op : uint16_t {
   // per graph result u8 OutKind (kOutIgnore or kOutTensor OutSpec, as kTorchCall's one-way
   // outputs): the server binds each result to the storage id the client minted for it.
   kTorchGraphRun = kFirstTorchOp + 16,
+  // Request: u32 n (at most kMaxReadMany), n TensorDesc. Reply: prefix, u64 total (the sum of
+  // the views' element bytes), then each view's elements, contiguous, one after the other in
+  // request order, possibly over several frames (as kTorchRead): many device-to-host copies for
+  // one round trip (torch.save of a state_dict reads every storage; python/rgpu/__init__.py).
+  kTorchReadMany = kFirstTorchOp + 17,
 };
 
 enum PropIndex : uint8_t {
@@ -185,6 +193,8 @@ inline constexpr int kMaxDevices = 64;
 // Most nodes of one compiled graph, and most compiled graphs a session keeps.
 inline constexpr uint32_t kMaxGraphNodes = 1u << 16;
 inline constexpr uint32_t kMaxGraphs = 1u << 12;
+// Most views of one kTorchReadMany.
+inline constexpr uint32_t kMaxReadMany = 1u << 16;
 
 struct TensorDesc {
   uint64_t storage = 0;

@@ -101,6 +101,9 @@ def _register():
     from . import compile as _compile
 
     _compile.register()
+    from . import checkpoint as _checkpoint
+
+    _checkpoint.register()
     synchronize = _device.synchronize
     server_info = _device.server_info
     stats = _device.stats

@@ -16,6 +16,7 @@
 #include "protocol/torch_wire.h"
 #include "runtime/connection.h"
 #include "runtime/device.h"
+#include "runtime/readahead.h"
 
 namespace rgpu::torchdev {
 
@@ -24,7 +25,7 @@ using namespace rgpu::torchwire;
 namespace {
 
 constexpr c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
-// Host-to-device copies travel in frames of this many bytes.
+// Host-to-device copies travel in frames of this many bytes, written from the source in place.
 constexpr size_t kWriteChunk = 8u << 20;
 
 bool is_rgpu(const at::Tensor& t) { return t.defined() && t.device().type() == kDeviceType; }
@@ -52,8 +53,8 @@ void write(const at::Tensor& dst, const at::Tensor& src) {
     put_tensor_desc(w, dst);
     w.put_u64(total);
     w.put_u64(at);
-    w.put_bytes(p + at, n);
-    c.post(kTorchWrite, w);
+    w.put_u64(n);  // put_bytes' length; the bytes follow in place
+    c.post_bulk(kTorchWrite, w, p + at, n);
     at += n;
   } while (at < total);
 }
@@ -155,8 +156,20 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     write(dst, src);
   } else {
     TORCH_CHECK(dst.is_cpu(), "rgpu: cannot copy from rgpu to ", dst.device(), "; go through the cpu");
-    at::Tensor tmp = at::empty(self.sizes(), self.options().device(c10::kCPU));
-    read(self, tmp.data_ptr(), tmp.nbytes());
+    // From the read-ahead when the storage's bytes were fetched with others (runtime/readahead.h);
+    // else straight into dst when it takes the elements as they come, else through a buffer.
+    at::Tensor tmp = readahead_view(self);
+    if (!tmp.defined()) {
+      const bool in_place = dst.is_contiguous() && dst.scalar_type() == self.scalar_type() &&
+                            dst.sizes().equals(self.sizes()) && !self.is_conj() && !self.is_neg() &&
+                            !dst.is_conj() && !dst.is_neg();
+      if (in_place) {
+        read(self, dst.data_ptr(), dst.nbytes());
+        return dst;
+      }
+      tmp = at::empty(self.sizes(), self.options().device(c10::kCPU));
+      read(self, tmp.data_ptr(), tmp.nbytes());
+    }
     if (self.is_conj()) tmp = tmp.conj();
     if (self.is_neg()) tmp = tmp._neg_view();
     dst.copy_(tmp);

@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 #include <torch/headeronly/version.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -173,13 +174,14 @@ void Connection::release(uint64_t id) noexcept {
   }
 }
 
-void Connection::append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload) {
+void Connection::append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload,
+                              size_t extra) {
   const size_t changes = pending_allocs_.size() + pending_frees_.size();
   const size_t prefix = changes ? 8 + 17 * pending_allocs_.size() + 8 * pending_frees_.size() : 0;
-  TORCH_CHECK(payload.size() + prefix <= proto::kMaxPayload, "rgpu: a single op's arguments exceed ",
+  TORCH_CHECK(payload.size() + extra + prefix <= proto::kMaxPayload, "rgpu: a single op's arguments exceed ",
               proto::kMaxPayload >> 20, " MiB; pass large host tensors through .to(\"rgpu\") first");
   if (changes) flags |= kWithStorage;
-  proto::FrameHeader h = proto::make_header(op, flags, request_id, 0, payload.size() + prefix);
+  proto::FrameHeader h = proto::make_header(op, flags, request_id, 0, payload.size() + extra + prefix);
   const auto* hp = reinterpret_cast<const uint8_t*>(&h);
   queue_.insert(queue_.end(), hp, hp + sizeof h);
   if (changes) {
@@ -260,6 +262,7 @@ void Connection::post(uint16_t op, const Writer& payload) {
   if (broken_) lost(broken_why_);
   append_frame(op, proto::kNoReply, 0, const_cast<Writer&>(payload).buf());
   ++posts_;
+  ++generation_;
   if (queue_.size() >= kFlushBytes) {
     flush_locked();
   } else {
@@ -267,78 +270,136 @@ void Connection::post(uint16_t op, const Writer& payload) {
   }
 }
 
+void Connection::post_bulk(uint16_t op, const Writer& head, const void* data, size_t n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (broken_) lost(broken_why_);
+  append_frame(op, proto::kNoReply, 0, const_cast<Writer&>(head).buf(), n);
+  ++posts_;
+  ++generation_;
+  // The queue (ending in this frame's header and head) and the caller's bytes in one writev.
+  iovec iov[2] = {{queue_.data(), queue_.size()}, {const_cast<void*>(data), n}};
+  bool ok = net::writev_full(fd_, iov, 2);
+  bytes_sent_ += queue_.size() + n;
+  queue_.clear();
+  if (!ok) lost("the server closed the connection");
+}
+
 std::map<std::string, uint64_t> Connection::waits_by_reason() {
   std::lock_guard<std::mutex> lk(mu_);
   return waits_by_reason_;
 }
 
-Bytes Connection::call(uint16_t op, const Writer& payload, const std::string& why_wait, void* bulk, size_t bulk_len) {
-  std::lock_guard<std::mutex> ck(call_mu_);
-  uint32_t id;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (broken_) lost(broken_why_);
-    id = next_request_++;
-    ++waits_;
-    ++waits_by_reason_[why_wait];
-    append_frame(op, 0, id, const_cast<Writer&>(payload).buf());
-    flush_locked();
-  }
+namespace {
+
+// Requests that change no storage's bytes on the server (generation()).
+bool reads_only(uint16_t op) {
+  return op == kTorchRead || op == kTorchReadMany || op == kTorchSync || op == kTorchDeviceProps ||
+         op == kTorchMemory || op == kTorchEvent || op == kTorchHello;
+}
+
+}  // namespace
+
+void Connection::lost_unlocked(const std::string& what) {
+  std::lock_guard<std::mutex> lk(mu_);
+  lost(what);
+}
+
+uint32_t Connection::send_request(uint16_t op, const Writer& payload, const std::string& why_wait) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (broken_) lost(broken_why_);
+  uint32_t id = next_request_++;
+  ++waits_;
+  ++waits_by_reason_[why_wait];
+  if (!reads_only(op)) ++generation_;
+  append_frame(op, 0, id, const_cast<Writer&>(payload).buf());
+  flush_locked();
+  return id;
+}
+
+std::vector<uint8_t> Connection::read_reply(uint16_t op, uint32_t id, ReplyStatus* st, size_t* body_at) {
   proto::FrameHeader h{};
   std::string why;
-  Bytes body;
-  auto read_one = [&]() {
-    std::vector<uint8_t> frame;
-    proto::ReadResult rr = proto::read_frame(fd_, proto::kMaxPayload, &h, &frame, &why);
-    if (rr != proto::ReadResult::kOk) {
-      std::lock_guard<std::mutex> lk(mu_);
-      lost(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
+  std::vector<uint8_t> frame;
+  proto::ReadResult rr = proto::read_frame(fd_, proto::kMaxPayload, &h, &frame, &why);
+  if (rr != proto::ReadResult::kOk) lost_unlocked(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
+  if (!(h.flags & proto::kReply) || h.request_id != id || h.op != op) lost_unlocked("a reply that does not match the request");
+  Reader r(frame.data(), frame.size());
+  if (!get_status(r, st)) lost_unlocked("a malformed reply");
+  if (st->failed) {
+    raise_deferred(*st);
+    TORCH_CHECK(false, st->message);
+  }
+  *body_at = frame.size() - r.left();
+  return frame;
+}
+
+void Connection::raise_deferred(const ReplyStatus& st) {
+  if (st.has_deferred)
+    TORCH_CHECK(false, "rgpu: ", st.deferred_op, " failed on rgpu-opserver: ", st.deferred_message,
+                "\n(it ran asynchronously: the error surfaced at the next operation that waited for the server; "
+                "the tensors it should have written are not valid)");
+}
+
+void Connection::read_bulk(uint16_t op, uint32_t id, const uint8_t* rest, size_t rest_len, const std::vector<Sink>& sinks) {
+  Reader r(rest, rest_len);
+  uint64_t want = 0;
+  for (const Sink& s : sinks) want += s.n;
+  uint64_t total = r.u64();
+  if (!r.ok() || total != want) lost_unlocked("a reply of the wrong length");
+  size_t sink = 0, at = 0;  // where the next byte goes: sinks[sink], offset at
+  // Bytes in hand (the first frame's rest, from servers that put data there) are copied; the
+  // frames that follow are read from the socket straight into the sinks.
+  auto take = [&](const uint8_t* p, size_t n) {
+    while (n) {
+      while (sinks[sink].n == at) ++sink, at = 0;
+      size_t k = std::min(n, sinks[sink].n - at);
+      std::memcpy(static_cast<uint8_t*>(sinks[sink].p) + at, p, k);
+      p += k, n -= k, at += k;
     }
-    if (!(h.flags & proto::kReply) || h.request_id != id || h.op != op) {
-      std::lock_guard<std::mutex> lk(mu_);
-      lost("a reply that does not match the request");
-    }
-    return frame;
   };
-  std::vector<uint8_t> first = read_one();
-  Reader r(first.data(), first.size());
+  uint64_t got = std::min<uint64_t>(r.left(), total);
+  take(r.view(got), got);
+  while (got < total) {
+    proto::FrameHeader h{};
+    std::string why;
+    proto::ReadResult rr = proto::read_header(fd_, proto::kMaxPayload, &h, &why);
+    if (rr != proto::ReadResult::kOk) lost_unlocked(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
+    if (!(h.flags & proto::kReply) || h.request_id != id || h.op != op) lost_unlocked("a reply that does not match the request");
+    if (h.length > total - got) lost_unlocked("a reply longer than the bytes asked for");
+    for (size_t n = h.length; n;) {
+      while (sinks[sink].n == at) ++sink, at = 0;
+      size_t k = std::min(n, sinks[sink].n - at);
+      if (net::read_full(fd_, static_cast<uint8_t*>(sinks[sink].p) + at, k) != static_cast<ssize_t>(k))
+        lost_unlocked("the connection broke in the middle of a reply");
+      n -= k, at += k;
+    }
+    got += h.length;
+  }
+}
+
+Bytes Connection::call(uint16_t op, const Writer& payload, const std::string& why_wait, void* bulk, size_t bulk_len) {
+  std::lock_guard<std::mutex> ck(call_mu_);
+  uint32_t id = send_request(op, payload, why_wait);
   ReplyStatus st;
-  if (!get_status(r, &st)) {
-    std::lock_guard<std::mutex> lk(mu_);
-    lost("a malformed reply");
-  }
-  auto raise_deferred = [&] {
-    if (st.has_deferred)
-      TORCH_CHECK(false, "rgpu: ", st.deferred_op, " failed on rgpu-opserver: ", st.deferred_message,
-                  "\n(it ran asynchronously: the error surfaced at the next operation that waited for the server; "
-                  "the tensors it should have written are not valid)");
-  };
-  if (st.failed) {
-    raise_deferred();
-    TORCH_CHECK(false, st.message);
-  }
+  size_t at = 0;
+  std::vector<uint8_t> first = read_reply(op, id, &st, &at);
   if (bulk) {
-    uint64_t total = r.u64();
-    if (!r.ok() || total != bulk_len) {
-      std::lock_guard<std::mutex> lk(mu_);
-      lost("a reply of the wrong length");
-    }
-    size_t got = std::min<size_t>(r.left(), bulk_len);
-    if (got) std::memcpy(bulk, r.view(got), got);
-    while (got < bulk_len) {
-      std::vector<uint8_t> more = read_one();
-      size_t n = std::min(more.size(), bulk_len - got);
-      std::memcpy(static_cast<uint8_t*>(bulk) + got, more.data(), n);
-      got += n;
-    }
-    raise_deferred();  // after the whole reply is read, so the next call starts at a frame boundary
-    return body;
+    read_bulk(op, id, first.data() + at, first.size() - at, {{bulk, bulk_len}});
+    raise_deferred(st);  // after the whole reply is read, so the next call starts at a frame boundary
+    return {};
   }
-  raise_deferred();
-  size_t left = r.left();
-  const uint8_t* p = r.view(left);
-  body.assign(p, p + left);
-  return body;
+  raise_deferred(st);
+  return Bytes(first.begin() + static_cast<ptrdiff_t>(at), first.end());
+}
+
+void Connection::call_scatter(uint16_t op, const Writer& payload, const std::string& why_wait, const std::vector<Sink>& sinks) {
+  std::lock_guard<std::mutex> ck(call_mu_);
+  uint32_t id = send_request(op, payload, why_wait);
+  ReplyStatus st;
+  size_t at = 0;
+  std::vector<uint8_t> first = read_reply(op, id, &st, &at);
+  read_bulk(op, id, first.data() + at, first.size() - at, sinks);
+  raise_deferred(st);
 }
 
 }  // namespace rgpu::torchdev

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/wire.h"
+#include "protocol/torch_wire.h"
 
 namespace rgpu::torchdev {
 
@@ -35,11 +36,25 @@ class Connection {
   static Connection* existing();
 
   void post(uint16_t op, const Writer& payload);
+  // post() of a frame whose payload is head then n bytes at data, written from data in place
+  // (no copy: host-to-device copies). Returns once the bytes are on the socket.
+  void post_bulk(uint16_t op, const Writer& head, const void* data, size_t n);
   // Returns the reply's body (after the status). With bulk, the reply carries u64 length and
   // then that many bytes, possibly over several frames; they are written to bulk (which must
   // hold exactly bulk_len) and the body returned is empty.
   // why names the wait in waits_by_reason() (an op's name, "read", "synchronize").
+  // The bulk bytes are read from the socket straight into place (no copy).
   Bytes call(uint16_t op, const Writer& payload, const std::string& why, void* bulk = nullptr, size_t bulk_len = 0);
+  // call() whose bulk reply is scattered over several buffers, in order (kTorchReadMany).
+  struct Sink {
+    void* p;
+    size_t n;
+  };
+  void call_scatter(uint16_t op, const Writer& payload, const std::string& why, const std::vector<Sink>& sinks);
+  // Counts the frames that may have changed a storage's bytes on the server (every one-way call,
+  // every request but the read-only ones): a host copy of device bytes taken at one value is
+  // still exact while the value stays the same (runtime/readahead.h).
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   // Reserves n consecutive storage ids; returns the first.
   uint64_t mint(uint64_t n = 1);
   // Mints a storage id and queues its allocation of nbytes on the server's device; returns the id.
@@ -69,7 +84,17 @@ class Connection {
   Connection() = default;
   void connect();
   // Appends a frame to queue_, with the waiting storage changes ahead of its payload.
-  void append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload);
+  // extra: bytes of payload that follow in the frame but are written by the caller (post_bulk).
+  void append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload,
+                    size_t extra = 0);
+  // The request part of call(): queues and writes the request; returns its id.
+  uint32_t send_request(uint16_t op, const Writer& payload, const std::string& why);
+  // Reads the reply's first frame; raises its own failure (and a deferred error with it).
+  std::vector<uint8_t> read_reply(uint16_t op, uint32_t id, torchwire::ReplyStatus* st, size_t* body_at);
+  // Reads the bulk part of a reply (u64 total already read from the first frame's rest) into sinks.
+  void read_bulk(uint16_t op, uint32_t id, const uint8_t* rest, size_t rest_len, const std::vector<Sink>& sinks);
+  [[noreturn]] void lost_unlocked(const std::string& what);
+  static void raise_deferred(const torchwire::ReplyStatus& st);
   // Sends the waiting storage changes in a kTorchStorage frame (queued; written with the rest).
   void post_storage_locked();
   // Asks the flusher to write the queue (and the waiting storage changes) shortly.
@@ -100,7 +125,7 @@ class Connection {
   std::vector<uint64_t> pending_frees_;
   uint64_t frames_ = 0;  // frames appended since connect, under mu_ (the flusher's idleness test)
   std::map<std::string, uint64_t> waits_by_reason_;  // under mu_
-  std::atomic<uint64_t> waits_{0}, posts_{0}, bytes_sent_{0};
+  std::atomic<uint64_t> waits_{0}, posts_{0}, bytes_sent_{0}, generation_{0};
 };
 
 }  // namespace rgpu::torchdev
