@@ -36,21 +36,21 @@ CUctx_st* primary_locked() {
 bool usable_locked(CUctx_st* c) { return ctx_alive_locked(c) && (!c->primary || c->primary_refs > 0); }
 
 // Every CUlimit cuda.h 13.0 declares, with what a fresh context on an H200 under driver 580
-// answers, and how cuCtxSetLimit treats it. Values the header documents (the printf FIFO, the
-// heap, the launch counts) are the driver's; the rest are marked "guess" until the conformance
-// program has compared them with the GPU's. cuBLASLt 13 asks for CU_LIMIT_CIG_ENABLED when it
+// answers, and how cuCtxSetLimit treats it: the values and codes are the real driver's
+// (tests/conformance/h200.txt, driver 580.159.04). cuBLASLt 13 asks for CU_LIMIT_CIG_ENABLED when it
 // sets up a handle (cublasLtCtxInit, from cublasCreate_v2 too); it takes SUCCESS,
 // INVALID_CONTEXT and INVALID_VALUE in its stride, but on any other answer (the fake's
 // UNSUPPORTED_LIMIT, when it knew only limits 0 to 6) it skips copying the device's description
 // into the handle's block and still reports success, so every later heuristic read malloc'd
 // garbage: crashes and CUBLAS_STATUS_NOT_SUPPORTED/INTERNAL_ERROR that varied with the heap.
-// Pinned by fakecuda_test Fake.AnswersEveryLimitCudaHDeclaresWithTheDriversDefaults and
-// tests/e2e/test_torch_train.py.
+// Pinned by fakecuda_test Fake.AnswersEveryLimitCudaHDeclaresWithTheDriversDefaults,
+// ctest conformance_fake and tests/e2e/test_torch_train.py.
 enum class SetRule {
-  kStore,        // kept as given
-  kL2Hint,       // a hint of 0..128 bytes; above that CUDA_ERROR_INVALID_VALUE (guess)
-  kClampPersist, // clamped to CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE (guess)
-  kRefuse,       // CUDA_ERROR_UNSUPPORTED_LIMIT
+  kStore,          // kept as given
+  kL2Hint,         // a hint of 0..128 bytes; above that CUDA_ERROR_INVALID_VALUE, value kept
+  kPersist,        // up to CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE; above, INVALID_VALUE
+  kNotPermitted,   // query-only: CUDA_ERROR_NOT_PERMITTED
+  kUnsupported,    // not on this device, get and set: CUDA_ERROR_UNSUPPORTED_LIMIT
 };
 struct LimitRule {
   CUlimit limit;
@@ -60,20 +60,21 @@ struct LimitRule {
 constexpr size_t kMaxPersistingL2 = 39321600;  // CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE (device.cpp)
 constexpr LimitRule kLimits[] = {
     {CU_LIMIT_STACK_SIZE, 1024, SetRule::kStore},                // bytes per thread
-    {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20, SetRule::kStore},       // 1 MiB
+    {CU_LIMIT_PRINTF_FIFO_SIZE, 8650752, SetRule::kStore},       // 8.25 MiB (cuda.h says 1 MiB)
     {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20, SetRule::kStore},       // 8 MiB
-    // cuda.h: settable only below compute capability 9.0, UNSUPPORTED_LIMIT on an H200; the
-    // value read back is the documented default of two levels (guess that it is still answered).
-    {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2, SetRule::kRefuse},
+    // cuda.h: settable only below compute capability 9.0; on an H200 not even read.
+    {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 0, SetRule::kUnsupported},
     {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048, SetRule::kStore},
-    {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32, SetRule::kL2Hint},  // 32: guess
-    {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0, SetRule::kClampPersist},
+    {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 64, SetRule::kL2Hint},
+    // 30% of the maximum (11796480 of 39321600). Values up to the maximum are stored as given
+    // (not recorded whether the driver rounds them).
+    {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, kMaxPersistingL2 / 10 * 3, SetRule::kPersist},
     // CIG (CUDA in graphics) limits of a context that is not CIG-enabled, which no cuCtxCreate
-    // through rgpu is. "Can only be queried" (cuda.h); the refusal's code is a guess. The shared
-    // memory a kernel may use is the device's opt-in maximum per block (guess).
-    {CU_LIMIT_SHMEM_SIZE, 232448, SetRule::kRefuse},
-    {CU_LIMIT_CIG_ENABLED, 0, SetRule::kRefuse},
-    {CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED, 1, SetRule::kStore},  // 1 (fallback on): guess
+    // through rgpu is: read, not set. The shared memory a kernel may use is the device's opt-in
+    // maximum per block; the fallback limit is not answered at all.
+    {CU_LIMIT_SHMEM_SIZE, 232448, SetRule::kNotPermitted},
+    {CU_LIMIT_CIG_ENABLED, 0, SetRule::kNotPermitted},
+    {CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED, 0, SetRule::kUnsupported},
 };
 static_assert(std::size(kLimits) == CU_LIMIT_MAX, "a CUlimit of cuda.h has no rule");
 
@@ -315,6 +316,10 @@ FAKE_API CUresult CUDAAPI cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
   std::lock_guard lk(g_mu);
+  // Past the last limit cuda.h declares: INVALID_VALUE; one the device lacks: UNSUPPORTED_LIMIT.
+  const LimitRule* rule = limit_rule(limit);
+  if (!rule) return CUDA_ERROR_INVALID_VALUE;
+  if (rule->set == SetRule::kUnsupported) return CUDA_ERROR_UNSUPPORTED_LIMIT;
   auto it = c->limits.find(limit);
   if (it == c->limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
   *pvalue = it->second;
@@ -325,14 +330,17 @@ FAKE_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
   const LimitRule* rule = limit_rule(limit);
-  if (!rule) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  if (!rule) return CUDA_ERROR_INVALID_VALUE;
   switch (rule->set) {
     case SetRule::kStore: break;
     case SetRule::kL2Hint:
       if (value > 128) return CUDA_ERROR_INVALID_VALUE;
       break;
-    case SetRule::kClampPersist: value = std::min(value, kMaxPersistingL2); break;
-    case SetRule::kRefuse: return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    case SetRule::kPersist:
+      if (value > kMaxPersistingL2) return CUDA_ERROR_INVALID_VALUE;
+      break;
+    case SetRule::kNotPermitted: return CUDA_ERROR_NOT_PERMITTED;
+    case SetRule::kUnsupported: return CUDA_ERROR_UNSUPPORTED_LIMIT;
   }
   std::lock_guard lk(g_mu);
   c->limits[limit] = value;

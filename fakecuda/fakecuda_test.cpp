@@ -228,27 +228,33 @@ TEST_F(Fake, ContextQueries) {
 
 TEST_F(Fake, AnswersEveryLimitCudaHDeclaresWithTheDriversDefaults) {
   // cuBLASLt 13's cublasLtCreate asks for CU_LIMIT_CIG_ENABLED; the fake once knew only limits 0
-  // to 6 and answered it CUDA_ERROR_UNSUPPORTED_LIMIT, so no cuBLAS program ran on it.
+  // to 6 and answered it CUDA_ERROR_UNSUPPORTED_LIMIT, so no cuBLAS program ran on it. The values
+  // are the H200's under driver 580 (tests/conformance/h200.txt); 0 marks UNSUPPORTED_LIMIT.
   const std::pair<CUlimit, size_t> expected[] = {
       {CU_LIMIT_STACK_SIZE, 1024},
-      {CU_LIMIT_PRINTF_FIFO_SIZE, 1 << 20},
+      {CU_LIMIT_PRINTF_FIFO_SIZE, 8650752},
       {CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20},
-      {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 2},
+      {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, 0},
       {CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 2048},
-      {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 32},
-      {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0},
+      {CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 64},
+      {CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 11796480},
       {CU_LIMIT_SHMEM_SIZE, 232448},
       {CU_LIMIT_CIG_ENABLED, 0},
-      {CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED, 1},
+      {CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED, 0},
   };
   ASSERT_EQ(std::size(expected), size_t(CU_LIMIT_MAX));
   for (auto [limit, value] : expected) {
     size_t got = 12345;
-    EXPECT_EQ(cuCtxGetLimit(&got, limit), CUDA_SUCCESS) << limit;
-    EXPECT_EQ(got, value) << limit;
+    bool unsupported = limit == CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH || limit == CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED;
+    EXPECT_EQ(cuCtxGetLimit(&got, limit), unsupported ? CUDA_ERROR_UNSUPPORTED_LIMIT : CUDA_SUCCESS) << limit;
+    if (!unsupported) {
+      EXPECT_EQ(got, value) << limit;
+    }
   }
   size_t got = 0;
-  EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_MAX), CUDA_ERROR_UNSUPPORTED_LIMIT);
+  // Past the last limit: INVALID_VALUE, as any other bad argument.
+  EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_MAX), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxGetLimit(&got, static_cast<CUlimit>(99)), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuCtxGetLimit(nullptr, CU_LIMIT_CIG_ENABLED), CUDA_ERROR_INVALID_VALUE);
 }
 
@@ -257,26 +263,35 @@ TEST_F(Fake, SetLimitStoresClampsOrRefusesAsTheDriver) {
   EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 4 << 20), CUDA_SUCCESS);
   EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_PRINTF_FIFO_SIZE), CUDA_SUCCESS);
   EXPECT_EQ(got, size_t(4) << 20);
-  // Query-only limits, and the sync depth on compute capability 9.0 (cuda.h), are refused and
-  // keep their value.
-  for (CUlimit limit : {CU_LIMIT_SHMEM_SIZE, CU_LIMIT_CIG_ENABLED, CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH}) {
+  // The CIG limits are query-only: NOT_PERMITTED, and they keep their value.
+  for (CUlimit limit : {CU_LIMIT_SHMEM_SIZE, CU_LIMIT_CIG_ENABLED}) {
     size_t before = 0;
     ASSERT_EQ(cuCtxGetLimit(&before, limit), CUDA_SUCCESS);
-    EXPECT_EQ(cuCtxSetLimit(limit, 1), CUDA_ERROR_UNSUPPORTED_LIMIT) << limit;
+    EXPECT_EQ(cuCtxSetLimit(limit, 0), CUDA_ERROR_NOT_PERMITTED) << limit;
     EXPECT_EQ(cuCtxGetLimit(&got, limit), CUDA_SUCCESS);
     EXPECT_EQ(got, before) << limit;
   }
-  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MAX, 1), CUDA_ERROR_UNSUPPORTED_LIMIT);
+  // The sync depth (compute capability 9.0) and the CIG fallback: not on this device at all.
+  for (CUlimit limit : {CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH, CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED}) {
+    EXPECT_EQ(cuCtxSetLimit(limit, 0), CUDA_ERROR_UNSUPPORTED_LIMIT) << limit;
+    EXPECT_EQ(cuCtxGetLimit(&got, limit), CUDA_ERROR_UNSUPPORTED_LIMIT) << limit;
+  }
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MAX, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxSetLimit(static_cast<CUlimit>(99), 1), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 129), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 64), CUDA_SUCCESS);
   EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_MAX_L2_FETCH_GRANULARITY), CUDA_SUCCESS);
   EXPECT_EQ(got, 64u);
-  // The persisting L2 size is clamped to the device's maximum (its attribute).
+  // The persisting L2 size: above the device's maximum (its attribute) INVALID_VALUE, the value
+  // kept; up to it stored.
   int max_persisting = 0;
   ASSERT_EQ(cuDeviceGetAttribute(&max_persisting, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, 0), CUDA_SUCCESS);
-  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, size_t(1) << 40), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, size_t(1) << 40), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_PERSISTING_L2_CACHE_SIZE), CUDA_SUCCESS);
-  EXPECT_EQ(got, size_t(max_persisting));
+  EXPECT_EQ(got, size_t(max_persisting) * 3 / 10);
+  EXPECT_EQ(cuCtxSetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxGetLimit(&got, CU_LIMIT_PERSISTING_L2_CACHE_SIZE), CUDA_SUCCESS);
+  EXPECT_EQ(got, 0u);
 }
 
 TEST_F(Fake, APrimaryContextActiveAgainHasTheDefaultLimits) {
@@ -470,6 +485,19 @@ TEST_F(Fake, MemsetsFillWithTheirElementWidth) {
 }
 
 // ---------- streams and events ----------
+
+TEST_F(Fake, StreamHandlesAreHeapPointersNotAligned256AsTheDrivers) {
+  // The real driver's CUstream is a heap pointer (rgpu_conformance "stream create": nonnull, not
+  // aligned to 256); the fake's make_shared block sometimes was, so a test could come to rely on it.
+  for (int i = 0; i < 8; ++i) {
+    CUstream s = nullptr;
+    ASSERT_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    auto p = reinterpret_cast<uintptr_t>(s);
+    EXPECT_EQ(p % 16, 0u);
+    EXPECT_NE(p % 256, 0u);
+    EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  }
+}
 
 TEST_F(FakeImages, StreamsRunAsynchronouslyAndInOrder) {
   CUstream s;
