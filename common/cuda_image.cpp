@@ -216,7 +216,8 @@ bool parse_cubin(Bytes b, Image* out, std::string* err) {
         if (shndx < elf.sections.size() && !name.empty()) {
           std::string_view section = elf.section_name(elf.sections[shndx]);
           if (section.starts_with(".nv.global") || (section.starts_with(".nv.constant") && !section.starts_with(".nv.constant0")))
-            globals.push_back({std::string(name), b.at<uint64_t>(sym + 16)});
+            globals.push_back({std::string(name), b.at<uint64_t>(sym + 16), section.starts_with(".nv.constant"),
+                               b.at<uint64_t>(sym + 8)});
         }
         continue;
       }

@@ -41,6 +41,8 @@ struct Kernel {
 struct Global {
   std::string name;
   uint64_t size = 0;
+  bool constant = false;  // in a .nv.constant section (`__constant__`)
+  uint64_t offset = 0;    // the symbol's value: its offset in that section
 };
 
 struct Image {

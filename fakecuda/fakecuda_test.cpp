@@ -397,7 +397,13 @@ TEST_F(Fake, MappedPinnedMemoryHasHostPointerAttributes) {
   EXPECT_EQ(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, CUdeviceptr(h) + 100), CUDA_SUCCESS);
   EXPECT_EQ(start, CUdeviceptr(h));
   EXPECT_EQ(size, 65536u);
+  // cuMemGetAddressRange answers pinned memory too (driver 580; the fake said NOT_FOUND).
+  start = 0, size = 0;
+  EXPECT_EQ(cuMemGetAddressRange_v2(&start, &size, CUdeviceptr(h) + 100), CUDA_SUCCESS);
+  EXPECT_EQ(start, CUdeviceptr(h));
+  EXPECT_EQ(size, 65536u);
   EXPECT_EQ(cuMemFreeHost(h), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemGetAddressRange_v2(&start, &size, CUdeviceptr(h) + 100), CUDA_ERROR_NOT_FOUND);
 }
 
 // VMM: physical memory by handle, mapped into a reservation, reachable once access is set; the
@@ -430,6 +436,12 @@ TEST_F(Fake, VirtualMemoryMapsHandlesIntoReservations) {
   ASSERT_EQ(cuMemSetAccess(va, g, &acc, 1), CUDA_SUCCESS);
   ASSERT_EQ(cuMemsetD32_v2(va, 0xfeedu, g / 4), CUDA_SUCCESS);
   EXPECT_EQ(cuMemFree_v2(va), CUDA_ERROR_INVALID_VALUE);  // a mapping is not cuMemAlloc's
+  // A mapping's range is the reservation (driver 580), its mapping the handle's size.
+  size_t range = 0, mapping = 0;
+  EXPECT_EQ(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va + 64), CUDA_SUCCESS);
+  EXPECT_EQ(range, 2 * g);
+  EXPECT_EQ(cuPointerGetAttribute(&mapping, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, va + 64), CUDA_SUCCESS);
+  EXPECT_EQ(mapping, g);
 
   int fd = -1;
   ASSERT_EQ(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
@@ -573,6 +585,23 @@ TEST_F(FakeImages, ASynchronizeBehindALongKernelDoesNotStallOtherThreads) {
   cuStreamDestroy_v2(slow);
   cuStreamDestroy_v2(fast);
   cuMemFree_v2(d);
+}
+
+TEST_F(Fake, ElapsedTimeWithANullOutPointerIsAnInvalidHandle) {
+  // Driver 580 answers INVALID_HANDLE even for two recorded, completed events (rgpu_conformance
+  // "null elapsed out"); the fake said INVALID_VALUE.
+  CUevent a, b;
+  ASSERT_EQ(cuEventCreate(&a, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&b, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(a, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(b, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventElapsedTime(nullptr, a, b), CUDA_ERROR_INVALID_HANDLE);
+  float ms = -1;
+  EXPECT_EQ(cuEventElapsedTime(&ms, a, b), CUDA_SUCCESS);
+  EXPECT_GE(ms, 0);
+  EXPECT_EQ(cuEventDestroy_v2(a), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy_v2(b), CUDA_SUCCESS);
 }
 
 TEST_F(FakeImages, EventsTimeAndOrderAcrossStreams) {
@@ -783,6 +812,36 @@ TEST_F(FakeImages, BadDimensionsAreRefused) {
   EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 1024, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
   EXPECT_EQ(cuLaunchKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_SUCCESS);
   EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(FakeImages, DynamicSharedMemoryIsHeldToTheFunctionsLimit) {
+  // 48 KiB unless raised with cuFuncSetAttribute or cuKernelSetAttribute (driver 580: a launch
+  // past it is INVALID_VALUE, the occupancy calculator finds no block); the fake once let any
+  // size up to the device's opt-in maximum through.
+  CUfunction f = func("rgpu_empty");
+  int limit = 0;
+  ASSERT_EQ(cuFuncGetAttribute(&limit, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f), CUDA_SUCCESS);
+  EXPECT_EQ(limit, 48 << 10);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 48 << 10, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, (48 << 10) + 1, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  int blocks = -1;
+  EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 100 << 10), CUDA_SUCCESS);
+  EXPECT_EQ(blocks, 0);
+  ASSERT_EQ(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 << 10), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 100 << 10, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 100 << 10), CUDA_SUCCESS);
+  EXPECT_EQ(blocks, 2);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(FakeImages, ConstSizeIsTheModulesConstantBank) {
+  // Every function of the test image reports the image's 64 bytes of __constant__ memory
+  // (rgpu_constant_table[16]), used or not, as driver 580 does; the fake said 0.
+  for (const char* name : {"rgpu_empty", "rgpu_fill_u32", "rgpu_vec_add"}) {
+    int v = -1;
+    EXPECT_EQ(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, func(name)), CUDA_SUCCESS);
+    EXPECT_EQ(v, 64) << name;
+  }
 }
 
 TEST_F(FakeImages, UnknownKernelIsNotSupported) {

@@ -169,6 +169,8 @@ CUresult free_device(CUdeviceptr p);
 CUresult free_graph_alloc(CUdeviceptr p);
 // For vmm.cpp: the allocation table's lock, and (with it held) address space and accounting.
 std::mutex& mem_mutex();
+// The VMM reservation holding p (mem_mutex held): its base and size; false when none (vmm.cpp).
+bool vmm_reservation_locked(CUdeviceptr p, CUdeviceptr* base, size_t* size);
 CUdeviceptr reserve_va_locked(size_t size, size_t align);  // fresh addresses, never handed out again; 0: none left
 bool charge_locked(size_t n);                              // counts n bytes used; false: out of memory
 void uncharge_locked(size_t n);

@@ -49,6 +49,9 @@ CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], u
   {
     std::lock_guard lk(g_mu);
     if (!g_funcs.count(f)) return CUDA_ERROR_INVALID_HANDLE;
+    // Dynamic shared memory past the function's limit (48 KiB unless cuFuncSetAttribute or
+    // cuKernelSetAttribute raised CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), as driver 580.
+    if (shared > unsigned(f->max_dynamic_shared)) return CUDA_ERROR_INVALID_VALUE;
     name = f->kernel->name;
     params = f->kernel->params;
     param_bytes = f->kernel->param_bytes;

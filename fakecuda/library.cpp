@@ -212,7 +212,14 @@ FAKE_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(i
                                                                                unsigned int flags) {
   if (!numBlocks) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = live_func(func)) return r;
-  *numBlocks = blocks_per_sm(blockSize, dynamicSMemSize);
+  int max_dynamic;
+  {
+    std::lock_guard lk(g_mu);
+    max_dynamic = func->max_dynamic_shared;
+  }
+  // More dynamic shared memory than the function may have (48 KiB unless raised): no block fits
+  // (SUCCESS with 0, as driver 580).
+  *numBlocks = dynamicSMemSize > size_t(max_dynamic) ? 0 : blocks_per_sm(blockSize, dynamicSMemSize);
   return CUDA_SUCCESS;
 }
 

@@ -348,7 +348,16 @@ FAKE_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* ps
     }
   }
   Span s;
-  if (!device_span(dptr, 1, &s) || !s.hold) return CUDA_ERROR_NOT_FOUND;
+  if (!device_span(dptr, 1, &s) || !s.hold) {
+    // Pinned host memory is a range too (driver 580: its base and size, as for device memory).
+    std::lock_guard lk(g_mem_mu);
+    auto it = g_pinned.upper_bound(dptr);
+    if (it == g_pinned.begin() || dptr - std::prev(it)->first >= std::prev(it)->second.size) return CUDA_ERROR_NOT_FOUND;
+    --it;
+    if (pbase) *pbase = it->first;
+    if (psize) *psize = it->second.size;
+    return CUDA_SUCCESS;
+  }
   if (pbase) *pbase = s.hold->base;
   if (psize) *psize = s.hold->size;
   return CUDA_SUCCESS;
@@ -745,8 +754,21 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr
       break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = device ? s.hold->base : pin_base; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = device ? s.hold->base : pin_base; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = device ? s.hold->size : pin_size; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+      CUdeviceptr range_base = device ? s.hold->base : pin_base;
+      size_t range_size = device ? s.hold->size : pin_size;
+      // A VMM mapping's range is its reservation's (driver 580: 4 granules reserved, 1 mapped → 8 MiB).
+      if (device && s.hold->vmm) {
+        std::lock_guard lk(g_mem_mu);
+        vmm_reservation_locked(ptr, &range_base, &range_size);
+      }
+      if (attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+        *static_cast<size_t*>(data) = range_size;
+      else
+        *static_cast<CUdeviceptr*>(data) = range_base;
+      break;
+    }
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:

@@ -121,6 +121,20 @@ FAKE_API CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int* count, CUmodule
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+// The image's user constant bank (`__constant__` variables), as driver 580 reports it for every
+// function of the module, whether it reads them or not: the end of the last one (the test
+// kernels' 16-float table: 64 bytes).
+uint64_t const_bytes(const rgpu::image::Image& img) {
+  uint64_t end = 0;
+  for (const auto& g : img.globals)
+    if (g.constant) end = std::max(end, g.offset + g.size);
+  return end;
+}
+
+}  // namespace
+
 FAKE_API CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfunc) {
   if (!pi) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_init()) return r;
@@ -129,7 +143,7 @@ FAKE_API CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attri
   switch (attrib) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = kMaxThreadsPerBlock; break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = 0; break;
-    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = int(const_bytes(hfunc->mod->image)); break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 16; break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = 90; break;

@@ -301,7 +301,9 @@ FAKE_API CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
 
 FAKE_API CUresult CUDAAPI cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
   if (CUresult r = check_init()) return r;
-  if (!pMilliseconds) return CUDA_ERROR_INVALID_VALUE;
+  // A NULL out-pointer is INVALID_HANDLE on driver 580, even for two recorded, completed events
+  // (rgpu_conformance "null elapsed out").
+  if (!pMilliseconds) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard lk(g_mu);
   auto a = g_events.find(hStart), b = g_events.find(hEnd);
   if (a == g_events.end() || b == g_events.end()) return CUDA_ERROR_INVALID_HANDLE;

@@ -125,6 +125,14 @@ bool overlaps_locked(CUdeviceptr p, size_t n) {
 
 }  // namespace
 
+bool fake::vmm_reservation_locked(CUdeviceptr p, CUdeviceptr* base, size_t* size) {
+  auto it = reservation_locked(p, 1);
+  if (it == g_reserved.end()) return false;
+  *base = it->first;
+  *size = it->second;
+  return true;
+}
+
 FAKE_API CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                                         CUmemAllocationGranularity_flags option) {
   if (CUresult r = check_init()) return r;
