@@ -377,6 +377,7 @@ TEST_F(Fake, CopiesRoundTripAndBadRangesAreRefusedWithoutWriting) {
 TEST_F(Fake, MappedPinnedMemoryHasHostPointerAttributes) {
   void* h = nullptr;
   ASSERT_EQ(cuMemHostAlloc(&h, 65536, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h) % (2 << 20), 0u);  // driver 580: 2 MiB-aligned (the fake: 4 KiB)
   unsigned type = 0;
   EXPECT_EQ(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CUdeviceptr(h)), CUDA_SUCCESS);
   EXPECT_EQ(type, unsigned(CU_MEMORYTYPE_HOST));
@@ -469,6 +470,51 @@ TEST_F(Fake, VirtualMemoryMapsHandlesIntoReservations) {
   cuMemGetInfo_v2(&free2, &total);
   EXPECT_EQ(free2, free0);
   EXPECT_EQ(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
+}
+
+// Stream-ordered allocations are placed as driver 580 places them (the fake once put each at
+// the window's next 256-byte boundary): back to back in a pool's 32 MiB chunk, first fit.
+TEST_F(Fake, PoolAllocationsShareChunksFirstFit) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemoryPool pool = nullptr;
+  ASSERT_EQ(cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0, q = 0, r = 0, big = 0;
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&p, 1 << 20, pool, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&q, 1 << 20, pool, s), CUDA_SUCCESS);
+  EXPECT_EQ(p % (2 << 20), 0u);
+  EXPECT_EQ(q, p + (1 << 20));
+  CUdeviceptr map_base = 0;
+  size_t map_size = 0, range = 0;
+  EXPECT_EQ(cuPointerGetAttribute(&map_base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, q + 8), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&map_size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, q + 8), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, q + 8), CUDA_SUCCESS);
+  EXPECT_EQ(map_base, p);
+  EXPECT_EQ(map_size, size_t(32) << 20);
+  EXPECT_EQ(range, size_t(1) << 20);
+  // A size past a chunk gets one of its own, in whole 2 MiB granules.
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&big, (33 << 20) + 1, pool, s), CUDA_SUCCESS);
+  EXPECT_EQ(cuPointerGetAttribute(&map_size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, big), CUDA_SUCCESS);
+  EXPECT_EQ(map_size, size_t(34) << 20);
+  ASSERT_EQ(cuMemFreeAsync(p, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFreeAsync(q, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocFromPoolAsync(&r, 4096, pool, s), CUDA_SUCCESS);
+  EXPECT_EQ(r, p);  // the chunk's start again
+  uint32_t word = 0;
+  ASSERT_EQ(cuMemsetD32Async(r, 0xabcdu, 1024, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(&word, r + 4092, 4), CUDA_SUCCESS);
+  EXPECT_EQ(word, 0xabcdu);
+  EXPECT_EQ(cuMemcpyDtoH_v2(&word, r + 4094, 4), CUDA_ERROR_INVALID_VALUE);  // past its end, though the chunk goes on
+  ASSERT_EQ(cuMemFreeAsync(r, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemFreeAsync(big, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemPoolDestroy(pool), CUDA_SUCCESS);
 }
 
 TEST_F(Fake, MemsetsFillWithTheirElementWidth) {

@@ -154,6 +154,9 @@ struct Alloc {
   // only after cuMemSetAccess (access: CUmemAccess_flags).
   bool vmm = false;
   int access = 0;
+  // The mapping holding it when that is more than the allocation (a pool's chunk), else 0.
+  CUdeviceptr map_base = 0;
+  size_t map_size = 0;
 };
 // Device bytes [p, p + n), all inside one live allocation. hold keeps them alive while used.
 struct Span {
@@ -163,6 +166,11 @@ struct Span {
 bool device_span(CUdeviceptr p, size_t n, Span* out);
 // cuMemFree_v2 without the graph-allocation check (graph.cpp frees its nodes' memory with it).
 CUresult free_device(CUdeviceptr p);
+// cuMemAlloc_v2 at an address aligned to align (a power of two, at least 256): graph memory
+// (graph.cpp), placed in 2 MiB granules as the driver's graph pool does.
+CUresult alloc_device_aligned(CUdeviceptr* p, size_t bytesize, size_t align);
+// A stream-ordered allocation's place in its pool's chunk is free again (memory.cpp, lock held).
+void pool_forget_locked(const Alloc& a);
 // cuMemFree / cuMemFreeAsync of a graph allocation's address (graph.cpp, takes g_graph_mu):
 // CUDA_ERROR_NOT_FOUND when p is none; else its launch's allocation is freed (SUCCESS), or
 // INVALID_VALUE when none is outstanding. The memory itself stays with the graph.

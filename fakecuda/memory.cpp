@@ -185,6 +185,7 @@ void free_ctx_allocations(CUctx_st* c) {
       continue;
     }
     g_used -= it->second->size;
+    pool_forget_locked(*it->second);
     it = g_allocs.erase(it);
   }
 }
@@ -195,23 +196,30 @@ using namespace fake;
 
 namespace {
 
-// cuMemAlloc_v2 in context c.
-CUresult alloc_in(CUctx_st* c, CUdeviceptr* dptr, size_t bytesize) {
-  if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard lk(g_mem_mu);
-  if (bytesize > kTotalMem - g_used) return CUDA_ERROR_OUT_OF_MEMORY;
-  size_t span = (bytesize + kAlign - 1) / kAlign * kAlign + kAlign;
-  if (span > kDeviceEnd - g_next) return CUDA_ERROR_OUT_OF_MEMORY;
+// An allocation of bytesize at base in context c, entered in the table (g_mem_mu held).
+Alloc* place_locked(CUctx_st* c, CUdeviceptr base, size_t bytesize) {
   auto a = std::make_shared<Alloc>();
-  a->base = g_next;
+  a->base = base;
   a->size = bytesize;
   a->ctx = c;
   a->data.reset(new (std::nothrow) uint8_t[bytesize]);
-  if (!a->data) return CUDA_ERROR_OUT_OF_MEMORY;
-  g_next += span;
+  if (!a->data) return nullptr;
   g_used += bytesize;
   g_allocs.emplace(a->base, a);
-  *dptr = a->base;
+  return a.get();
+}
+
+// cuMemAlloc_v2 in context c, at an address aligned to align.
+CUresult alloc_in(CUctx_st* c, CUdeviceptr* dptr, size_t bytesize, size_t align = kAlign) {
+  if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mem_mu);
+  if (bytesize > kTotalMem - g_used) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr base = (g_next + align - 1) & ~CUdeviceptr(align - 1);
+  size_t span = (bytesize + kAlign - 1) / kAlign * kAlign + kAlign;
+  if (base < g_next || span > kDeviceEnd - base) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!place_locked(c, base, bytesize)) return CUDA_ERROR_OUT_OF_MEMORY;
+  g_next = base + span;
+  *dptr = base;
   return CUDA_SUCCESS;
 }
 
@@ -222,6 +230,13 @@ FAKE_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
   return alloc_in(c, dptr, bytesize);
+}
+
+CUresult fake::alloc_device_aligned(CUdeviceptr* dptr, size_t bytesize, size_t align) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  return alloc_in(c, dptr, bytesize, align);
 }
 
 FAKE_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
@@ -322,6 +337,7 @@ CUresult fake::free_device(CUdeviceptr dptr) {
   auto it = g_allocs.find(dptr);
   if (it == g_allocs.end()) return CUDA_ERROR_INVALID_VALUE;  // freed meanwhile by another thread
   g_used -= it->second->size;
+  pool_forget_locked(*it->second);
   g_allocs.erase(it);
   return CUDA_SUCCESS;
 }
@@ -380,11 +396,34 @@ FAKE_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+constexpr size_t kHostGranule = size_t(2) << 20;
+
+// Pinned host memory as driver 580 hands it out: whole 2 MiB granules at a 2 MiB-aligned address
+// (H200: cuMemHostAlloc of 64 KiB is 2 MiB-aligned), zeroed, pages taken when touched.
+void* map_host(size_t bytesize) {
+  size_t len = (bytesize + kHostGranule - 1) / kHostGranule * kHostGranule;
+  if (len < bytesize || len > SIZE_MAX - kHostGranule) return nullptr;
+  void* raw = mmap(nullptr, len + kHostGranule, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  uintptr_t r = reinterpret_cast<uintptr_t>(raw), p = (r + kHostGranule - 1) & ~uintptr_t(kHostGranule - 1);
+  if (p > r) munmap(raw, p - r);
+  if (r + len + kHostGranule > p + len) munmap(reinterpret_cast<void*>(p + len), r + len + kHostGranule - (p + len));
+  return reinterpret_cast<void*>(p);
+}
+
+void unmap_host(void* p, size_t bytesize) {
+  munmap(p, (bytesize + kHostGranule - 1) / kHostGranule * kHostGranule);
+}
+
+}  // namespace
+
 FAKE_API CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   if (!pp || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
-  void* p = std::aligned_alloc(4096, (bytesize + 4095) / 4096 * 4096);
+  void* p = map_host(bytesize);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard lk(g_mem_mu);
   g_pinned[reinterpret_cast<uintptr_t>(p)] = Pinned{bytesize, true, (Flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0};
@@ -399,8 +438,8 @@ FAKE_API CUresult CUDAAPI cuMemFreeHost(void* p) {
   std::lock_guard lk(g_mem_mu);
   auto it = g_pinned.find(reinterpret_cast<uintptr_t>(p));
   if (it == g_pinned.end() || !it->second.owned || it->second.managed) return CUDA_ERROR_INVALID_VALUE;
+  unmap_host(p, it->second.size);
   g_pinned.erase(it);
-  std::free(p);
   return CUDA_SUCCESS;
 }
 
@@ -494,13 +533,18 @@ FAKE_API CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, s
 
 // ---------- stream-ordered allocation and pools ----------
 // An async allocation is made at the call (earlier than the stream would, never later); an async
-// free runs in stream order. Pools only keep their attributes: every allocation comes from the
-// one device window.
+// free runs in stream order. A pool's memory comes in chunks of 32 MiB of device addresses (one
+// allocation larger than that: a chunk of its own, in whole 2 MiB granules), which it keeps; an
+// allocation goes first fit into them at 256-byte alignment, back to back, as driver 580 places
+// them (on the H200: two 1 MiB allocations at a chunk's start and 1 MiB in, a later 4 KiB one at
+// the start again once they are freed; CU_POINTER_ATTRIBUTE_MAPPING_SIZE 32 MiB).
 
 struct CUmemPoolHandle_st {
   uint64_t release_threshold = 0;
   int reuse[3] = {1, 1, 1};
   uint64_t used = 0, used_high = 0;
+  std::map<CUdeviceptr, size_t> chunks;  // base → size
+  std::map<CUdeviceptr, size_t> placed;  // a live allocation's base → its size, rounded to 256
 };
 
 namespace {
@@ -510,6 +554,43 @@ std::unordered_map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>>& g_
     *new std::unordered_map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>>;
 
 bool pool_alive(CUmemoryPool p) { return p == &g_default_pool || g_pools.count(p); }
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Where in pool an allocation of n bytes goes (g_mem_mu held): the first gap that fits in its
+// chunks, else the start of a new chunk. Its chunk's base and size come back too.
+bool pool_place_locked(CUmemPoolHandle_st* pool, size_t n, CUdeviceptr* at, CUdeviceptr* chunk, size_t* chunk_size) {
+  constexpr size_t kChunk = size_t(32) << 20, kGranule = size_t(2) << 20;
+  const size_t need = round_up(n, kAlign);
+  if (need < n) return false;
+  for (auto& [base, size] : pool->chunks) {
+    CUdeviceptr cur = base;
+    for (auto it = pool->placed.lower_bound(base); it != pool->placed.end() && it->first < base + size; ++it) {
+      if (it->first - cur >= need) break;
+      cur = it->first + it->second;
+    }
+    if (base + size - cur >= need) {
+      *at = cur, *chunk = base, *chunk_size = size;
+      return true;
+    }
+  }
+  const size_t size = need > kChunk ? round_up(need, kGranule) : kChunk;
+  if (size < need) return false;
+  CUdeviceptr base = reserve_va_locked(size, kGranule);
+  if (!base) return false;
+  pool->chunks[base] = size;
+  *at = base, *chunk = base, *chunk_size = size;
+  return true;
+}
+
+}  // namespace
+
+// An allocation leaves its pool's chunk (g_mem_mu held).
+void fake::pool_forget_locked(const Alloc& a) {
+  if (a.pool) a.pool->placed.erase(a.base);
+}
+
+namespace {
 
 // The stream names the context: a thread with none current may allocate and free on an explicit
 // stream; on the legacy stream it needs one (CUDA_ERROR_INVALID_CONTEXT), as driver 580 answers
@@ -528,11 +609,22 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUst
     std::lock_guard lk(g_mem_mu);
     if (!pool_alive(pool)) return CUDA_ERROR_INVALID_HANDLE;
   }
-  if (CUresult r = alloc_in(ctx, dptr, bytesize)) return r;
+  if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mem_mu);
+  if (!pool_alive(pool)) return CUDA_ERROR_INVALID_HANDLE;
+  if (bytesize > kTotalMem - g_used) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr at = 0, chunk = 0;
+  size_t chunk_size = 0;
+  if (!pool_place_locked(pool, bytesize, &at, &chunk, &chunk_size)) return CUDA_ERROR_OUT_OF_MEMORY;
+  Alloc* a = place_locked(ctx, at, bytesize);
+  if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+  pool->placed[at] = round_up(bytesize, kAlign);
+  a->pool = pool;
+  a->map_base = chunk;
+  a->map_size = chunk_size;
   pool->used += bytesize;
   pool->used_high = std::max(pool->used_high, pool->used);
-  g_allocs[*dptr]->pool = pool;
+  *dptr = at;
   return CUDA_SUCCESS;
 }
 
@@ -574,6 +666,7 @@ FAKE_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
     if (it == g_allocs.end()) return;
     if (auto* pool = it->second->pool) pool->used -= it->second->size;
     g_used -= it->second->size;
+    pool_forget_locked(*it->second);
     g_allocs.erase(it);
   });
   return CUDA_SUCCESS;
@@ -734,6 +827,8 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr
   }
   if (!device && !pin_size) return CUDA_ERROR_INVALID_VALUE;
   uint64_t base = device ? s.hold->base : pin_base, size = device ? s.hold->size : pin_size;
+  if (device && s.hold->map_size && (attr == CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR || attr == CU_POINTER_ATTRIBUTE_MAPPING_SIZE))
+    base = s.hold->map_base, size = s.hold->map_size;  // a pool's chunk
   if (!device && attr == CU_POINTER_ATTRIBUTE_P2P_TOKENS) return CUDA_ERROR_INVALID_VALUE;  // device memory only
   if (CUresult r = mapping_attribute(data, attr, base, size); r != CUDA_ERROR_NOT_FOUND) return r;
   if (device && device_capability(attr)) {
