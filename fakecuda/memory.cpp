@@ -2,7 +2,8 @@
 //
 // Device pointers live in [kDeviceBase, kDeviceEnd), a window no host buffer is handed out from
 // here, 256-byte aligned, with a 256-byte gap after each allocation so that running off the end
-// of one never lands in the next; addresses are not reused. Any device range that is not wholly
+// of one never lands in the next (stream-ordered ones: back to back in their pool's chunks, see
+// below); addresses are not reused. Any device range that is not wholly
 // inside one live allocation is refused with CUDA_ERROR_INVALID_VALUE before anything is written.
 //
 // Copy timing follows the real driver's rules for pageable and pinned host memory, so the
