@@ -5,7 +5,9 @@
  * by the loader (LD_LIBRARY_PATH), and the path actually mapped is written into the JSON so a run
  * can prove which one it measured.
  *
- * Usage: driver_bench IMAGE OUT.json [--quick]   (IMAGE: a cubin/fatbin of tests/kernels)
+ * Usage: driver_bench IMAGE OUT.json [--quick | --bulk-only BYTES]   (IMAGE: a cubin/fatbin of tests/kernels)
+ *   --bulk-only BYTES: only the bulk copies, of a BYTES buffer (bench/torch_bench.py sets the
+ *   torch device's copies against these, size for size).
  * Env:   RGPU_BENCH_MODE  copied into the JSON's "mode" ("local", "rgpu", ...)
  *
  * Every number is taken after a warm-up; per-call numbers are medians (and p99) over many timed
@@ -234,11 +236,17 @@ static void bench_bulk(const Plan* p, Results* r) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: driver_bench IMAGE OUT.json [--quick]\n");
+    fprintf(stderr, "usage: driver_bench IMAGE OUT.json [--quick | --bulk-only BYTES]\n");
     return 2;
   }
   Plan p = {0};
   p.quick = argc > 3 && strcmp(argv[3], "--quick") == 0;
+  size_t bulk_only = 0;
+  if (argc > 4 && strcmp(argv[3], "--bulk-only") == 0) bulk_only = strtoull(argv[4], NULL, 0);
+  if (argc > 3 && strcmp(argv[3], "--bulk-only") == 0 && bulk_only == 0) {
+    fprintf(stderr, "driver_bench: --bulk-only needs a size in bytes\n");
+    return 2;
+  }
   p.launch_n = p.quick ? 2000 : 20000;
   p.launch_reps = 5;
   p.launch_sync_n = p.quick ? 1000 : 5000;
@@ -246,6 +254,7 @@ int main(int argc, char** argv) {
   p.memcpy8_n = p.quick ? 500 : 2000;
   p.bulk_bytes = (p.quick ? 32ull : 256ull) << 20;
   p.bulk_reps = 3;
+  if (bulk_only) p.bulk_bytes = bulk_only;
   const char* mode = getenv("RGPU_BENCH_MODE");
   if (!mode || !*mode) mode = "unknown";
 
@@ -277,9 +286,11 @@ int main(int argc, char** argv) {
 
   Results r;
   memset(&r, 0, sizeof r);
-  bench_launch(&p, empty, &r);
-  bench_small_call(&p, &r);
-  bench_memcpy_8b(&p, &r);
+  if (!bulk_only) {
+    bench_launch(&p, empty, &r);
+    bench_small_call(&p, &r);
+    bench_memcpy_8b(&p, &r);
+  }
   bench_bulk(&p, &r);
 
   CU(cuModuleUnload(mod));

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "common/log.h"
+#include "common/huge_pages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -657,6 +658,7 @@ void Session::write_chunk(const TensorDesc& d, uint64_t total, uint64_t at, cons
     if (static_cast<uint64_t>(dst.nbytes()) != total || !dst.is_contiguous())
       throw CallError("copy to the device: the tensor changed between the chunks of one write");
     if (dst.is_cpu()) {
+      if (at == 0) advise_huge_pages(dst.data_ptr(), total);  // a fresh storage: cheaper first touch
       std::memcpy(static_cast<uint8_t*>(dst.data_ptr()) + at, p, n);
     } else {
       at::Tensor bytes = at::empty({0}, dst.options().dtype(at::kByte));

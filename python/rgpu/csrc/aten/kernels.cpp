@@ -12,6 +12,7 @@
 #include <ATen/ops/view_native.h>
 
 #include "aten/kernels.h"
+#include "common/huge_pages.h"
 #include "aten/remote.h"
 #include "protocol/torch_wire.h"
 #include "runtime/connection.h"
@@ -164,6 +165,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                             dst.sizes().equals(self.sizes()) && !self.is_conj() && !self.is_neg() &&
                             !dst.is_conj() && !dst.is_neg();
       if (in_place) {
+        advise_huge_pages(dst.data_ptr(), dst.nbytes());  // a fresh .cpu() result: cheaper first touch
         read(self, dst.data_ptr(), dst.nbytes());
         return dst;
       }
