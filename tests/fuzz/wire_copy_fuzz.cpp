@@ -9,6 +9,7 @@
 
 #include "common/wire.h"
 #include "protocol/wire/copy.h"
+#include "tests/fuzz/wire_fuzz.h"
 
 namespace {
 
@@ -56,24 +57,10 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 1) return 0;
-  std::vector<uint8_t> buf(data + 1, data + size);  // exact size, so ASan sees any over-read
-  Reader r(buf.data(), buf.size());
-  Writer once;
-  if (!decode_encode(data[0], r, &once)) return 0;
-  Reader again(once.buf().data(), once.buf().size());
-  Writer twice;
-  if (!decode_encode(data[0], again, &twice) || again.left() != 0 || once.buf() != twice.buf()) abort();
-  return 0;
-}
+RGPU_WIRE_FUZZ_TARGET(decode_encode)
 
 void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
-  auto seed = [&](uint8_t k, Writer& w) {
-    std::vector<uint8_t> s{k};
-    s.insert(s.end(), w.buf().begin(), w.buf().end());
-    out->push_back(s);
-  };
+  const rgpu::fuzz::Seeds seed(out);
   Writer htod;
   put_htod_head(htod, true, 0x1000, 1, 8);
   htod.append("abcdefgh", 8);

@@ -17,6 +17,7 @@
 #include "protocol/wire/stream.h"
 #include "protocol/wire/tensor_map.h"
 #include "protocol/wire/texture.h"
+#include "tests/fuzz/wire_fuzz.h"
 
 namespace {
 
@@ -131,24 +132,10 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 1) return 0;
-  std::vector<uint8_t> buf(data + 1, data + size);  // exact size, so ASan sees any over-read
-  Reader r(buf.data(), buf.size());
-  Writer once;
-  if (!decode_encode(data[0], r, &once)) return 0;
-  Reader again(once.buf().data(), once.buf().size());
-  Writer twice;
-  if (!decode_encode(data[0], again, &twice) || again.left() != 0 || once.buf() != twice.buf()) abort();
-  return 0;
-}
+RGPU_WIRE_FUZZ_TARGET(decode_encode)
 
 void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
-  auto seed = [&](uint8_t k, Writer& w) {
-    std::vector<uint8_t> s{k};
-    s.insert(s.end(), w.buf().begin(), w.buf().end());
-    out->push_back(s);
-  };
+  const rgpu::fuzz::Seeds seed(out);
   Writer cb, attr, gran, create, prop, pool, pattr, ptr, pval;
   put_host_callback(cb, true, {1, 2, 0});
   seed(0x82, cb);  // k % 13 picks the message, bit 7 the form
