@@ -17,6 +17,7 @@
 #include "common/net.h"
 #include "common/wire.h"
 #include "protocol/frame.h"
+#include "protocol/wire/control.h"
 #include "protocol/wire/copy.h"
 
 namespace rgpu::client {
@@ -336,17 +337,15 @@ bool Connection::read_one() {
     return false;
   }
   if (h.op == proto::kOpCallback && !(h.flags & proto::kReply)) {
-    uint8_t payload[16];
-    if (h.length != sizeof payload || !recv_exact(payload, sizeof payload)) {
+    uint8_t payload[proto::wire::kCallbackFrame];
+    proto::wire::Callback cb;
+    Reader r(payload, sizeof payload);
+    if (h.length != sizeof payload || !recv_exact(payload, sizeof payload) || !proto::wire::read_callback(r, &cb)) {
       mark_broken(log::format("the server sent a malformed host-callback frame (%u bytes)", h.length));
       return false;
     }
-    Reader r(payload, sizeof payload);
-    uint64_t id = r.u64();
-    int32_t status = r.get<int32_t>();
-    bool run = r.u32() != 0;
     std::lock_guard<std::mutex> lock(recv_mu_);
-    ready_.push_back({id, status, run});
+    ready_.push_back({cb.id, cb.status, cb.run != 0});
     if (awaited_) --awaited_;
     cb_cv_.notify_one();
     return true;

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/control.h"
 
 namespace rgpu::client::device_memory {
 namespace {
@@ -94,7 +95,7 @@ void predict(CUcontext ctx, size_t first_size) {
   const uint64_t budget = std::min<uint64_t>(device->total_mem / 4, proto::kMaxAllocManyBytes);
   std::vector<std::pair<long long, long long>> kept;  // "size:count,"
   if (!answer_store::parse_pairs(stored, ':', 1, std::numeric_limits<long long>::max(), &kept)) return;
-  std::vector<std::pair<uint64_t, uint32_t>> want;
+  proto::wire::AllocSizes want;
   uint64_t bytes = 0, count = 0;
   for (const auto& [stored_size, stored_n] : kept) {
     if (want.size() == proto::kMaxAllocMany) break;
@@ -115,28 +116,20 @@ void predict(CUcontext ctx, size_t first_size) {
   }
   want.emplace_back(first_size, 1);
   Call c(proto::kOpAllocMany, kWaits);
-  c.args().put_u32(static_cast<uint32_t>(want.size()));
-  for (const auto& [size, n] : want) {
-    c.args().put_u64(size);
-    c.args().put_u32(n);
-  }
+  proto::wire::put_alloc_many(c.args(), want);
   CUresult rc = c.invoke();
   log::debug("predicted allocations: %zu sizes, %llu bytes: %d", want.size(), static_cast<unsigned long long>(bytes), rc);
   if (rc != CUDA_SUCCESS) return;
-  Reader& r = c.reply();
-  uint32_t k = r.u32();
-  if (!r.ok() || k != want.size()) return;
+  std::vector<std::vector<uint64_t>> made;
+  if (!proto::wire::read_alloc_many_reply(c.reply(), &made) || made.size() != want.size()) return;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (made[i].size() > want[i].second) return;
   std::lock_guard lk(g_mu);
-  for (const auto& [size, asked] : want) {
-    uint32_t n = r.u32();
-    if (!r.ok() || n > asked) return;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const uint64_t size = want[i].first;
     Ahead& a = g_ahead[{ctx, size}];
-    for (uint32_t i = 0; i < n; ++i) {
-      CUdeviceptr q = r.u64();
-      if (!r.ok()) return;
-      a.spare.push_back(q);
-      g_ahead_bytes += size;
-    }
+    a.spare.insert(a.spare.end(), made[i].begin(), made[i].end());
+    g_ahead_bytes += size * made[i].size();
   }
 }
 
@@ -165,17 +158,13 @@ void release_ahead() {
 // One kOpAllocAhead round trip: the allocation, plus up to `extra` more of `size` kept for later.
 CUresult ask(CUcontext ctx, size_t size, uint32_t extra, CUdeviceptr* dptr) {
   Call c(proto::kOpAllocAhead, kWaits);
-  c.args().put_u64(size);
-  c.args().put_u32(extra);
+  proto::wire::put_alloc_ahead(c.args(), {size, extra});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  Reader& r = c.reply();
-  CUdeviceptr first = r.u64();
-  uint32_t n = r.u32();
-  if (!r.ok() || n > extra) return CUDA_ERROR_UNKNOWN;
-  std::vector<CUdeviceptr> more(n);
-  for (auto& p : more) p = r.u64();
-  if (!r.ok()) return CUDA_ERROR_UNKNOWN;
+  uint64_t first = 0;
+  std::vector<uint64_t> more;
+  if (!proto::wire::read_alloc_ahead_reply(c.reply(), &first, &more) || more.size() > extra) return CUDA_ERROR_UNKNOWN;
+  const auto n = static_cast<uint32_t>(more.size());
   std::lock_guard lk(g_mu);
   hold_locked(first, size);
   if (n) {

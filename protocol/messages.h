@@ -21,14 +21,14 @@
 //   capture.h    stream capture info, capture to a graph, capture dependencies
 //   launch.h     kernel launches and their packed arguments (LaunchArgs), parameter info
 //   copy.h       host <-> device copies, pitched 2D/3D copies, kOpAsyncData
-//   module.h     module and library loads, kOpModuleByHash, symbol lookups and names
-//   link.h       cuLinkComplete
+//   module.h     module and library loads, kOpModuleByHash, symbol lookups and names; link.h cuLinkComplete
 //   mapped.h     mapped host memory and managed memory (kOpMapped*, kOpManagedAlloc)
 //   occupancy.h  occupancy queries, kOpClusterOccupancyTable
 //   stream.h     host callbacks, stream attributes
+//   control.h    kOpAllocAhead, kOpAllocMany, kOpCallback frames, kOpSessions
+//   dark_api.h   kOpToolsContextObject, kOpModuleFunctions, kOpClusterTopology, kOpExportTableInfo
 //   memory.h     VMM, memory pools, pointer attributes
-//   texture.h    texture and surface objects
-//   tensor_map.h tensor maps
+//   texture.h    texture and surface objects; tensor_map.h tensor maps
 //
 // Connection life:
 //   1. Handshake (protocol/handshake.h): Hello → Challenge → Auth → Welcome | Refused.
@@ -115,7 +115,7 @@ enum Op : uint16_t {
   // client forgets the id, runs nothing and answers nothing. The server
   // handles kOpCallbackDone on its reading thread (not in a client thread's call order); an id
   // it is not waiting for is ignored with a log line.
-  kOpCallback = 18,
+  kOpCallback = 18,      // codec (and kOpCallbackDone's): protocol/wire/control.h
   kOpCallbackDone = 19,
   // Module images by content address (docs/design.md §3). Request: u64 module or library id
   // (client-minted), u16 load op (cuModuleLoadData or cuLibraryLoadData from gen/ops.gen.h: what
@@ -135,12 +135,12 @@ enum Op : uint16_t {
   // u64 stream (client handle; 0 NULL, 1 legacy, 2 per-thread; absent means 0).
   // Reply: CUresult of slot 51 (ctx, stream, &object); when that succeeded, i32 CUresult of slot
   // 39 (ctx, object, &value) and u64 value (the 8 bytes slot 39 writes).
-  kOpToolsContextObject = 21,
+  kOpToolsContextObject = 21,  // codec: protocol/wire/dark_api.h
   // TOOLS_MODULE slot 7: the names of a module's functions, as the driver walks them.
   // Request: u64 context (client handle; 0: current), u64 module (client handle).
   // Reply: CUresult; on success u32 n, then n × str name, in the driver's order. The client then
   // names each function with cuModuleGetFunction (the driver's walk hands out those very objects).
-  kOpModuleFunctions = 22,
+  kOpModuleFunctions = 22,  // codec: protocol/wire/dark_api.h
   // Mapped host memory (server/mapped_memory.h has the scheme). Page size for the exchanges: 4096.
   // kOpMappedAlloc, request: u64 client address, u64 size, u32 flags (CU_MEMHOSTALLOC_*).
   //   Reply: CUresult, u64 device pointer, u64 server address (equal to the client address when
@@ -173,10 +173,10 @@ enum Op : uint16_t {
   // An export table rgpu does not know (client/driver/export_table.cpp), for the log line that
   // names it. Request: 16 bytes UUID. Reply: CUresult of the server driver's cuGetExportTable;
   // on success u64 the table's first word (its size in bytes, for tables that start with one).
-  kOpExportTableInfo = 29,
+  kOpExportTableInfo = 29,  // codec: protocol/wire/dark_api.h
   // The server's live sessions (rgpu-smi). Request: nothing. Reply: CUresult, u32 n, then n ×
   // (u32 pid, str identity, str peer, u64 start time in unix seconds, u8 1 for the asking session).
-  kOpSessions = 30,
+  kOpSessions = 30,  // codec: protocol/wire/control.h
   // (31-39 unassigned.)
   // A copy between device memory and a mapped host buffer (kOpMappedAlloc), run on the server
   // against its copy of the buffer so the bytes cross the network once. Request: u16 the driver
@@ -225,20 +225,20 @@ enum Op : uint16_t {
   // Reply: CUresult (cuMemAlloc_v2's for the first allocation); on success u64 address, u32 n,
   // n × u64 addresses of further allocations of the same size in the current context (n ≤ extra:
   // the server stops at the first that fails).
-  kOpAllocAhead = 45,
+  kOpAllocAhead = 45,  // codec: protocol/wire/control.h
   // Allocations a run is expected to ask for, made at once (client/device_memory.h: what the
   // previous run of the same program allocated). Request: u32 k (≤ kMaxAllocMany), k × (u64
   // size, u32 count); at most kMaxAllocManyCount allocations and kMaxAllocManyBytes in all.
   // Reply: CUresult; on success u32 k, k × (u32 n, n × u64 address): n ≤ count (the server stops
   // at the first allocation that fails or would leave less than a quarter of the device free).
-  kOpAllocMany = 46,
+  kOpAllocMany = 46,  // codec: protocol/wire/control.h
   // CUBLASLT_1734DC26 slot 4 (client/dark_api/cluster_topology.cpp has what is known of it): the
   // byte per TPC that cuBLASLt reads to lay thread-block clusters out over the GPCs. Request: u64
   // context (client handle; 0: the calling thread's current context). Reply: CUresult of slot 4;
   // on success u32 n (≤ kMaxClusterTopology), then n bytes: the first n of what the slot handed
   // out, n = the context's device's multiprocessor count / 2 (what cuBLASLt 13.0 reads), or 0
   // when the slot handed out no data. The server hands the data back to its driver (slot 13).
-  kOpClusterTopology = 47,
+  kOpClusterTopology = 47,  // codec: protocol/wire/dark_api.h
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,

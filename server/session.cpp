@@ -35,6 +35,7 @@
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "protocol/op_classes.h"
+#include "protocol/wire/control.h"
 #include "server/dispatch.h"
 #include "server/handle_map.h"
 #include "server/mapped_memory.h"
@@ -213,8 +214,8 @@ class Session : public ClientCallbacks {
         // Answered here, not by a worker: the worker of that client thread may be the one
         // blocked behind the callback.
         Reader r(f.payload.data(), f.payload.size());
-        uint64_t id = r.u64();
-        if (!r.ok() || f.payload.size() != sizeof id) {
+        uint64_t id = 0;
+        if (!proto::wire::read_callback_done(r, &id)) {
           hostile("a malformed host-callback answer");
           status = 1;
           break;
@@ -423,9 +424,7 @@ class Session : public ClientCallbacks {
   void notify(uint64_t id, int32_t status, uint32_t run) {
     std::vector<uint8_t> payload;
     Writer w(&payload);
-    w.put_u64(id);
-    w.put<int32_t>(status);
-    w.put_u32(run);
+    proto::wire::put_callback(w, {id, status, run});
     proto::FrameHeader h = proto::make_header(proto::kOpCallback, 0, 0, 0, payload.size());
     iovec iov[2] = {{&h, sizeof h}, {payload.data(), payload.size()}};
     std::lock_guard<std::mutex> lock(write_mu_);
@@ -603,17 +602,12 @@ void unregister_session(const std::string& dir, int pid) {
 namespace handlers {
 // kOpSessions (protocol/messages.h): the live sessions, from the sessions directory.
 void sessions(Dispatch& d) {
-  struct Entry {
-    uint32_t pid;
-    std::string identity, peer;
-    uint64_t start;
-  };
-  std::vector<Entry> list;
+  std::vector<proto::wire::SessionEntry> list;
   if (DIR* dir = g_sessions_dir.empty() ? nullptr : opendir(g_sessions_dir.c_str())) {
     while (dirent* e = readdir(dir)) {
       char* end = nullptr;
       long pid = std::strtol(e->d_name, &end, 10);
-      if (!*e->d_name || *end || pid <= 0 || list.size() >= 4096) continue;
+      if (!*e->d_name || *end || pid <= 0 || list.size() >= proto::wire::kMaxSessions) continue;
       if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) continue;  // died unannounced
       std::FILE* f = std::fopen((g_sessions_dir + "/" + e->d_name).c_str(), "r");
       if (!f) continue;
@@ -625,19 +619,12 @@ void sessions(Dispatch& d) {
       size_t a = text.find('\t'), b = a == std::string::npos ? a : text.find('\t', a + 1);
       if (b == std::string::npos) continue;
       list.push_back({static_cast<uint32_t>(pid), text.substr(0, a), text.substr(a + 1, b - a - 1),
-                      std::strtoull(text.c_str() + b + 1, nullptr, 10)});
+                      std::strtoull(text.c_str() + b + 1, nullptr, 10), static_cast<pid_t>(pid) == getpid()});
     }
     closedir(dir);
   }
   d.reply.put<int32_t>(CUDA_SUCCESS);
-  d.reply.put_u32(static_cast<uint32_t>(list.size()));
-  for (const Entry& e : list) {
-    d.reply.put_u32(e.pid);
-    d.reply.put_str(e.identity);
-    d.reply.put_str(e.peer);
-    d.reply.put_u64(e.start);
-    d.reply.put_u8(static_cast<pid_t>(e.pid) == getpid());
-  }
+  proto::wire::put_sessions(d.reply, list);
 }
 }  // namespace handlers
 

@@ -33,6 +33,7 @@
 #include "client/dark_api/dark_api.h"
 #include "common/log.h"
 #include "protocol/messages.h"
+#include "protocol/wire/dark_api.h"
 
 namespace rgpu::client::dark {
 namespace {
@@ -54,13 +55,12 @@ CUresult bytes_for(CUcontext ctx, std::vector<uint8_t>* out) {
     }
   }
   Call c(proto::kOpClusterTopology, kWaits);
-  c.args().put_u64(handle_id(ctx));
+  proto::wire::put_context_ask(c.args(), handle_id(ctx));
   CUresult rc = c.invoke();
   g_server_queries.fetch_add(1, std::memory_order_relaxed);
   if (rc != CUDA_SUCCESS) return rc;  // the slot's own error (or the connection's): not cached
-  uint32_t n = c.reply().u32();
-  std::vector<uint8_t> bytes(n <= proto::kMaxClusterTopology ? n : 0);
-  if (n > proto::kMaxClusterTopology || !c.reply().take(bytes.data(), bytes.size())) {
+  std::vector<uint8_t> bytes;
+  if (!proto::wire::read_cluster_topology(c.reply(), &bytes)) {
     log::error("export table CUBLASLT_1734DC26 slot 4: the server's answer was malformed; returning CUDA_ERROR_UNKNOWN");
     return CUDA_ERROR_UNKNOWN;
   }

@@ -37,6 +37,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "protocol/messages.h"
+#include "protocol/wire/dark_api.h"
 
 namespace rgpu::client::dark {
 namespace {
@@ -106,8 +107,7 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   }
   // First time for this context and stream: the server's driver answers.
   Call c(proto::kOpToolsContextObject, kWaits);
-  c.args().put_u64(handle_id(ctx));
-  c.args().put_u64(handle_id(stream));
+  proto::wire::put_tools_context_ask(c.args(), {handle_id(ctx), handle_id(stream)});
   CUresult rc = c.invoke();
   g_server_queries.fetch_add(1, std::memory_order_relaxed);
   if (rc == CUDA_ERROR_INVALID_HANDLE)
@@ -118,9 +118,11 @@ CUresult CUDAAPI context_object(CUcontext ctx, CUstream stream, void** object) {
   auto* entry = new ContextObject();
   entry->ctx = ctx;
   entry->stream = stream;
-  entry->query_result = static_cast<CUresult>(c.reply().i32());
-  entry->value = c.reply().u64();
-  if (!c.reply().ok()) {
+  proto::wire::ToolsContextValue answer;
+  const bool decoded = proto::wire::read_tools_context_value(c.reply(), &answer);
+  entry->query_result = static_cast<CUresult>(answer.query_result);
+  entry->value = answer.value;
+  if (!decoded) {
     delete entry;
     log::error("export table TOOLS_CONTEXT slot 51: the server's answer was malformed; returning CUDA_ERROR_UNKNOWN");
     return CUDA_ERROR_UNKNOWN;

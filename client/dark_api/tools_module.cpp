@@ -32,6 +32,7 @@
 #include "client/dark_api/dark_api.h"
 #include "common/log.h"
 #include "protocol/messages.h"
+#include "protocol/wire/dark_api.h"
 
 namespace rgpu::client::dark {
 namespace {
@@ -54,8 +55,7 @@ std::atomic<uint64_t> g_server_queries{0};
 // image has the kernel), or nullptr after logging why.
 std::shared_ptr<const Functions> ask_server(CUcontext ctx, CUmodule module) {
   Call c(proto::kOpModuleFunctions, kWaits);
-  c.args().put_u64(handle_id(ctx));
-  c.args().put_u64(handle_id(module));
+  proto::wire::put_module_functions_ask(c.args(), {handle_id(ctx), handle_id(module)});
   CUresult rc = c.invoke();
   g_server_queries.fetch_add(1, std::memory_order_relaxed);
   if (rc != CUDA_SUCCESS) {
@@ -64,12 +64,8 @@ std::shared_ptr<const Functions> ask_server(CUcontext ctx, CUmodule module) {
               static_cast<void*>(module), static_cast<int>(rc));
     return nullptr;
   }
-  std::vector<std::string> names(c.reply().u32());
-  for (std::string& name : names) {
-    if (!c.reply().ok()) break;
-    name = c.reply().str();
-  }
-  if (!c.reply().ok()) {
+  std::vector<std::string> names;
+  if (!proto::wire::read_function_names(c.reply(), &names)) {
     log::error("export table TOOLS_MODULE slot 7: the server's list of functions was malformed; visiting none");
     return nullptr;
   }

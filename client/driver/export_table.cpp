@@ -13,6 +13,7 @@
 #include "client/dark_api/dark_api.h"
 #include "common/log.h"
 #include "protocol/messages.h"
+#include "protocol/wire/dark_api.h"
 #include "gen/export.gen.h"
 
 namespace {
@@ -21,12 +22,12 @@ namespace {
 // first word (the size in bytes of tables that start with one), so the log names what is missing.
 std::string server_view(const CUuuid& id) {
   rgpu::client::Call c(rgpu::proto::kOpExportTableInfo, rgpu::client::kWaits);
-  c.args().append(&id, sizeof id);
+  rgpu::proto::wire::put_export_table_ask(c.args(), id);
   CUresult rc = c.invoke();
   if (rc == CUDA_ERROR_NOT_INITIALIZED || rc == CUDA_ERROR_DEVICE_UNAVAILABLE) return "";
   if (rc != CUDA_SUCCESS) return rgpu::log::format("; the server's driver does not have it either (error %d)", rc);
-  uint64_t first = c.reply().u64();
-  if (!c.reply().ok()) return "";
+  uint64_t first = 0;
+  if (!rgpu::proto::wire::read_export_table_word(c.reply(), &first)) return "";
   return rgpu::log::format("; the server's driver has it (first word %llu: its size in bytes if it starts with one, "
                     "%llu slots)",
                     static_cast<unsigned long long>(first), static_cast<unsigned long long>(first / 8));

@@ -27,6 +27,7 @@
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/control.h"
 #include "protocol/wire/stream.h"
 
 namespace {
@@ -75,9 +76,10 @@ void deliver(uint64_t id, int32_t status, bool run) {
     if (!cb.persistent) g_callbacks.erase(id);
   }
   g_done_cv.notify_all();
-  uint8_t ack[8];
-  for (int i = 0; i < 8; ++i) ack[i] = static_cast<uint8_t>(id >> (8 * i));  // u64, little-endian
-  if (auto* conn = rgpu::client::connection()) conn->send_control(rgpu::proto::kOpCallbackDone, ack, sizeof ack);
+  rgpu::Writer ack;
+  rgpu::proto::wire::put_callback_done(ack, id);
+  if (auto* conn = rgpu::client::connection())
+    conn->send_control(rgpu::proto::kOpCallbackDone, ack.buf().data(), ack.buf().size());
 }
 
 void install_handler(rgpu::client::Connection* conn) {

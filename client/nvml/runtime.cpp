@@ -10,6 +10,8 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "gen/nvml_enums.gen.h"
+#include "protocol/messages.h"
+#include "protocol/wire/control.h"
 
 namespace rgpu::client::nvml {
 namespace {
@@ -139,19 +141,12 @@ extern "C" __attribute__((visibility("default"))) long rgpu_nvml_sessions(char* 
   if (!connected()) return -1;
   Call c(proto::kOpSessions, "rgpu_nvml_sessions");
   if (c.invoke() != NVML_SUCCESS) return -1;
-  Reader& r = c.reply();
-  uint32_t n = r.u32();
-  if (!r.ok() || n > 4096) return -1;
+  std::vector<proto::wire::SessionEntry> list;
+  if (!proto::wire::read_sessions(c.reply(), &list)) return -1;
   std::string text;
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t pid = r.u32();
-    std::string identity = r.str(), peer = r.str();
-    uint64_t start = r.u64();
-    uint8_t self = r.u8();
-    if (!r.ok()) return -1;
-    text += std::to_string(pid) + "\t" + identity + "\t" + peer + "\t" + std::to_string(start) + "\t" +
-            (self ? "1" : "0") + "\n";
-  }
+  for (const auto& e : list)
+    text += std::to_string(e.pid) + "\t" + e.identity + "\t" + e.peer + "\t" + std::to_string(e.start) + "\t" +
+            (e.self ? "1" : "0") + "\n";
   if (buf && len) {
     size_t k = std::min(len - 1, text.size());
     std::memcpy(buf, text.data(), k);

@@ -7,9 +7,9 @@
 #include "common/crypto.h"
 #include "gen/ops.gen.h"
 #include "protocol/snapshot.h"
+#include "protocol/wire/control.h"
 #include "protocol/wire/launch.h"
 #include "protocol/wire/module.h"
-#include "server/module_cache.h"
 #include "server/handlers/image.h"
 #include "server/module_cache.h"
 
@@ -140,36 +140,31 @@ void func_attributes(Dispatch& d) {
 }
 
 void alloc_ahead(Dispatch& d) {
-  uint64_t size = d.args.u64();
-  uint32_t extra = d.args.u32();
-  if (!d.args.ok()) return;
+  proto::wire::AllocAhead req;
+  if (!proto::wire::read_alloc_ahead(d.args, &req)) return;
+  const uint64_t size = req.size;
+  const uint32_t extra = req.extra;
   if (size == 0 || extra > proto::kMaxAllocAhead || (extra && size > proto::kMaxAllocAheadBytes / extra))
     return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   if (!d.drv.cuMemAlloc_v2) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   CUdeviceptr first = 0;
   if (CUresult rc = d.drv.cuMemAlloc_v2(&first, size)) return d.reply.put<int32_t>(rc);
-  std::vector<CUdeviceptr> more;
+  std::vector<uint64_t> more;
   for (uint32_t i = 0; i < extra; ++i) {
     CUdeviceptr p = 0;
     if (d.drv.cuMemAlloc_v2(&p, size) != CUDA_SUCCESS) break;  // fewer ahead; the first stands
     more.push_back(p);
   }
   d.reply.put<int32_t>(CUDA_SUCCESS);
-  d.reply.put_u64(first);
-  d.reply.put_u32(static_cast<uint32_t>(more.size()));
-  for (CUdeviceptr p : more) d.reply.put_u64(p);
+  proto::wire::put_alloc_ahead_reply(d.reply, first, more);
 }
 
 void alloc_many(Dispatch& d) {
-  uint32_t k = d.args.u32();
-  if (!d.args.ok()) return;
-  if (k > proto::kMaxAllocMany) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
-  std::vector<std::pair<uint64_t, uint32_t>> want(k);
+  proto::wire::AllocSizes want;
+  if (!proto::wire::read_alloc_many(d.args, &want)) return;
+  if (want.size() > proto::kMaxAllocMany) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   uint64_t count = 0, bytes = 0;
-  for (auto& [size, n] : want) {
-    size = d.args.u64();
-    n = d.args.u32();
-    if (!d.args.ok()) return;
+  for (const auto& [size, n] : want) {
     if (size == 0 || n > proto::kMaxAllocManyCount || size > proto::kMaxAllocManyBytes)
       return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
     count += n;
@@ -178,15 +173,14 @@ void alloc_many(Dispatch& d) {
       return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   }
   if (!d.drv.cuMemAlloc_v2) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  d.reply.put<int32_t>(CUDA_SUCCESS);
-  d.reply.put_u32(k);
   // These are guesses: they stop where they would leave less than a quarter of the device free
   // (other programs share it), or at the first allocation that fails.
   size_t free_bytes = 0, total_bytes = 0;
   const bool known = d.drv.cuMemGetInfo_v2 && d.drv.cuMemGetInfo_v2(&free_bytes, &total_bytes) == CUDA_SUCCESS;
   bool failed = false;
+  std::vector<std::vector<uint64_t>> made_all;
   for (const auto& [size, n] : want) {
-    std::vector<CUdeviceptr> made;
+    std::vector<uint64_t>& made = made_all.emplace_back();
     for (uint32_t i = 0; i < n && !failed; ++i) {
       if (known && (size > free_bytes || free_bytes - size < total_bytes / 4)) {
         failed = true;
@@ -197,9 +191,9 @@ void alloc_many(Dispatch& d) {
       if (!failed) made.push_back(p);
       free_bytes -= failed ? 0 : size;
     }
-    d.reply.put_u32(static_cast<uint32_t>(made.size()));
-    for (CUdeviceptr p : made) d.reply.put_u64(p);
   }
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  proto::wire::put_alloc_many_reply(d.reply, made_all);
 }
 
 }  // namespace rgpu::server::handlers

@@ -1,6 +1,6 @@
 // Export-table slots the client cannot answer itself (protocol/messages.h kOpToolsContextObject,
-// kOpModuleFunctions, kOpClusterTopology): run here on the driver's own tables, with the session's contexts and
-// modules. What the driver hands back (its objects, its function pointers) stays in this process;
+// kOpModuleFunctions, kOpClusterTopology; their layout in protocol/wire/dark_api.h): run here on the
+// driver's own tables, with the session's contexts and modules. What the driver hands back (its objects, its function pointers) stays in this process;
 // the client gets values and names. Signatures: client/dark_api/README.md.
 #include <cuda.h>
 
@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "protocol/messages.h"
+#include "protocol/wire/dark_api.h"
 #include "server/handlers/control.h"
 
 namespace rgpu::server::handlers {
@@ -75,10 +76,9 @@ int collect(void* user, CUfunction, const char* name) {
 }  // namespace
 
 void tools_context_object(Dispatch& d) {
-  uint64_t ctx_id = d.args.u64();
-  // The stream: absent from clients before it was known to be one (they meant the NULL stream).
-  uint64_t stream_id = d.args.left() >= sizeof(uint64_t) ? d.args.u64() : 0;
-  if (!d.args.ok()) return;
+  proto::wire::ToolsContextAsk req;
+  if (!proto::wire::read_tools_context_ask(d.args, &req)) return;
+  const uint64_t ctx_id = req.context, stream_id = req.stream;
   CUcontext ctx;
   if (CUresult rc = context_of(d, ctx_id, &ctx)) return d.reply.put<int32_t>(rc);
   CUstream stream = nullptr;
@@ -93,14 +93,13 @@ void tools_context_object(Dispatch& d) {
   // Room beyond the 8 bytes slot 39 was seen to write: a wider write lands here, not on the stack.
   uint64_t out[4] = {};
   rc = query(ctx, object, out);
-  d.reply.put<int32_t>(rc);
-  d.reply.put_u64(out[0]);
+  proto::wire::put_tools_context_value(d.reply, {rc, out[0]});
 }
 
 void module_functions(Dispatch& d) {
-  uint64_t ctx_id = d.args.u64();
-  uint64_t module_id = d.args.u64();
-  if (!d.args.ok()) return;
+  proto::wire::ModuleFunctionsAsk req;
+  if (!proto::wire::read_module_functions_ask(d.args, &req)) return;
+  const uint64_t ctx_id = req.context, module_id = req.module;
   CUcontext ctx;
   if (CUresult rc = context_of(d, ctx_id, &ctx)) return d.reply.put<int32_t>(rc);
   CUmodule module = nullptr;
@@ -113,13 +112,12 @@ void module_functions(Dispatch& d) {
     log::warn("TOOLS_MODULE slot 7 returned %llu but visited %zu functions; sending the visited ones",
               static_cast<unsigned long long>(count), v.names.size());
   d.reply.put<int32_t>(CUDA_SUCCESS);
-  d.reply.put_u32(static_cast<uint32_t>(v.names.size()));
-  for (const auto& name : v.names) d.reply.put_str(name);
+  proto::wire::put_function_names(d.reply, v.names);
 }
 
 void cluster_topology(Dispatch& d) {
-  uint64_t ctx_id = d.args.u64();
-  if (!d.args.ok()) return;
+  uint64_t ctx_id = 0;
+  if (!proto::wire::read_context_ask(d.args, &ctx_id)) return;
   CUcontext ctx;
   if (CUresult rc = context_of(d, ctx_id, &ctx)) return d.reply.put<int32_t>(rc);
   CUdevice dev = 0;
@@ -143,20 +141,19 @@ void cluster_topology(Dispatch& d) {
   if (rc != CUDA_SUCCESS) return;
   // cuBLASLt 13.0 reads one byte per TPC (two SMs on compute capability 9.0) and nothing more.
   uint32_t n = data ? static_cast<uint32_t>(std::min<int>(std::max(sms, 0) / 2, proto::kMaxClusterTopology)) : 0;
-  d.reply.put_u32(n);
-  if (n) d.reply.append(data, n);
+  proto::wire::put_cluster_topology(d.reply, data, n);
   if (data) release(data, token);
 }
 
 void export_table_info(Dispatch& d) {
   CUuuid id;
-  if (!d.args.take(&id, sizeof id)) return;
+  if (!proto::wire::read_export_table_ask(d.args, &id)) return;
   if (!d.drv.cuGetExportTable) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   const void* table = nullptr;
   CUresult rc = d.drv.cuGetExportTable(&table, &id);
   if (rc == CUDA_SUCCESS && !table) rc = CUDA_ERROR_NOT_FOUND;
   d.reply.put<int32_t>(rc);
-  if (rc == CUDA_SUCCESS) d.reply.put_u64(*static_cast<const uint64_t*>(table));
+  if (rc == CUDA_SUCCESS) proto::wire::put_export_table_word(d.reply, *static_cast<const uint64_t*>(table));
 }
 
 }  // namespace rgpu::server::handlers

@@ -37,6 +37,10 @@
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
 #include "protocol/op_classes.h"
+#include "protocol/wire/control.h"
+#include "protocol/wire/dark_api.h"
+#include "protocol/wire/launch.h"
+#include "protocol/wire/module.h"
 #include "server/dispatch.h"
 #include "server/handle_map.h"
 #include "server/handlers/control.h"
@@ -322,7 +326,8 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
     launch_args(w);
   });
 
-  // Control ops and mapped memory (protocol/messages.h has each layout).
+  // Control ops and mapped memory (protocol/messages.h says what each does; the payloads are
+  // protocol/wire/'s where a codec exists).
   namespace proto = rgpu::proto;
   const uint64_t host = 0x5a0000400000ull;  // a mapped buffer's client address
   seed(proto::kOpSnapshot, [](rgpu::Writer&) {});
@@ -337,21 +342,20 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   });
   seed(proto::kOpMappedFree, [&](rgpu::Writer& w) { w.put_u64(host); });
   seed(proto::kOpManagedAlloc, [](rgpu::Writer& w) { w.put_u64(4096), w.put_u32(CU_MEM_ATTACH_GLOBAL); });
-  seed(proto::kOpParamLayout, [](rgpu::Writer& w) { w.put_u64(kFunc), w.put_u8(2); });
-  seed(proto::kOpFuncAttributes, [](rgpu::Writer& w) { w.put_u64(kFunc), w.put_u8(0), w.put_i32(0); });
-  seed(proto::kOpAllocAhead, [](rgpu::Writer& w) { w.put_u64(4096), w.put_u32(3); });
-  seed(proto::kOpAllocMany, [](rgpu::Writer& w) { w.put_u32(2), w.put_u64(512), w.put_u32(2), w.put_u64(4096), w.put_u32(1); });
-  seed(proto::kOpModuleByHash, [](rgpu::Writer& w) {
-    w.put_u64(0x2003), w.put_u16(op::cuModuleLoadData);
-    uint8_t hash[32] = {};
-    w.put_bytes(hash, sizeof hash);
-  });
-  seed(proto::kOpToolsContextObject, [](rgpu::Writer& w) { w.put_u64(kCtx), w.put_u64(kStream); });
-  seed(proto::kOpModuleFunctions, [](rgpu::Writer& w) { w.put_u64(kCtx), w.put_u64(kModule); });
-  seed(proto::kOpClusterTopology, [](rgpu::Writer& w) { w.put_u64(kCtx); });
+  namespace wire = rgpu::proto::wire;
+  seed(proto::kOpParamLayout, [](rgpu::Writer& w) { wire::put_param_layout_ask(w, {kFunc, 2}); });
+  seed(proto::kOpFuncAttributes, [](rgpu::Writer& w) { wire::put_func_attributes_ask(w, {kFunc, 0, 0}); });
+  seed(proto::kOpAllocAhead, [](rgpu::Writer& w) { wire::put_alloc_ahead(w, {4096, 3}); });
+  seed(proto::kOpAllocMany, [](rgpu::Writer& w) { wire::put_alloc_many(w, {{512, 2}, {4096, 1}}); });
+  // (The hash and the UUID were once written length-prefixed, which the server read as garbage.)
+  seed(proto::kOpModuleByHash, [](rgpu::Writer& w) { wire::put_module_by_hash(w, {0x2003, op::cuModuleLoadData, {}}); });
+  seed(proto::kOpToolsContextObject, [](rgpu::Writer& w) { wire::put_tools_context_ask(w, {kCtx, kStream}); });
+  seed(proto::kOpModuleFunctions, [](rgpu::Writer& w) { wire::put_module_functions_ask(w, {kCtx, kModule}); });
+  seed(proto::kOpClusterTopology, [](rgpu::Writer& w) { wire::put_context_ask(w, kCtx); });
   seed(proto::kOpExportTableInfo, [](rgpu::Writer& w) {
-    uint8_t uuid[16] = {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9};
-    w.put_bytes(uuid, sizeof uuid);
+    const CUuuid uuid = {{0x6b, char(0xd5), char(0xfb), 0x6c, 0x5b, char(0xf4), char(0xe7), 0x4a, char(0x89), char(0x87),
+                          char(0xd9), 0x39, 0x12, char(0xfd), char(0x9d), char(0xf9)}};
+    wire::put_export_table_ask(w, uuid);
   });
   seed(proto::kOpClusterOccupancyTable, [](rgpu::Writer& w) {
     w.put_u64(kFunc);
