@@ -17,15 +17,41 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-HEADER = struct.Struct("<IHHII")
-MAGIC = 0x55504752
-VERSION = 1
-K_REPLY = 1 << 0
-K_NO_REPLY = 1 << 1
-OUR_CAPS = 0b111
 
-OP_HELLO, OP_CHALLENGE, OP_AUTH, OP_WELCOME, OP_REFUSED = 1, 2, 3, 4, 5
-OP_SNAPSHOT, OP_GOODBYE = 16, 17
+def _load_protocol():
+    """The constants of protocol/messages.h, read from it: never a copy that could drift (the ctest
+    rgpu_wire_layout checks what this reads against the C++ compiler's values)."""
+    text = (ROOT / "protocol/messages.h").read_text()
+    text = re.sub(r"//[^\n]*", "", text)
+    names = {}
+
+    def body(enum):
+        return re.search(r"enum %s : \w+ \{(.*?)\};" % enum, text, re.S).group(1)
+
+    for enum in ("FrameFlags", "Capability", "Op"):
+        for m in re.finditer(r"(k\w+) = ([^,]+),", body(enum)):
+            names[m.group(1)] = eval(m.group(2).replace("ull", ""), {}, dict(names))  # "1 << 3", numbers
+    for m in re.finditer(r"inline constexpr \w+ (k\w+) = ([^;]+);", text):
+        value = re.sub(r"(?<=\d)(ull|u)\b", "", m.group(2))
+        names[m.group(1)] = eval(value, {}, dict(names))
+    return names
+
+
+# Every constant of protocol/messages.h by its C++ name: CONTROL["kOpModuleByHash"] == 20.
+CONTROL = _load_protocol()
+
+HEADER = struct.Struct("<IHHII")
+assert HEADER.size == CONTROL["kHeaderSize"]
+MAGIC = CONTROL["kMagic"]
+VERSION = CONTROL["kProtocolVersion"]
+K_REPLY = CONTROL["kReply"]
+K_NO_REPLY = CONTROL["kNoReply"]
+OUR_CAPS = CONTROL["kOurCapabilities"]
+REPLY_PREFIX = struct.Struct("<iHH")  # proto::ReplyPrefix
+
+OP_HELLO, OP_CHALLENGE, OP_AUTH, OP_WELCOME, OP_REFUSED = (
+    CONTROL[n] for n in ("kOpHello", "kOpChallenge", "kOpAuth", "kOpWelcome", "kOpRefused"))
+OP_SNAPSHOT, OP_GOODBYE = CONTROL["kOpSnapshot"], CONTROL["kOpGoodbye"]
 
 CUDA_SUCCESS = 0
 CUDA_ERROR_INVALID_VALUE = 1
@@ -65,6 +91,33 @@ def frame(op, payload=b"", flags=0, request_id=0, thread_id=0, length=None):
 def put_str(s):
     b = s.encode()
     return struct.pack("<I", len(b)) + b
+
+
+# Payloads of the calls the tests send by hand, laid out as protocol/wire/ writes them (the ctest
+# rgpu_wire_layout compares each with the C++ codec's bytes).
+def image_load(module_id, image):
+    """cuModuleLoadData, cuLibraryLoadData (protocol/wire/module.h ImageLoad)."""
+    return struct.pack("<QQ", module_id, len(image)) + image
+
+
+def symbol_lookup(new_id, parent_id, name):
+    """cuModuleGetFunction, cuLibraryGetKernel (protocol/wire/module.h SymbolLookup)."""
+    return struct.pack("<QQ", new_id, parent_id) + put_str(name)
+
+
+def module_by_hash(module_id, load_op, digest):
+    """kOpModuleByHash (protocol/wire/module.h)."""
+    return struct.pack("<QH", module_id, load_op) + digest
+
+
+def param_layout_ask(handle_id, kind):
+    """kOpParamLayout (protocol/wire/launch.h ParamLayoutAsk)."""
+    return struct.pack("<QB", handle_id, kind)
+
+
+def alloc_ahead(size, extra):
+    """kOpAllocAhead (protocol/wire/control.h)."""
+    return struct.pack("<QI", size, extra)
 
 
 def hello(identity="rgpu_wire@pytest pid=%d prog=rgpu_wire" % os.getpid(), magic=MAGIC, version=VERSION,
@@ -170,9 +223,9 @@ class Conn:
             return None
         rop, rflags, rrid, rtid, body = recv_frame(self.sock)
         assert rflags & K_REPLY and rrid == rid and rop == op and rtid == thread_id, (rop, rflags, rrid, rtid)
-        deferred_result, deferred_op, _ = struct.unpack_from("<iHH", body)
-        (result,) = struct.unpack_from("<i", body, 8)
-        return Reply(deferred_result, deferred_op, result, body[12:])
+        deferred_result, deferred_op, _ = REPLY_PREFIX.unpack_from(body)
+        (result,) = struct.unpack_from("<i", body, REPLY_PREFIX.size)
+        return Reply(deferred_result, deferred_op, result, body[REPLY_PREFIX.size + 4:])
 
     # A few calls every test wants.
     def snapshot(self):

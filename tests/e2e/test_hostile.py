@@ -241,7 +241,7 @@ def test_module_image_that_does_not_fit_its_payload_is_refused(server, image):
         c.snapshot()
         c.make_context_current()
         try:
-            r = c.call(wire.OPS["cuModuleLoadData"], struct.pack("<QQ", 0x2000, len(image)) + image)
+            r = c.call(wire.OPS["cuModuleLoadData"], wire.image_load(0x2000, image))
         finally:
             assert_still_serving(server)
         assert r.result == 200  # CUDA_ERROR_INVALID_IMAGE

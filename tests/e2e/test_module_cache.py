@@ -14,8 +14,8 @@ import rgpu_wire as wire
 from conftest import BUILD, IMAGE, Server, run_client
 
 PROGRAM = str(BUILD / "bin/driver_api_test")
-OP_MODULE_BY_HASH = 20
-OP_PARAM_LAYOUT = 42
+OP_MODULE_BY_HASH = wire.CONTROL["kOpModuleByHash"]
+OP_PARAM_LAYOUT = wire.CONTROL["kOpParamLayout"]
 CUDA_ERROR_NOT_FOUND = 500
 
 
@@ -116,11 +116,11 @@ def test_by_hash_answers_not_found_then_loads_once_cached(cache_server):
     with wire.Conn(cache_server.addr) as c:
         c.snapshot()
         c.make_context_current()
-        r = c.call(OP_MODULE_BY_HASH, struct.pack("<QH", 0x2000, load) + digest)
+        r = c.call(OP_MODULE_BY_HASH, wire.module_by_hash(0x2000, load, digest))
         assert r.result == CUDA_ERROR_NOT_FOUND, r
-        r = c.call(load, struct.pack("<QQ", 0x2000, len(image)) + image)
+        r = c.call(load, wire.image_load(0x2000, image))
         assert r.result == wire.CUDA_SUCCESS, r
-        r = c.call(OP_MODULE_BY_HASH, struct.pack("<QH", 0x2001, load) + digest)
+        r = c.call(OP_MODULE_BY_HASH, wire.module_by_hash(0x2001, load, digest))
         assert r.result == wire.CUDA_SUCCESS, r
         # A load op that is not a module or library load is refused, the connection stays.
         r = c.call(OP_MODULE_BY_HASH, struct.pack("<QH", 0x2002, wire.OPS["cuMemAlloc_v2"]) + digest)
@@ -162,11 +162,11 @@ def test_a_whole_parameter_layout_comes_in_one_answer(cache_server):
     with wire.Conn(cache_server.addr) as c:
         c.snapshot()
         c.make_context_current()
-        r = c.call(wire.OPS["cuModuleLoadData"], struct.pack("<QQ", 0x3000, len(image)) + image)
+        r = c.call(wire.OPS["cuModuleLoadData"], wire.image_load(0x3000, image))
         assert r.result == wire.CUDA_SUCCESS, r
-        r = c.call(wire.OPS["cuModuleGetFunction"], struct.pack("<QQ", 0x3001, 0x3000) + wire.put_str("rgpu_vec_add"))
+        r = c.call(wire.OPS["cuModuleGetFunction"], wire.symbol_lookup(0x3001, 0x3000, "rgpu_vec_add"))
         assert r.result == wire.CUDA_SUCCESS, r
-        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3001, 0))
+        r = c.call(OP_PARAM_LAYOUT, wire.param_layout_ask(0x3001, 0))
         assert r.result == wire.CUDA_SUCCESS, r
         (n,) = struct.unpack_from("<I", r.body)
         params = [struct.unpack_from("<QQ", r.body, 4 + 16 * i) for i in range(n)]
@@ -175,20 +175,20 @@ def test_a_whole_parameter_layout_comes_in_one_answer(cache_server):
         assert params == [(0, 8), (8, 8), (16, 8), (24, 4)], params
         assert (end, kind) == (wire.CUDA_ERROR_INVALID_VALUE, 0)
         # A library's CUkernel: the function reading refuses it, "either" answers as a kernel.
-        r = c.call(wire.OPS["cuLibraryLoadData"], struct.pack("<QQ", 0x3100, len(image)) + image)
+        r = c.call(wire.OPS["cuLibraryLoadData"], wire.image_load(0x3100, image))
         assert r.result == wire.CUDA_SUCCESS, r
-        r = c.call(wire.OPS["cuLibraryGetKernel"], struct.pack("<QQ", 0x3101, 0x3100) + wire.put_str("rgpu_vec_add"))
+        r = c.call(wire.OPS["cuLibraryGetKernel"], wire.symbol_lookup(0x3101, 0x3100, "rgpu_vec_add"))
         assert r.result == wire.CUDA_SUCCESS, r
-        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3101, 0))
+        r = c.call(OP_PARAM_LAYOUT, wire.param_layout_ask(0x3101, 0))
         assert r.result == wire.CUDA_SUCCESS and r.body[:4] == b"\0\0\0\0", r
         assert struct.unpack_from("<iB", r.body, 4) == (wire.CUDA_ERROR_INVALID_HANDLE, 0)
-        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3101, 2))
+        r = c.call(OP_PARAM_LAYOUT, wire.param_layout_ask(0x3101, 2))
         assert r.result == wire.CUDA_SUCCESS, r
         (n,) = struct.unpack_from("<I", r.body)
         assert n == 4 and struct.unpack_from("<iB", r.body, 4 + 16 * n) == (wire.CUDA_ERROR_INVALID_VALUE, 1), r
-        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3101, 3))  # no such kind
+        r = c.call(OP_PARAM_LAYOUT, wire.param_layout_ask(0x3101, 3))  # no such kind
         assert r.result == wire.CUDA_ERROR_INVALID_VALUE, r
         # An id the session never bound: refused, the connection stays.
-        r = c.call(OP_PARAM_LAYOUT, struct.pack("<QB", 0x3999, 1))
+        r = c.call(OP_PARAM_LAYOUT, wire.param_layout_ask(0x3999, 1))
         assert r.result == wire.CUDA_ERROR_INVALID_HANDLE, r
         assert c.mem_get_info()[0] == wire.CUDA_SUCCESS
