@@ -315,7 +315,7 @@ void Session::graph_run(Reader& r) {
     try {
       n.op->callBoxed(&stack);
     } catch (const c10::Error& e) {
-      throw std::runtime_error(log::format("node %zu (%s): ", k, n.full.c_str()) + e.what_without_backtrace());
+      throw KindError(error_kind(e), log::format("node %zu (%s): ", k, n.full.c_str()) + e.what_without_backtrace());
     }
     results[k] = std::move(stack);
     // Release what no later node reads.

@@ -190,11 +190,28 @@ Session::Session(SessionOptions opt) : opt_(std::move(opt)) {
   if (opt_.torch_version.empty()) opt_.torch_version = torch_version();
 }
 
-void Session::defer(const std::string& op, const std::string& message) {
+uint8_t error_kind(const c10::Error& e) {
+  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return kErrNotImplemented;
+  if (dynamic_cast<const c10::ValueError*>(&e)) return kErrValue;
+  if (dynamic_cast<const c10::IndexError*>(&e)) return kErrIndex;
+  if (dynamic_cast<const c10::TypeError*>(&e)) return kErrType;
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return kErrOutOfMemory;
+  if (dynamic_cast<const c10::LinAlgError*>(&e)) return kErrLinAlg;
+  if (dynamic_cast<const c10::AcceleratorError*>(&e)) return kErrAccelerator;
+  return kErrRuntime;
+}
+
+std::string sparse_refusal(const std::string& what) {
+  return "rgpu: sparse tensors are not supported on the rgpu device yet; keep them on cpu (build them there, "
+         "or .cpu() the dense tensor first) and move dense tensors to rgpu (" + what + " gave a sparse result)";
+}
+
+void Session::defer(const std::string& op, const std::string& message, uint8_t kind) {
   if (has_deferred_) return;  // the first failure explains the ones that follow
   has_deferred_ = true;
   deferred_op_ = op;
   deferred_message_ = message;
+  deferred_kind_ = kind;
 }
 
 ReplyStatus Session::take_status() {
@@ -202,6 +219,7 @@ ReplyStatus Session::take_status() {
   st.has_deferred = has_deferred_;
   st.deferred_op = std::move(deferred_op_);
   st.deferred_message = std::move(deferred_message_);
+  st.deferred_kind = deferred_kind_;
   has_deferred_ = false;
   return st;
 }
@@ -433,6 +451,7 @@ int op_device_of(const std::vector<Value>& args, const std::function<int(uint64_
 
 void Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device) {
   if (!result.defined()) throw CallError("the op returned no tensor where one was expected");
+  if (result.layout() != at::kStrided) throw KindError(kErrNotImplemented, sparse_refusal("the op"));
   if (needed_bytes(spec) > nbytes) throw CallError("an output's layout does not fit its storage");
   const c10::StorageImpl* impl = result.has_storage() ? result.storage().unsafeGetStorageImpl() : nullptr;
   bool fresh = impl && !ids_by_impl_.count(impl);
@@ -565,6 +584,7 @@ void Session::call(Reader& r, bool want_reply, Writer* w) {
         body.put_u8(kNone);
         return;
       }
+      if (t.layout() != at::kStrided) throw KindError(kErrNotImplemented, sparse_refusal(full));
       if (t.device().type() != opt_.device.type()) t = t.to(device(op_device));
       const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
       auto found = ids_by_impl_.find(impl);
@@ -843,6 +863,15 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
   } catch (const c10::Error& e) {
     own.failed = true;
     own.message = e.what_without_backtrace();
+    own.kind = error_kind(e);
+  } catch (const KindError& e) {
+    own.failed = true;
+    own.message = e.what();
+    own.kind = e.kind;
+  } catch (const std::bad_alloc&) {
+    own.failed = true;
+    own.message = log::format("rgpu-opserver ran out of host memory running %s", what);
+    own.kind = kErrOutOfMemory;
   } catch (const std::exception& e) {
     own.failed = true;
     own.message = e.what();
@@ -859,13 +888,14 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
       std::string ov = again.str(kMaxNameString);
       if (!ov.empty()) name += "." + ov;
     }
-    defer(name, own.message);
+    defer(name, own.message, own.kind);
     return keep;
   }
   if (!want_reply) return keep;
   ReplyStatus st = take_status();
   st.failed = own.failed;
   st.message = own.message;
+  st.kind = own.kind;
   Writer out;
   put_status(out, st);
   if (!own.failed || op == kTorchHello) out.append(w.buf().data(), w.size());

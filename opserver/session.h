@@ -33,6 +33,17 @@ struct Malformed : std::runtime_error {
 struct CallError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// A failure that keeps the class of torch's error it came from (torchwire::ErrorKind), for the
+// places that add words to a c10::Error's message before it goes back.
+struct KindError : std::runtime_error {
+  KindError(uint8_t kind, const std::string& message) : std::runtime_error(message), kind(kind) {}
+  uint8_t kind;
+};
+// The wire class of a c10 error (NotImplementedError, ValueError, ...; kErrRuntime for the rest).
+uint8_t error_kind(const c10::Error& e);
+// The message of a result the wire cannot describe: a sparse (or other non-strided) tensor.
+// Raised as NotImplementedError on the client.
+std::string sparse_refusal(const std::string& what);
 
 struct SessionOptions {
   // The device type ops run on (kCPU or kCUDA), and how many devices clients see: cuda:0 ..
@@ -110,7 +121,7 @@ class Session {
   void drop_event(uint64_t id);
 
   // Remembers the first failure of a one-way call until the next reply.
-  void defer(const std::string& op, const std::string& message);
+  void defer(const std::string& op, const std::string& message, uint8_t kind = torchwire::kErrRuntime);
   torchwire::ReplyStatus take_status();
 
   SessionOptions opt_;
@@ -119,6 +130,7 @@ class Session {
   std::unordered_map<std::string, c10::OperatorHandle> ops_;
   std::unordered_map<uint64_t, Graph> graphs_;
   bool hello_done_ = false;
+  uint8_t deferred_kind_ = torchwire::kErrRuntime;
   bool has_deferred_ = false;
   std::string deferred_op_, deferred_message_;
   // Timing events by the client's id (kTorchEvent): a device event on cuda, a time on cpu.

@@ -35,7 +35,11 @@
 // device). Tensors of one op on different devices are the client's to refuse, as torch does.
 //
 // Every reply payload starts with the deferred error, then this request's own status:
-//   u8 has_deferred; [str op, str message]  u8 failed; [str message]  ...request's reply fields
+//   u8 has_deferred; [str op, str message, u8 ErrorKind]  u8 failed; [str message, u8 ErrorKind]
+//   ...request's reply fields
+// The ErrorKind is the class of the server's torch error (c10::NotImplementedError, ...), so that
+// the client raises the Python type the same op raises on a local device (NotImplementedError,
+// ValueError, IndexError, TypeError, torch.OutOfMemoryError, ...); unknown values read as kErrRuntime.
 //
 // Value encoding (ATen boxed arguments), one u8 Tag then:
 //   kNone -; kBool u8; kInt i64; kDouble f64; kComplex f64 re, f64 im; kString str;
@@ -235,12 +239,28 @@ inline bool get_desc(Reader& r, TensorDesc* d) {
   return r.ok() && get_shape(r, d);
 }
 
+// The class of a failure (the reply prefix above): c10's error classes, which torch turns into
+// these Python types.
+enum ErrorKind : uint8_t {
+  kErrRuntime = 0,         // c10::Error and anything else: RuntimeError
+  kErrNotImplemented = 1,  // NotImplementedError
+  kErrValue = 2,           // ValueError
+  kErrIndex = 3,           // IndexError
+  kErrType = 4,            // TypeError
+  kErrOutOfMemory = 5,     // torch.OutOfMemoryError (a RuntimeError)
+  kErrLinAlg = 6,          // torch.linalg.LinAlgError (a RuntimeError)
+  kErrAccelerator = 7,     // torch.AcceleratorError (a RuntimeError): a CUDA error on the server
+  kErrKindCount
+};
+
 // The reply prefix (see above).
 struct ReplyStatus {
   bool has_deferred = false;
   std::string deferred_op, deferred_message;
+  uint8_t deferred_kind = kErrRuntime;
   bool failed = false;
   std::string message;
+  uint8_t kind = kErrRuntime;
 };
 
 inline void put_status(Writer& w, const ReplyStatus& s) {
@@ -248,9 +268,13 @@ inline void put_status(Writer& w, const ReplyStatus& s) {
   if (s.has_deferred) {
     w.put_str(s.deferred_op);
     w.put_str(s.deferred_message);
+    w.put_u8(s.deferred_kind);
   }
   w.put_u8(s.failed ? 1 : 0);
-  if (s.failed) w.put_str(s.message);
+  if (s.failed) {
+    w.put_str(s.message);
+    w.put_u8(s.kind);
+  }
 }
 
 inline bool get_status(Reader& r, ReplyStatus* s) {
@@ -258,9 +282,15 @@ inline bool get_status(Reader& r, ReplyStatus* s) {
   if (s->has_deferred) {
     s->deferred_op = r.str(kMaxNameString);
     s->deferred_message = r.str(1 << 16);
+    s->deferred_kind = r.u8();
+    if (s->deferred_kind >= kErrKindCount) s->deferred_kind = kErrRuntime;
   }
   s->failed = r.u8() != 0;
-  if (s->failed) s->message = r.str(1 << 16);
+  if (s->failed) {
+    s->message = r.str(1 << 16);
+    s->kind = r.u8();
+    if (s->kind >= kErrKindCount) s->kind = kErrRuntime;
+  }
   return r.ok();
 }
 

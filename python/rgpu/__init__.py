@@ -16,6 +16,7 @@ Where the pieces are found:
 """
 import glob
 import os
+import warnings
 
 try:
     import torch
@@ -86,6 +87,28 @@ def _print_from_one_copy():
     tensor_str._tensor_str = _tensor_str
 
 
+LOCAL_CUDA_WARNING = (
+    "rgpu: this process also uses local CUDA. Once rgpu is imported, torch takes rgpu (its PrivateUse1 "
+    "backend) for the process's accelerator, and every backward over local cuda tensors fails in the autograd "
+    "engine with 'opt_ready_stream && opt_parent_stream INTERNAL ASSERT FAILED' (a PyTorch bug, "
+    "pytorch/pytorch#161129; torch has no switch that keeps cuda the accelerator). Forward passes and copies on "
+    "local cuda still work, and rgpu is not affected; run training on local cuda in a process that does not "
+    "import rgpu (a subprocess)")
+
+
+def _warn_about_local_cuda():
+    """Warns once, when local CUDA is initialised in this process (at once if it already is):
+    torch.cuda runs its queued calls then. A torch without CUDA, or a process that never uses it,
+    never warns."""
+    def warn():
+        warnings.warn(LOCAL_CUDA_WARNING, RuntimeWarning, stacklevel=2)
+
+    try:
+        torch.cuda._lazy_call(warn)
+    except Exception:  # noqa: BLE001  (a torch without the private hook: no warning rather than no rgpu)
+        pass
+
+
 def _register():
     """Adds the device to torch (at import, when torch is installed)."""
     global synchronize, server_info, stats
@@ -104,6 +127,7 @@ def _register():
     from . import checkpoint as _checkpoint
 
     _checkpoint.register()
+    _warn_about_local_cuda()
     synchronize = _device.synchronize
     server_info = _device.server_info
     stats = _device.stats

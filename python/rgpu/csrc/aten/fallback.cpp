@@ -53,6 +53,8 @@ void put_value(Writer& w, const c10::IValue& v, bool mutable_arg) {
     } else if (is_rgpu(t)) {
       w.put_u8(kRemoteTensor);
       put_tensor_desc(w, t);
+    } else if (t.layout() != at::kStrided) {
+      refuse_sparse("an op on rgpu tensors given a " + c10::str(t.layout()) + " tensor");
     } else if (t.is_cpu()) {
       TORCH_CHECK(!mutable_arg, "rgpu: an op on rgpu tensors cannot write into a cpu tensor; "
                   "Expected all tensors to be on the same device, but found at least two devices, rgpu:",
@@ -302,6 +304,12 @@ void call_and_wait(const c10::OperatorHandle& op, std::vector<c10::IValue>& args
 
 }  // namespace
 
+void refuse_sparse(const std::string& op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "rgpu: sparse tensors are not supported on the rgpu device yet; keep them on cpu "
+                              "(build them there, or .cpu() the dense tensor first) and move dense tensors to rgpu (",
+                              op, ")");
+}
+
 void put_tensor_desc(Writer& w, const at::Tensor& t) {
   w.put_u64(storage_id(t.storage()));
   put_shape(w, static_cast<int8_t>(t.scalar_type()), t.sizes().data(), t.strides().data(), t.dim(), t.storage_offset());
@@ -318,7 +326,8 @@ void post_op(const char* name, const char* overload, std::vector<c10::IValue> ar
 
 namespace {
 
-OutPlan tensor_plan(const at::Tensor& m, MetaMirror& mirror, CallKey& key) {
+OutPlan tensor_plan(const at::Tensor& m, MetaMirror& mirror, CallKey& key, const c10::OperatorHandle& op) {
+  if (m.layout() != at::kStrided) refuse_sparse(c10::toString(op.operator_name()));
   OutPlan o;
   auto it = mirror.rgpu_of.find(m.storage().unsafeGetStorageImpl());
   if (it != mirror.rgpu_of.end()) {
@@ -366,13 +375,13 @@ std::shared_ptr<const Plan> plan_on_meta(const c10::OperatorHandle& op, const Op
     } else if (mv.isNone()) {
       o.kind = OutPlan::kNone;
     } else if (mv.isTensor()) {
-      o = mv.toTensor().defined() ? tensor_plan(mv.toTensor(), mirror, key) : OutPlan{OutPlan::kUndefined};
+      o = mv.toTensor().defined() ? tensor_plan(mv.toTensor(), mirror, key, op) : OutPlan{OutPlan::kUndefined};
     } else {
       // A list of tensors: all views (unbind-like) or all fresh; a mix waits.
       o.kind = OutPlan::kList;
       size_t views = 0;
       for (const at::Tensor& m : mv.toTensorList()) {
-        o.list.push_back(tensor_plan(m, mirror, key));
+        o.list.push_back(tensor_plan(m, mirror, key, op));
         views += o.list.back().kind == OutPlan::kView;
       }
       if (views != 0 && views != o.list.size()) {

@@ -185,6 +185,35 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&boxed_fallback>());
 }
 
+// Sparse rgpu tensors (aten/remote.h, refuse_sparse): every op dispatched to a sparse layout on
+// rgpu (to_sparse's result, sparse_coo_tensor(device="rgpu"), .to("rgpu") of a sparse tensor,
+// sparse.mm with an rgpu operand, Embedding(sparse=True)'s gradient) is refused, naming the op.
+void refuse_sparse_boxed(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  refuse_sparse(c10::toString(op.operator_name()));
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_sparse_boxed>());
+}
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_sparse_boxed>());
+}
+// The compressed layouts' factories (sparse_csr_tensor(..., device="rgpu"), ...) are composite:
+// they build the tensor without dispatching further, so the fallback never sees them; their own
+// kernels for the key refuse them.
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  for (const c10::OperatorName& op : c10::Dispatcher::singleton().getAllOpNames()) {
+    const std::string& n = op.name;
+    bool factory = n.rfind("aten::sparse_", 0) == 0 || n.rfind("aten::_sparse_", 0) == 0;
+    bool compressed = false;
+    for (const char* kind : {"compressed", "csr", "csc", "bsr", "bsc"})
+      compressed = compressed || n.find(std::string("_") + kind + "_tensor") != std::string::npos;
+    if (!factory || !compressed) continue;
+    std::string name = n.substr(6) + (op.overload_name.empty() ? "" : "." + op.overload_name);
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&refuse_sparse_boxed>());
+  }
+}
+
 TORCH_LIBRARY(rgpu, m) {
   m.def("synchronize() -> ()", &synchronize);
   m.def("manual_seed(int seed) -> ()", &manual_seed);

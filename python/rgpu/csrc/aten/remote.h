@@ -18,6 +18,12 @@ namespace rgpu::torchdev {
 // masked_select, boolean indexing...).
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Sparse layouts (COO, CSR, CSC, BSR, BSC) are not supported on rgpu: the wire describes strided
+// tensors only. Throws NotImplementedError naming op and the limitation. The fallbacks of
+// SparsePrivateUse1 and SparseCsrPrivateUse1 (aten/register.cpp) raise it for every op that would
+// make or take a sparse rgpu tensor; the fallback raises it for an op whose result is sparse.
+[[noreturn]] void refuse_sparse(const std::string& op);
+
 // A view of an rgpu tensor's storage: TensorDesc on the wire.
 void put_tensor_desc(Writer& w, const at::Tensor& t);
 

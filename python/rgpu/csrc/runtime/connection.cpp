@@ -56,6 +56,20 @@ std::string about_opserver(std::string s) {
 
 }  // namespace
 
+void raise_error(uint8_t kind, const std::string& message) {
+  // The c10 class torch turns into the Python type the server's torch raised (torch_wire.h, ErrorKind).
+  switch (kind) {
+    case kErrNotImplemented: C10_THROW_ERROR(NotImplementedError, message);
+    case kErrValue: C10_THROW_ERROR(ValueError, message);
+    case kErrIndex: C10_THROW_ERROR(IndexError, message);
+    case kErrType: C10_THROW_ERROR(TypeError, message);
+    case kErrOutOfMemory: C10_THROW_ERROR(OutOfMemoryError, message);
+    case kErrLinAlg: C10_THROW_ERROR(LinAlgError, message);
+    case kErrAccelerator: throw c10::AcceleratorError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, 0, message);
+    default: C10_THROW_ERROR(Error, message);
+  }
+}
+
 Connection& Connection::get() {
   if (Connection* c = g_conn.load(std::memory_order_acquire)) {
     TORCH_CHECK(c->pid_ == getpid(),
@@ -327,7 +341,7 @@ std::vector<uint8_t> Connection::read_reply(uint16_t op, uint32_t id, ReplyStatu
   if (!get_status(r, st)) lost_unlocked("a malformed reply");
   if (st->failed) {
     raise_deferred(*st);
-    TORCH_CHECK(false, st->message);
+    raise_error(st->kind, st->message);
   }
   *body_at = frame.size() - r.left();
   return frame;
@@ -335,9 +349,10 @@ std::vector<uint8_t> Connection::read_reply(uint16_t op, uint32_t id, ReplyStatu
 
 void Connection::raise_deferred(const ReplyStatus& st) {
   if (st.has_deferred)
-    TORCH_CHECK(false, "rgpu: ", st.deferred_op, " failed on rgpu-opserver: ", st.deferred_message,
-                "\n(it ran asynchronously: the error surfaced at the next operation that waited for the server; "
-                "the tensors it should have written are not valid)");
+    raise_error(st.deferred_kind,
+                "rgpu: " + st.deferred_op + " failed on rgpu-opserver: " + st.deferred_message +
+                    "\n(it ran asynchronously: the error surfaced at the next operation that waited for the server; "
+                    "the tensors it should have written are not valid)");
 }
 
 void Connection::read_bulk(uint16_t op, uint32_t id, const uint8_t* rest, size_t rest_len, const std::vector<Sink>& sinks) {

@@ -29,6 +29,10 @@
 
 namespace rgpu::torchdev {
 
+// Throws the c10 error of a wire ErrorKind (protocol/torch_wire.h) with message: the Python type
+// the server's torch raised (NotImplementedError, ValueError, IndexError, ...).
+[[noreturn]] void raise_error(uint8_t kind, const std::string& message);
+
 class Connection {
  public:
   static Connection& get();
