@@ -1,5 +1,6 @@
 // The PrivateUse1 hooks of rgpu: what ATen asks a backend it does not know (is it available, how
 // many devices, which device a pointer is on, how to resize a storage).
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -23,7 +24,19 @@ struct RgpuHooks final : public at::PrivateUse1HooksInterface {
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
   // Storage addresses are not real (runtime/device.h): the current device is the best answer.
   at::Device getDeviceFromPtr(void*) const override { return device(); }
-  bool isPinnedPtr(const void* p) const override { return is_pinned(p); }
+  // Tensor.is_pinned() asks the accelerator, which is rgpu once it is registered. Memory pinned by
+  // rgpu's allocator is ours; but where the local torch has CUDA and a GPU,
+  // torch.empty(pin_memory=True) takes CUDA's pinned allocator (ATen prefers CUDA's there), so
+  // such a pointer is asked of CUDA, when CUDA has a context (without one nothing of it is pinned,
+  // and asking would make one).
+  bool isPinnedPtr(const void* p) const override {
+    if (is_pinned(p)) return true;
+    const at::CUDAHooksInterface& cuda = at::detail::getCUDAHooks();
+    if (!cuda.hasCUDA()) return false;
+    for (c10::DeviceIndex d = 0; d < cuda.deviceCount(); ++d)
+      if (cuda.hasPrimaryContext(d)) return cuda.isPinnedPtr(p);
+    return false;
+  }
   at::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
     TORCH_CHECK(false,
