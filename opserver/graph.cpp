@@ -227,8 +227,18 @@ c10::IValue Session::graph_arg(const GraphValue& v, const c10::TypePtr& type, co
       for (const GraphValue& e : v.list) out.push_back(graph_arg(e, elem, inputs, results, where));
       return out;
     }
-    case c10::TypeKind::TensorType:
-      throw mismatch("Tensor (a graph input or node result)");
+    case c10::TypeKind::TensorType: {
+      // A number where the schema has a Tensor (AOTAutograd writes x * 2 as mul.Tensor(x, 2)):
+      // a wrapped number, as eager PyTorch makes it, so type promotion treats it as a scalar.
+      at::Tensor t;
+      if (v.tag == kInt) t = at::scalar_tensor(v.i, at::kLong);
+      else if (v.tag == kDouble) t = at::scalar_tensor(v.d, at::kDouble);
+      else if (v.tag == kBool) t = at::scalar_tensor(v.b, at::kBool);
+      else if (v.tag == kComplex) t = at::scalar_tensor(c10::complex<double>(v.d, v.im), at::kComplexDouble);
+      else throw mismatch("Tensor (a graph input or node result)");
+      t.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return t;
+    }
     case c10::TypeKind::GeneratorType:
       throw std::runtime_error(where + ": generators cannot be sent to the server; use torch.manual_seed");
     default:

@@ -76,6 +76,22 @@ def test_graph_with_an_operator_the_server_refuses_fails_with_its_message():
         torch.compile(f, backend="rgpu")(x).cpu()
 
 
+def test_numbers_where_the_schema_has_a_tensor_promote_as_in_eager():
+    # AOTAutograd writes x * 2 as mul.Tensor(x, 2); the server refused the number ("expected
+    # Tensor, got int") until it made it a wrapped number, as eager does.
+    torch._dynamo.reset()
+
+    def f(x, n):
+        return (x * 2 + 1) / 4 - 0.5, n * 3 + 1, (n > 1) | True
+
+    x, n = torch.arange(6.0, device=D), torch.arange(4, device=D)
+    got = torch.compile(f, backend="rgpu")(x, n)
+    expect = f(x.cpu(), n.cpu())
+    for g, e in zip(got, expect):
+        assert g.dtype == e.dtype  # float32 stays float32, int64 stays int64
+        assert torch.equal(g.cpu(), e)
+
+
 def test_default_backend_names_the_rgpu_backend():
     torch._dynamo.reset()
     model = torch.nn.Linear(4, 4).to(D)
