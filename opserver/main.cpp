@@ -36,6 +36,10 @@ bool load_torch_cuda(std::string* err) {
 
 }  // namespace
 
+namespace rgpu::opserver {
+void install_reusing_cpu_allocator();  // cpu_allocator.cpp
+}
+
 int main(int argc, char** argv) {
   CLI::App app{
       "rgpu-opserver: runs the ATen operators of rgpu PyTorch clients (device=\"rgpu\") on this machine.\n"
@@ -49,6 +53,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   double max_storage_gb = 1024;
   int devices = 0;
+  bool no_cpu_reuse = false;
   app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9720, loopback only)");
   app.add_option("--device", device, "where ops run: cuda (default) or cpu (tests, machines without a GPU)")
       ->check(CLI::IsMember({"cuda", "cpu"}));
@@ -58,6 +63,9 @@ int main(int argc, char** argv) {
                  "how many devices clients see (rgpu:0 .. rgpu:N-1): on cuda the first N GPUs (default: all of "
                  "them), on cpu N names for the one CPU (default 1; tests of several devices)")
       ->check(CLI::Range(1, rgpu::torchwire::kMaxDevices));
+  app.add_flag("--no-cpu-buffer-reuse", no_cpu_reuse,
+               "--device cpu: allocate every buffer from malloc, as a local run does (default: freed buffers of 64 KiB "
+               "and more are kept for reuse, cpu_allocator.cpp)");
   app.add_option("--max-storage-gb", max_storage_gb, "largest single tensor storage a client may allocate, in GiB (default 1024)");
   app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   app.add_option("--pretend-torch-version", pretend_version, "report this torch version in the hello (tests of the version check)")
@@ -100,6 +108,7 @@ int main(int argc, char** argv) {
     opt.device_count = devices ? devices : gpus;
   } else {
     opt.device_count = devices ? devices : 1;
+    if (!no_cpu_reuse) rgpu::opserver::install_reusing_cpu_allocator();
   }
 
   int lfd = rgpu::net::listen_tcp(addr, &err);

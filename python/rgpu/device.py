@@ -337,11 +337,18 @@ def stats():
     writes) and 'bytes_sent'; since the process started, 'meta_hits', 'meta_misses' and
     'meta_uncacheable' (ops whose output metadata came from the cache, from a run on the meta
     device, or from the meta device without caching); 'waits_by_reason' splits 'waits' by what
-    waited: "read" (.item(), .cpu()), "synchronize", or the name of an op that waited."""
-    waits, posts, sent, hits, misses, uncacheable = torch.ops.rgpu.stats()
+    waited: "read" (.item(), .cpu()), "synchronize", or the name of an op that waited;
+    'meta_misses_by_op' splits 'meta_misses' by operator; 'shape_rules' counts calls whose output
+    metadata a shape rule gave (csrc/aten/shape_rules.h) with no meta run, 'shape_rules_checked'
+    those also run on the meta device to check the rule, 'shape_rule_mismatches' those where the
+    two disagreed (the meta device's answer was used)."""
+    waits, posts, sent, hits, misses, uncacheable, rules, checked, mismatches = torch.ops.rgpu.stats()
     why, count = torch.ops.rgpu.waits_by_reason()
+    ops, missed = torch.ops.rgpu.meta_misses_by_op()
     return {"waits": waits, "posts": posts, "bytes_sent": sent, "meta_hits": hits, "meta_misses": misses,
-            "meta_uncacheable": uncacheable, "waits_by_reason": dict(zip(why, count))}
+            "meta_uncacheable": uncacheable, "waits_by_reason": dict(zip(why, count)),
+            "meta_misses_by_op": dict(zip(ops, missed)), "shape_rules": rules,
+            "shape_rules_checked": checked, "shape_rule_mismatches": mismatches}
 
 
 def get_amp_supported_dtype():

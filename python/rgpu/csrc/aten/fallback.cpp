@@ -16,6 +16,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/StorageImpl.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -395,6 +397,33 @@ std::shared_ptr<const Plan> plan_on_meta(const c10::OperatorHandle& op, const Op
   return plan;
 }
 
+// Step 1 by a shape rule (aten/shape_rules.h), or nullptr where none covers the call. The first
+// call of each shape class (every call under verify_all) also runs on the meta device, and the
+// meta device's plan is the one used, kept and compared.
+std::shared_ptr<const Plan> plan_by_rule(const c10::OperatorHandle& op, const OpInfo& info,
+                                         const std::vector<c10::IValue>& args, CallKey& key) {
+  auto plan = std::make_shared<Plan>();
+  if (!info.rule(args, plan.get())) return nullptr;
+  CallKey shape_class(op, info, args, /*symbolic=*/true);
+  RuleVerdict v = rule_verdict(shape_class);
+  if (v == RuleVerdict::kDisagreed) return nullptr;
+  if (v == RuleVerdict::kAgreed && !verify_all()) {
+    count_shape_rule(/*checked=*/false, false);
+    keep_plan(key, plan);
+    return plan;
+  }
+  std::shared_ptr<const Plan> meta = plan_on_meta(op, info, args, key);
+  bool same = same_plan(*plan, *meta);
+  if (!same && std::getenv("RGPU_DEBUG_SHAPE_RULES"))
+    std::fprintf(stderr, "rgpu: the shape rule of %s disagrees with the meta device; the meta device decides\n",
+                 op.schema().name().c_str());
+  count_shape_rule(/*checked=*/true, !same);
+  if (v == RuleVerdict::kUnknown || !same) set_rule_verdict(shape_class, same ? RuleVerdict::kAgreed : RuleVerdict::kDisagreed);
+  if (key.cacheable()) count_meta_run(op);
+  keep_plan(key, meta);
+  return meta;
+}
+
 at::Tensor planned_tensor(const OutPlan& o, Connection& c, const std::vector<c10::Storage>& storages, Writer& outs,
                           c10::DeviceIndex device) {
   c10::Storage s;
@@ -422,8 +451,10 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   CallKey key(op, info, args);
   std::shared_ptr<const Plan> plan = find_plan(key);
+  if (!plan && info.rule) plan = plan_by_rule(op, info, args, key);
   if (!plan) {
     plan = plan_on_meta(op, info, args, key);
+    if (key.cacheable()) count_meta_run(op);
     keep_plan(key, plan);
   }
   if (plan->wait) return call_and_wait(op, args, stack);

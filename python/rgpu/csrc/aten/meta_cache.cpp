@@ -1,6 +1,7 @@
 // Implementation of aten/meta_cache.h.
 #include "aten/meta_cache.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,7 @@ OpInfo make_info(const c10::FunctionSchema& schema) {
     info.scalar_typed.push_back(is_scalar_type(a.type()));
   }
   info.keyed_by_scalar_value = schema.name() == "aten::arange" || schema.name() == "aten::range";
+  info.rule = find_shape_rule(schema);
   return info;
 }
 
@@ -65,6 +67,8 @@ constexpr size_t kMaxPlans = 1 << 16;
 std::mutex g_mu;
 std::unordered_map<const c10::FunctionSchema*, std::unique_ptr<OpInfo>> g_infos;
 std::unordered_map<std::string, std::shared_ptr<const Plan>> g_plans;
+std::unordered_map<std::string, RuleVerdict> g_verdicts;
+std::unordered_map<std::string, uint64_t> g_misses_by_op;
 std::atomic<uint64_t> g_hits{0}, g_misses{0}, g_uncacheable{0};
 
 }  // namespace
@@ -77,12 +81,15 @@ const OpInfo& op_info(const c10::OperatorHandle& op) {
   return *slot;
 }
 
-CallKey::CallKey(const c10::OperatorHandle& op, const OpInfo& info, const std::vector<c10::IValue>& args) {
+CallKey::CallKey(const c10::OperatorHandle& op, const OpInfo& info, const std::vector<c10::IValue>& args,
+                 bool symbolic)
+    : symbolic_(symbolic) {
   key_.reserve(256);
   put(&op.schema());
   put(c10::typeMetaToScalarType(c10::get_default_dtype()));
+  // A shape class keys every Scalar by its kind: arange's rule reads the values itself.
   for (size_t k = 0; k < args.size(); ++k)
-    value(args[k], k < info.scalar_typed.size() && info.scalar_typed[k] && !info.keyed_by_scalar_value, 0);
+    value(args[k], k < info.scalar_typed.size() && info.scalar_typed[k] && (symbolic || !info.keyed_by_scalar_value), 0);
 }
 
 uint32_t CallKey::storage_index(const c10::Storage& s) {
@@ -99,6 +106,25 @@ void CallKey::value(const c10::IValue& v, bool by_kind, int depth) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) {
       put('U');
+      return;
+    }
+    if (t.device().type() == kDeviceType && symbolic_) {
+      put('S');
+      put(storage_index(t.storage()));
+      put(t.scalar_type());
+      put(static_cast<uint8_t>(t.dim()));
+      for (int64_t s : t.sizes()) put(static_cast<uint8_t>(std::min<int64_t>(s, 2)));
+      put(static_cast<uint8_t>(t.is_contiguous() | (t.is_non_overlapping_and_dense() << 1) |
+                               ((t.storage_offset() == 0) << 2) | (t.is_conj() << 3) | (t.is_neg() << 4)));
+      // The order of the strides, largest first (ties by position).
+      std::vector<uint8_t> order(t.dim());
+      for (int64_t d = 0; d < t.dim(); ++d) order[d] = static_cast<uint8_t>(d);
+      std::stable_sort(order.begin(), order.end(), [&](uint8_t a, uint8_t b) { return t.stride(a) > t.stride(b); });
+      for (size_t k = 0; k < order.size(); ++k) {
+        put(order[k]);
+        put(k > 0 && t.stride(order[k]) == t.stride(order[k - 1]));
+        put(t.stride(order[k]) == 0);
+      }
       return;
     }
     if (t.device().type() == kDeviceType) {
@@ -166,10 +192,7 @@ std::shared_ptr<const Plan> find_plan(const CallKey& key) {
   }
   std::lock_guard<std::mutex> lk(g_mu);
   auto it = g_plans.find(key.bytes());
-  if (it == g_plans.end()) {
-    g_misses.fetch_add(1, std::memory_order_relaxed);
-    return nullptr;
-  }
+  if (it == g_plans.end()) return nullptr;
   g_hits.fetch_add(1, std::memory_order_relaxed);
   return it->second;
 }
@@ -179,6 +202,31 @@ void keep_plan(const CallKey& key, std::shared_ptr<const Plan> plan) {
   std::lock_guard<std::mutex> lk(g_mu);
   if (g_plans.size() >= kMaxPlans) g_plans.clear();
   g_plans.emplace(key.bytes(), std::move(plan));
+}
+
+RuleVerdict rule_verdict(const CallKey& shape_class) {
+  if (!shape_class.cacheable()) return RuleVerdict::kDisagreed;
+  std::lock_guard<std::mutex> lk(g_mu);
+  auto it = g_verdicts.find(shape_class.bytes());
+  return it == g_verdicts.end() ? RuleVerdict::kUnknown : it->second;
+}
+
+void set_rule_verdict(const CallKey& shape_class, RuleVerdict v) {
+  if (!shape_class.cacheable()) return;
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_verdicts.size() >= kMaxPlans) g_verdicts.clear();
+  g_verdicts[shape_class.bytes()] = v;
+}
+
+void count_meta_run(const c10::OperatorHandle& op) {
+  g_misses.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lk(g_mu);
+  ++g_misses_by_op[op.schema().name()];
+}
+
+std::vector<std::pair<std::string, uint64_t>> meta_misses_by_op() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return {g_misses_by_op.begin(), g_misses_by_op.end()};
 }
 
 MetaCacheStats meta_cache_stats() {

@@ -24,8 +24,11 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
+
+#include "aten/shape_rules.h"
 
 namespace rgpu::torchdev {
 
@@ -62,14 +65,18 @@ struct OpInfo {
   bool keyed_by_scalar_value = false;
   std::vector<bool> scalar_typed;   // per argument: Scalar, Scalar?, Scalar[]
   std::vector<int> aliased;         // per return: the argument it aliases for writing, or -1
+  ShapeRule rule = nullptr;         // aten/shape_rules.h, for ops it covers
 };
 const OpInfo& op_info(const c10::OperatorHandle& op);
 
 // A call's signature, and the distinct rgpu storages of its arguments in order of first
-// appearance (what OutPlan::storage indexes).
+// appearance (what OutPlan::storage indexes). A shape class (symbolic) instead keeps of each
+// rgpu tensor its dtype, rank, each size as 0, 1 or more, whether its strides are contiguous,
+// dense, and their order, and no storage size: what aten/shape_rules.h checks a rule per.
 class CallKey {
  public:
-  CallKey(const c10::OperatorHandle& op, const OpInfo& info, const std::vector<c10::IValue>& args);
+  CallKey(const c10::OperatorHandle& op, const OpInfo& info, const std::vector<c10::IValue>& args,
+          bool symbolic = false);
   bool cacheable() const { return ok_; }
   const std::string& bytes() const { return key_; }
   std::vector<c10::Storage>& storages() { return storages_; }
@@ -85,16 +92,29 @@ class CallKey {
   std::string key_;
   std::vector<c10::Storage> storages_;
   bool ok_ = true;
+  bool symbolic_ = false;
 };
 
 // The Plan kept for key, or nullptr. Thread-safe.
 std::shared_ptr<const Plan> find_plan(const CallKey& key);
 void keep_plan(const CallKey& key, std::shared_ptr<const Plan> plan);
 
-// Hits and misses since the process started (rgpu.stats()).
+// Whether a shape rule agreed with the meta device on a shape class: unknown (not checked yet),
+// agreed, or disagreed (the class is left to the meta device).
+enum class RuleVerdict : uint8_t { kUnknown, kAgreed, kDisagreed };
+RuleVerdict rule_verdict(const CallKey& shape_class);
+void set_rule_verdict(const CallKey& shape_class, RuleVerdict v);
+
+// A call of op whose outputs came from a run on the meta device (a miss of find_plan that no
+// shape rule covered, or a rule being checked).
+void count_meta_run(const c10::OperatorHandle& op);
+
+// Hits and misses since the process started (rgpu.stats()); misses are runs on the meta device.
 struct MetaCacheStats {
   uint64_t hits = 0, misses = 0, uncacheable = 0;
 };
 MetaCacheStats meta_cache_stats();
+// The misses by operator ("aten::addmm"), for finding the ops a rule would spare.
+std::vector<std::pair<std::string, uint64_t>> meta_misses_by_op();
 
 }  // namespace rgpu::torchdev

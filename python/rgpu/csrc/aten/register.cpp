@@ -47,9 +47,22 @@ std::vector<int64_t> stats() {
   Connection* c = Connection::existing();
   MetaCacheStats m = meta_cache_stats();
   auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
+  ShapeRuleStats r = shape_rule_stats();
   return {c ? i(c->waits()) : 0, c ? i(c->posts()) : 0, c ? i(c->bytes_sent()) : 0,
-          i(m.hits), i(m.misses), i(m.uncacheable)};
+          i(m.hits), i(m.misses), i(m.uncacheable), i(r.used), i(r.checked), i(r.mismatches)};
 }
+
+// The meta cache's misses by operator, as parallel lists.
+std::tuple<std::vector<std::string>, std::vector<int64_t>> meta_misses_by_op_op() {
+  std::tuple<std::vector<std::string>, std::vector<int64_t>> out;
+  for (const auto& [op, n] : meta_misses_by_op()) {
+    std::get<0>(out).push_back(op);
+    std::get<1>(out).push_back(static_cast<int64_t>(n));
+  }
+  return out;
+}
+
+void verify_shape_rules(bool on) { set_verify_all(on); }
 
 // The waits since connect by reason ("read", "synchronize", or the op that waited), as
 // parallel lists.
@@ -225,6 +238,8 @@ TORCH_LIBRARY(rgpu, m) {
   m.def("exchange_device(int index) -> int", &exchange_device_op);
   m.def("stats() -> int[]", &stats);
   m.def("waits_by_reason() -> (str[], int[])", &waits_by_reason);
+  m.def("meta_misses_by_op() -> (str[], int[])", &meta_misses_by_op_op);
+  m.def("verify_shape_rules(bool on) -> ()", &verify_shape_rules);
   m.def("is_connected() -> bool", &is_connected);
   m.def("device_properties(int device) -> (str[], int[])", &device_properties);
   m.def("memory_allocated(int device) -> int[]", &memory_allocated);
