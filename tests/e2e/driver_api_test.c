@@ -338,8 +338,10 @@ static void test_two_threads(CUcontext ctx, CUmodule mod) {
   }
   double done = now_ms();
   pthread_join(t, NULL);
+  /* What is asserted is the order, not a duration: the second thread's 150 calls all returned
+     while the first thread was still blocked in its synchronize. (A 1000 ms bound on them failed
+     on 2-core machines under a load of 20, with 1014 to 2869 ms.) */
   CHECK(s.sync_returned_ms > done, "the second thread's calls waited for the first thread's synchronize");
-  CHECK(done - start < 1000.0, "the second thread took %.0f ms while the first was blocked", done - start);
   printf("two threads: second thread's 150 calls took %.1f ms while the first waited %.0f ms more\n", done - start,
          s.sync_returned_ms - done);
   CU(cuStreamDestroy(mine));
