@@ -414,9 +414,6 @@ std::shared_ptr<const Plan> plan_by_rule(const c10::OperatorHandle& op, const Op
   }
   std::shared_ptr<const Plan> meta = plan_on_meta(op, info, args, key);
   bool same = same_plan(*plan, *meta);
-  if (!same && std::getenv("RGPU_DEBUG_SHAPE_RULES"))
-    std::fprintf(stderr, "rgpu: the shape rule of %s disagrees with the meta device; the meta device decides\n",
-                 op.schema().name().c_str());
   count_shape_rule(/*checked=*/true, !same);
   if (v == RuleVerdict::kUnknown || !same) set_rule_verdict(shape_class, same ? RuleVerdict::kAgreed : RuleVerdict::kDisagreed);
   if (key.cacheable()) count_meta_run(op);
