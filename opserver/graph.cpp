@@ -15,57 +15,23 @@ namespace {
 
 // A graph value; refs are checked against what precedes them (inputs, nodes before `node`).
 GraphValue decode_graph_value(Reader& r, int depth, uint32_t ninputs, uint32_t node) {
-  GraphValue v;
-  v.tag = static_cast<Tag>(r.u8());
-  if (!r.ok()) throw GraphMalformed("truncated graph value");
-  switch (v.tag) {
-    case kNone:
-      break;
-    case kBool:
-      v.b = r.u8() != 0;
-      break;
-    case kInt:
-      v.i = r.get<int64_t>();
-      break;
-    case kDouble:
-      v.d = r.get<double>();
-      break;
-    case kComplex:
-      v.d = r.get<double>();
-      v.im = r.get<double>();
-      break;
-    case kString:
-      v.s = r.str(kMaxString);
-      break;
-    case kDevice:
-      v.device_kind = r.u8();
-      v.device_index = r.get<int8_t>();
-      if (v.device_kind > kDeviceMeta) throw GraphMalformed("unknown device kind");
-      break;
-    case kList: {
-      if (depth >= static_cast<int>(kMaxListDepth)) throw GraphMalformed("lists nested too deep");
-      uint32_t n = r.u32();
-      if (!r.ok() || n > r.left()) throw GraphMalformed("list longer than the message");
-      v.list.reserve(n);
-      for (uint32_t k = 0; k < n; ++k) v.list.push_back(decode_graph_value(r, depth + 1, ninputs, node));
-      break;
+  return decode_argument<GraphMalformed, GraphValue>(r, depth, "truncated graph value", [&](Reader& r, GraphValue* v, int) {
+    switch (v->tag) {
+      case kGraphInput:
+        v->node = r.u32();
+        if (r.ok() && v->node >= ninputs) throw GraphMalformed("a graph references an input it does not have");
+        break;
+      case kGraphNode:
+        v->node = r.u32();
+        v->ret = r.u32();
+        v->elem = r.get<int32_t>();
+        if (r.ok() && v->node >= node) throw GraphMalformed("a graph node references a node that does not precede it");
+        if (r.ok() && v->elem < -1) throw GraphMalformed("a negative list element in a graph reference");
+        break;
+      default:
+        throw GraphMalformed(log::format("value tag %u is not allowed in a compiled graph", v->tag));
     }
-    case kGraphInput:
-      v.node = r.u32();
-      if (r.ok() && v.node >= ninputs) throw GraphMalformed("a graph references an input it does not have");
-      break;
-    case kGraphNode:
-      v.node = r.u32();
-      v.ret = r.u32();
-      v.elem = r.get<int32_t>();
-      if (r.ok() && v.node >= node) throw GraphMalformed("a graph node references a node that does not precede it");
-      if (r.ok() && v.elem < -1) throw GraphMalformed("a negative list element in a graph reference");
-      break;
-    default:
-      throw GraphMalformed(log::format("value tag %u is not allowed in a compiled graph", v.tag));
-  }
-  if (!r.ok()) throw GraphMalformed("truncated graph value");
-  return v;
+  });
 }
 
 void note_uses(const GraphValue& v, std::vector<GraphNode>& nodes, uint32_t user) {
@@ -156,9 +122,6 @@ c10::IValue graph_ref(const GraphValue& v, const std::vector<c10::IValue>& input
 
 c10::IValue Session::graph_arg(const GraphValue& v, const c10::TypePtr& type, const std::vector<c10::IValue>& inputs,
                                const std::vector<torch::jit::Stack>& results, const std::string& where) {
-  auto mismatch = [&](const char* want) {
-    return std::runtime_error(where + ": expected " + want + ", got " + graph_tag_name(v.tag));
-  };
   if (v.tag == kGraphInput || v.tag == kGraphNode) {
     c10::IValue x = graph_ref(v, inputs, results, where);
     c10::TypePtr t = type;
@@ -172,78 +135,22 @@ c10::IValue Session::graph_arg(const GraphValue& v, const c10::TypePtr& type, co
       throw std::runtime_error(where + ": expected " + type->str() + ", the graph gives a " + x.tagKind());
     return x;
   }
-
-  switch (type->kind()) {
-    case c10::TypeKind::OptionalType:
-      if (v.tag == kNone) return c10::IValue();
-      return graph_arg(v, type->castRaw<c10::OptionalType>()->getElementType(), inputs, results, where);
-    case c10::TypeKind::NoneType:
-      if (v.tag != kNone) throw mismatch("None");
-      return c10::IValue();
-    case c10::TypeKind::IntType:
-    case c10::TypeKind::SymIntType:
-      if (v.tag != kInt) throw mismatch("int");
-      return v.i;
-    case c10::TypeKind::ScalarTypeType:
-      if (v.tag != kInt || v.i < INT8_MIN || v.i > INT8_MAX || !dtype_accepted(static_cast<int8_t>(v.i))) throw mismatch("a dtype");
-      return v.i;
-    case c10::TypeKind::LayoutType:
-      if (v.tag != kInt || v.i != static_cast<int64_t>(at::kStrided)) throw std::runtime_error(where + ": only the strided layout is supported");
-      return v.i;
-    case c10::TypeKind::MemoryFormatType:
-      if (v.tag != kInt || v.i < 0 || v.i >= static_cast<int64_t>(c10::MemoryFormat::NumOptions)) throw mismatch("a memory format");
-      return v.i;
-    case c10::TypeKind::FloatType:
-    case c10::TypeKind::SymFloatType:
-      if (v.tag == kDouble) return v.d;
-      if (v.tag == kInt) return static_cast<double>(v.i);
-      throw mismatch("float");
-    case c10::TypeKind::BoolType:
-    case c10::TypeKind::SymBoolType:
-      if (v.tag != kBool) throw mismatch("bool");
-      return v.b;
-    case c10::TypeKind::ComplexType:
-      if (v.tag != kComplex) throw mismatch("complex");
-      return c10::complex<double>(v.d, v.im);
-    case c10::TypeKind::NumberType:
-      if (v.tag == kInt) return v.i;
-      if (v.tag == kDouble) return v.d;
-      if (v.tag == kBool) return v.b;
-      if (v.tag == kComplex) return c10::complex<double>(v.d, v.im);
-      throw mismatch("a number");
-    case c10::TypeKind::StringType:
-      if (v.tag != kString) throw mismatch("str");
-      return v.s;
-    case c10::TypeKind::DeviceObjType:
-      if (v.tag != kDevice) throw mismatch("device");
-      if (v.device_kind == kDeviceRemote) return device(v.device_index);
-      if (v.device_kind == kDeviceMeta) return c10::Device(c10::kMeta);
-      return c10::Device(c10::kCPU);
-    case c10::TypeKind::ListType: {
-      if (v.tag != kList) throw mismatch("a list");
-      c10::TypePtr elem = type->castRaw<c10::ListType>()->getElementType();
-      c10::impl::GenericList out(elem);
-      out.reserve(v.list.size());
-      for (const GraphValue& e : v.list) out.push_back(graph_arg(e, elem, inputs, results, where));
-      return out;
-    }
-    case c10::TypeKind::TensorType: {
-      // A number where the schema has a Tensor (AOTAutograd writes x * 2 as mul.Tensor(x, 2)):
-      // a wrapped number, as eager PyTorch makes it, so type promotion treats it as a scalar.
-      at::Tensor t;
-      if (v.tag == kInt) t = at::scalar_tensor(v.i, at::kLong);
-      else if (v.tag == kDouble) t = at::scalar_tensor(v.d, at::kDouble);
-      else if (v.tag == kBool) t = at::scalar_tensor(v.b, at::kBool);
-      else if (v.tag == kComplex) t = at::scalar_tensor(c10::complex<double>(v.d, v.im), at::kComplexDouble);
-      else throw mismatch("Tensor (a graph input or node result)");
-      t.unsafeGetTensorImpl()->set_wrapped_number(true);
-      return t;
-    }
-    case c10::TypeKind::GeneratorType:
-      throw std::runtime_error(where + ": generators cannot be sent to the server; use torch.manual_seed");
-    default:
-      throw std::runtime_error(where + ": arguments of type " + type->str() + " are not supported by rgpu");
-  }
+  // A constant: tensors come only by reference.
+  return schema_value<std::runtime_error>(
+      v, type, where, graph_tag_name, [this](int index) { return device(index); },
+      [&](const GraphValue& x) -> c10::IValue {
+        // A number where the schema has a Tensor (AOTAutograd writes x * 2 as mul.Tensor(x, 2)):
+        // a wrapped number, as eager PyTorch makes it, so type promotion treats it as a scalar.
+        at::Tensor t;
+        if (x.tag == kInt) t = at::scalar_tensor(x.i, at::kLong);
+        else if (x.tag == kDouble) t = at::scalar_tensor(x.d, at::kDouble);
+        else if (x.tag == kBool) t = at::scalar_tensor(x.b, at::kBool);
+        else if (x.tag == kComplex) t = at::scalar_tensor(c10::complex<double>(x.d, x.im), at::kComplexDouble);
+        else throw std::runtime_error(where + ": expected Tensor (a graph input or node result), got " + graph_tag_name(x.tag));
+        t.unsafeGetTensorImpl()->set_wrapped_number(true);
+        return t;
+      },
+      [&](const GraphValue& e, const c10::TypePtr& t) { return graph_arg(e, t, inputs, results, where); });
 }
 
 void Session::graph_run(Reader& r) {

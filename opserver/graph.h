@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "opserver/argument.h"
 #include "protocol/torch_wire.h"
 
 namespace rgpu::opserver {
@@ -24,18 +25,9 @@ struct GraphMalformed : std::runtime_error {
 
 // What kTorchCall refuses too (session.cpp): operators outside aten, and the denied ones.
 bool op_refused(const std::string& name);
-bool dtype_accepted(int8_t dtype);
 
 // A graph argument: a constant, a list, or a reference to an input or an earlier node's result.
-struct GraphValue {
-  torchwire::Tag tag = torchwire::kNone;
-  bool b = false;
-  int64_t i = 0;
-  double d = 0, im = 0;
-  std::string s;
-  uint8_t device_kind = 0;
-  int8_t device_index = 0;
-  std::vector<GraphValue> list;
+struct GraphValue : ArgumentValue<GraphValue> {
   uint32_t node = 0, ret = 0;  // kGraphInput: node is the input index
   int32_t elem = -1;
 };

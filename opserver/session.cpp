@@ -11,8 +11,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "common/log.h"
 #include "common/huge_pages.h"
+#include "common/log.h"
+#include "opserver/argument.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -32,15 +33,7 @@ bool denied(const std::string& name) {
 }
 
 // A decoded value before it meets a schema.
-struct Value {
-  Tag tag = kNone;
-  bool b = false;
-  int64_t i = 0;
-  double d = 0, im = 0;
-  std::string s;
-  uint8_t device_kind = 0;
-  int8_t device_index = 0;
-  std::vector<Value> list;
+struct Value : ArgumentValue<Value> {
   TensorDesc desc;
   at::Tensor host;  // kHostTensor
 };
@@ -92,74 +85,40 @@ uint64_t needed_bytes(const TensorDesc& d) {
 }
 
 Value decode_value(Reader& r, int depth) {
-  Value v;
-  v.tag = static_cast<Tag>(r.u8());
-  if (!r.ok()) throw Malformed("truncated value");
-  switch (v.tag) {
-    case kNone:
-      break;
-    case kBool:
-      v.b = r.u8() != 0;
-      break;
-    case kInt:
-      v.i = r.get<int64_t>();
-      break;
-    case kDouble:
-      v.d = r.get<double>();
-      break;
-    case kComplex:
-      v.d = r.get<double>();
-      v.im = r.get<double>();
-      break;
-    case kString:
-      v.s = r.str(kMaxString);
-      break;
-    case kDevice:
-      v.device_kind = r.u8();
-      v.device_index = r.get<int8_t>();
-      if (v.device_kind > kDeviceMeta) throw Malformed("unknown device kind");
-      break;
-    case kList: {
-      if (depth >= static_cast<int>(kMaxListDepth)) throw Malformed("lists nested too deep");
-      uint32_t n = r.u32();
-      if (!r.ok() || n > r.left()) throw Malformed("list longer than the message");
-      v.list.reserve(n);
-      for (uint32_t k = 0; k < n; ++k) v.list.push_back(decode_value(r, depth + 1));
-      break;
+  return decode_argument<Malformed, Value>(r, depth, "truncated value", [](Reader& r, Value* v, int) {
+    switch (v->tag) {
+      case kRemoteTensor:
+        if (!get_desc(r, &v->desc)) throw Malformed("truncated tensor");
+        break;
+      case kHostTensor: {
+        TensorDesc d;
+        d.dtype = r.get<int8_t>();
+        uint8_t flags = r.u8();
+        uint32_t nd = r.u8();
+        if (!r.ok() || nd > kMaxDims) throw Malformed("bad host tensor");
+        d.sizes.resize(nd);
+        for (auto& s : d.sizes) s = r.get<int64_t>();
+        size_t len = 0;
+        const uint8_t* p = r.bytes(&len);
+        if (!r.ok()) throw Malformed("truncated host tensor");
+        // A malformed shape here is the client's mistake, but the bytes decoded: report it.
+        // The element count is checked before the strides are computed (they multiply sizes).
+        d.strides.assign(d.sizes.size(), 0);
+        uint64_t numel, last;
+        view_extent(d, &numel, &last);
+        auto cs = c10::contiguous_strides(d.sizes);
+        d.strides.assign(cs.begin(), cs.end());
+        auto st = dtype_of(d.dtype);
+        if (numel * c10::elementSize(st) != len) throw CallError("host tensor bytes do not match its shape");
+        v->host = at::empty(d.sizes, at::TensorOptions().dtype(st));
+        if (len) std::memcpy(v->host.data_ptr(), p, len);
+        if ((flags & kHostWrappedNumber) && nd == 0) v->host.unsafeGetTensorImpl()->set_wrapped_number(true);
+        break;
+      }
+      default:
+        throw Malformed(log::format("unknown value tag %u", v->tag));
     }
-    case kRemoteTensor:
-      if (!get_desc(r, &v.desc)) throw Malformed("truncated tensor");
-      break;
-    case kHostTensor: {
-      TensorDesc d;
-      d.dtype = r.get<int8_t>();
-      uint8_t flags = r.u8();
-      uint32_t nd = r.u8();
-      if (!r.ok() || nd > kMaxDims) throw Malformed("bad host tensor");
-      d.sizes.resize(nd);
-      for (auto& s : d.sizes) s = r.get<int64_t>();
-      size_t len = 0;
-      const uint8_t* p = r.bytes(&len);
-      if (!r.ok()) throw Malformed("truncated host tensor");
-      // A malformed shape here is the client's mistake, but the bytes decoded: report it.
-      // The element count is checked before the strides are computed (they multiply sizes).
-      d.strides.assign(d.sizes.size(), 0);
-      uint64_t numel, last;
-      view_extent(d, &numel, &last);
-      auto cs = c10::contiguous_strides(d.sizes);
-      d.strides.assign(cs.begin(), cs.end());
-      auto st = dtype_of(d.dtype);
-      if (numel * c10::elementSize(st) != len) throw CallError("host tensor bytes do not match its shape");
-      v.host = at::empty(d.sizes, at::TensorOptions().dtype(st));
-      if (len) std::memcpy(v.host.data_ptr(), p, len);
-      if ((flags & kHostWrappedNumber) && nd == 0) v.host.unsafeGetTensorImpl()->set_wrapped_number(true);
-      break;
-    }
-    default:
-      throw Malformed(log::format("unknown value tag %u", v.tag));
-  }
-  if (!r.ok()) throw Malformed("truncated value");
-  return v;
+  });
 }
 
 const char* tag_name(Tag t) {
@@ -349,72 +308,14 @@ struct Converter {
   std::function<c10::Device(int)> device;  // a client's device index -> this server's device
 
   c10::IValue operator()(const Value& v, const c10::TypePtr& type, const std::string& where) {
-    auto mismatch = [&](const char* want) {
-      return CallError(where + ": expected " + want + ", got " + tag_name(v.tag));
-    };
-    switch (type->kind()) {
-      case c10::TypeKind::OptionalType:
-        if (v.tag == kNone) return c10::IValue();
-        return (*this)(v, type->castRaw<c10::OptionalType>()->getElementType(), where);
-      case c10::TypeKind::NoneType:
-        if (v.tag != kNone) throw mismatch("None");
-        return c10::IValue();
-      case c10::TypeKind::TensorType:
-        if (v.tag == kRemoteTensor) return remote(v.desc);
-        if (v.tag == kHostTensor) return v.host;
-        throw mismatch("Tensor");
-      case c10::TypeKind::IntType:
-      case c10::TypeKind::SymIntType:
-        if (v.tag != kInt) throw mismatch("int");
-        return v.i;
-      case c10::TypeKind::ScalarTypeType:
-        if (v.tag != kInt || v.i < INT8_MIN || v.i > INT8_MAX || !valid_dtype(static_cast<int8_t>(v.i))) throw mismatch("a dtype");
-        return v.i;
-      case c10::TypeKind::LayoutType:
-        if (v.tag != kInt || v.i != static_cast<int64_t>(at::kStrided)) throw CallError(where + ": only the strided layout is supported");
-        return v.i;
-      case c10::TypeKind::MemoryFormatType:
-        if (v.tag != kInt || v.i < 0 || v.i >= static_cast<int64_t>(c10::MemoryFormat::NumOptions)) throw mismatch("a memory format");
-        return v.i;
-      case c10::TypeKind::FloatType:
-      case c10::TypeKind::SymFloatType:
-        if (v.tag == kDouble) return v.d;
-        if (v.tag == kInt) return static_cast<double>(v.i);
-        throw mismatch("float");
-      case c10::TypeKind::BoolType:
-      case c10::TypeKind::SymBoolType:
-        if (v.tag != kBool) throw mismatch("bool");
-        return v.b;
-      case c10::TypeKind::ComplexType:
-        if (v.tag != kComplex) throw mismatch("complex");
-        return c10::complex<double>(v.d, v.im);
-      case c10::TypeKind::NumberType:
-        if (v.tag == kInt) return v.i;
-        if (v.tag == kDouble) return v.d;
-        if (v.tag == kBool) return v.b;
-        if (v.tag == kComplex) return c10::complex<double>(v.d, v.im);
-        throw mismatch("a number");
-      case c10::TypeKind::StringType:
-        if (v.tag != kString) throw mismatch("str");
-        return v.s;
-      case c10::TypeKind::DeviceObjType:
-        if (v.tag != kDevice) throw mismatch("device");
-        if (v.device_kind == kDeviceRemote) return device(v.device_index);
-        if (v.device_kind == kDeviceMeta) return c10::Device(c10::kMeta);
-        return c10::Device(c10::kCPU);
-      case c10::TypeKind::ListType: {
-        if (v.tag != kList) throw mismatch("a list");
-        c10::TypePtr elem = type->castRaw<c10::ListType>()->getElementType();
-        c10::impl::GenericList out(elem);
-        out.reserve(v.list.size());
-        for (const Value& e : v.list) out.push_back((*this)(e, elem, where));
-        return out;
-      }
-      case c10::TypeKind::GeneratorType:
-        throw CallError(where + ": generators cannot be sent to the server; use torch.manual_seed");
-      default:
-        throw CallError(where + ": arguments of type " + type->str() + " are not supported by rgpu");
-    }
+    return schema_value<CallError>(
+        v, type, where, tag_name, device,
+        [&](const Value& x) -> c10::IValue {
+          if (x.tag == kRemoteTensor) return remote(x.desc);
+          if (x.tag == kHostTensor) return x.host;
+          throw CallError(where + ": expected Tensor, got " + tag_name(x.tag));
+        },
+        [&](const Value& e, const c10::TypePtr& t) { return (*this)(e, t, where); });
   }
 };
 
