@@ -650,6 +650,89 @@ TEST_F(Fake, ElapsedTimeWithANullOutPointerIsAnInvalidHandle) {
   EXPECT_EQ(cuEventDestroy_v2(b), CUDA_SUCCESS);
 }
 
+TEST_F(Fake, EventFlagsAreCheckedAsTheDrivers) {
+  // Driver 580 on the H200: an interprocess event must be untimed; the EXTERNAL flags of a wait or
+  // a record are for stream capture only (ILLEGAL_STATE outside one); a record's other flag bits
+  // are INVALID_VALUE. The fake said SUCCESS to all of them.
+  CUevent e = nullptr;
+  EXPECT_EQ(cuEventCreate(&e, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuEventCreate(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&e, 0), CUDA_SUCCESS);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventRecordWithFlags(e, s, CU_EVENT_RECORD_EXTERNAL), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuEventRecordWithFlags(e, s, 0x2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuEventRecordWithFlags(e, s, 0x80), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuEventRecordWithFlags(e, s, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamWaitEvent(s, e, CU_EVENT_WAIT_EXTERNAL), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(cuStreamWaitEvent(s, e, 0), CUDA_SUCCESS);
+  // In a capture both are event nodes.
+  ASSERT_EQ(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventRecordWithFlags(e, s, CU_EVENT_RECORD_EXTERNAL), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamWaitEvent(s, e, CU_EVENT_WAIT_EXTERNAL), CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  EXPECT_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy_v2(e), CUDA_SUCCESS);
+  EXPECT_EQ(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+TEST_F(Fake, MemsetD2DSetsEachRowUpToItsWidth) {
+  // Driver 580 exports cuMemsetD2D8/16/32 (_v2) and their Async forms; the fake had none.
+  constexpr size_t kPitch = 64, kRows = 4;
+  CUdeviceptr d = alloc(kPitch * kRows);
+  std::vector<uint8_t> host(kPitch * kRows);
+  auto row_bytes = [&](size_t y, size_t from, size_t to, uint8_t want) {
+    for (size_t x = from; x < to; ++x)
+      if (host[y * kPitch + x] != want) return false;
+    return true;
+  };
+  ASSERT_EQ(cuMemsetD8_v2(d, 0, kPitch * kRows), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD2D8_v2(d, kPitch, 0xab, 10, kRows), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(host.data(), d, host.size()), CUDA_SUCCESS);
+  for (size_t y = 0; y < kRows; ++y) {
+    EXPECT_TRUE(row_bytes(y, 0, 10, 0xab)) << y;
+    EXPECT_TRUE(row_bytes(y, 10, kPitch, 0)) << y;
+  }
+  ASSERT_EQ(cuMemsetD2D16_v2(d, kPitch, 0x1234, 3, 2), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD2D32_v2(d + 2 * kPitch, kPitch, 0xdeadbeefu, 2, 2), CUDA_SUCCESS);
+  CUstream s;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD2D8Async(d + 32, kPitch, 0x11, 4, kRows, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD2D16Async(d + 40, kPitch, 0x2222, 2, kRows, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD2D32Async(d + 48, kPitch, 0x33333333u, 1, kRows, s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH_v2(host.data(), d, host.size()), CUDA_SUCCESS);
+  for (size_t y = 0; y < 2; ++y) {
+    uint16_t h[3];
+    std::memcpy(h, &host[y * kPitch], sizeof h);
+    for (uint16_t v : h) EXPECT_EQ(v, 0x1234) << y;
+    EXPECT_TRUE(row_bytes(y, 6, 10, 0xab)) << y;
+  }
+  for (size_t y = 2; y < 4; ++y) {
+    uint32_t w[2];
+    std::memcpy(w, &host[y * kPitch], sizeof w);
+    for (uint32_t v : w) EXPECT_EQ(v, 0xdeadbeefu) << y;
+    EXPECT_TRUE(row_bytes(y, 8, 10, 0xab)) << y;
+  }
+  for (size_t y = 0; y < kRows; ++y) {
+    EXPECT_TRUE(row_bytes(y, 32, 36, 0x11)) << y;
+    EXPECT_TRUE(row_bytes(y, 36, 40, 0)) << y;
+    EXPECT_TRUE(row_bytes(y, 40, 44, 0x22)) << y;
+    EXPECT_TRUE(row_bytes(y, 48, 52, 0x33)) << y;
+    EXPECT_TRUE(row_bytes(y, 52, kPitch, 0)) << y;
+  }
+  // A pitch narrower than a row, a misaligned start, rows past the allocation: refused.
+  EXPECT_EQ(cuMemsetD2D8_v2(d, 8, 0, 10, 2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD2D32_v2(d + 2, kPitch, 0, 1, 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD2D8_v2(d, kPitch, 0, 1, kRows + 1), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD2D8_v2(d, kPitch, 0, 0, kRows), CUDA_SUCCESS);
+  cuStreamDestroy_v2(s);
+  cuMemFree_v2(d);
+}
+
 TEST_F(FakeImages, EventsTimeAndOrderAcrossStreams) {
   CUstream a, b;
   ASSERT_EQ(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
@@ -878,6 +961,81 @@ TEST_F(FakeImages, DynamicSharedMemoryIsHeldToTheFunctionsLimit) {
   EXPECT_EQ(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 100 << 10), CUDA_SUCCESS);
   EXPECT_EQ(blocks, 2);
   EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(FakeImages, LaunchesAndEventCreateWithoutAContextAreInvalidContextFirst) {
+  // Driver 580: with no current context a launch or cuEventCreate is INVALID_CONTEXT whatever
+  // the arguments; the fake checked the arguments first (INVALID_VALUE).
+  CUfunction f = func("rgpu_empty");
+  CUcontext popped = nullptr;
+  ASSERT_EQ(cuCtxPopCurrent_v2(&popped), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 1025, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuLaunchCooperativeKernel(f, 0, 1, 1, 32, 1, 1, 0, nullptr, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuEventCreate(nullptr, 0), CUDA_ERROR_INVALID_CONTEXT);
+  CUevent e = nullptr;
+  EXPECT_EQ(cuEventCreate(&e, 0xff), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(cuEventCreate(&e, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(cuCtxPushCurrent_v2(popped), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 1025, 1, 1, 0, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuEventCreate(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(FakeImages, CooperativeLaunchAboveTheFunctionsSharedLimitIsTooLarge) {
+  // Driver 580 on the H200: dynamic shared memory above the function's limit makes a cooperative
+  // grid that cannot be resident (COOPERATIVE_LAUNCH_TOO_LARGE), where a plain launch is
+  // INVALID_VALUE; the block-size check still comes first.
+  CUfunction f = func("rgpu_empty");
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, (48 << 10) + 1, nullptr, nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchCooperativeKernel(f, 1, 1, 1, 32, 1, 1, (48 << 10) + 1, nullptr, nullptr),
+            CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  attr.value.cooperative = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 32;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = (48 << 10) + 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  EXPECT_EQ(cuLaunchKernelEx(&cfg, f, nullptr, nullptr), CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+  EXPECT_EQ(cuLaunchCooperativeKernel(f, 1, 1, 1, 1025, 1, 1, (48 << 10) + 1, nullptr, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchCooperativeKernel(f, 1, 1, 1, 32, 1, 1, 48 << 10, nullptr, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 << 10), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchCooperativeKernel(f, 1, 1, 1, 32, 1, 1, 100 << 10, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchCooperativeKernel(f, 1, 1, 1, 32, 1, 1, (100 << 10) + 1, nullptr, nullptr),
+            CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
+TEST_F(FakeImages, AKernelKeepsItsOwnSharedLimitAfterItsFunctionsIsSet) {
+  // Driver 580 on the H200: cuFuncSetAttribute on the function of a kernel (cuKernelGetFunction)
+  // changes what launches of it may use, not what cuKernelGetAttribute answers; the fake's
+  // kernel followed the function (51200 where the driver keeps 102400).
+  std::vector<uint8_t> image = read_file(RGPU_TEST_KERNEL_FATBIN, false);
+  CUlibrary lib = nullptr;
+  ASSERT_EQ(cuLibraryLoadData(&lib, image.data(), nullptr, nullptr, 0, nullptr, nullptr, 0), CUDA_SUCCESS);
+  CUkernel k = nullptr;
+  ASSERT_EQ(cuLibraryGetKernel(&k, lib, "rgpu_empty"), CUDA_SUCCESS);
+  ASSERT_EQ(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 << 10, k, 0), CUDA_SUCCESS);
+  CUfunction f = nullptr;
+  ASSERT_EQ(cuKernelGetFunction(&f, k), CUDA_SUCCESS);
+  int v = 0;
+  ASSERT_EQ(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f), CUDA_SUCCESS);
+  EXPECT_EQ(v, 100 << 10);
+  ASSERT_EQ(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 50 << 10), CUDA_SUCCESS);
+  ASSERT_EQ(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f), CUDA_SUCCESS);
+  EXPECT_EQ(v, 50 << 10);
+  ASSERT_EQ(cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, 0), CUDA_SUCCESS);
+  EXPECT_EQ(v, 100 << 10);
+  CUfunction kf = reinterpret_cast<CUfunction>(k);
+  EXPECT_EQ(cuLaunchKernel(kf, 1, 1, 1, 32, 1, 1, 50 << 10, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuLaunchKernel(kf, 1, 1, 1, 32, 1, 1, (50 << 10) + 1, nullptr, nullptr, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cuLibraryUnload(lib), CUDA_SUCCESS);
 }
 
 TEST_F(FakeImages, ConstSizeIsTheModulesConstantBank) {

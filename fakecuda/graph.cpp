@@ -1173,6 +1173,8 @@ namespace fake {
 
 // Hooks for the queueing paths (fakecuda/stream.cpp), g_mu held. Each returns true when the
 // stream is capturing and the work was captured instead of queued.
+bool capturing_locked(const CUstream_st* s) { return g_capturing.count(s) != 0; }
+
 bool capture_invalidate_locked(const CUstream_st* s) {
   auto it = g_capturing.find(s);
   if (it == g_capturing.end()) return false;

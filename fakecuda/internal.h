@@ -80,9 +80,13 @@ struct CUctx_st {
 struct CUfunc_st {
   CUmod_st* mod = nullptr;
   const rgpu::image::Kernel* kernel = nullptr;
-  // Set by cuFuncSetAttribute / cuKernelSetAttribute (a kernel and its function share it, as on
-  // the real driver), so tests can see whether a changed attribute reaches the reader.
+  // Set by cuFuncSetAttribute / cuKernelSetAttribute, so tests can see whether a changed
+  // attribute reaches the reader.
   int max_dynamic_shared = 49152;
+  // The kernel's own value (cuKernelSetAttribute sets both; cuFuncSetAttribute on the function
+  // from cuKernelGetFunction sets only max_dynamic_shared, which launches use): cuKernelGetAttribute
+  // answers this one, as driver 580 does.
+  int kernel_max_dynamic_shared = 49152;
   // How the handle was handed out. Driver 580 keeps CUkernel and CUfunction apart for
   // cuFuncGetParamInfo: a CUkernel there is an invalid handle (the fake uses one object for both).
   bool as_kernel = false, as_function = false;

@@ -26,18 +26,26 @@ namespace {
 
 CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared, CUstream h,
                 void** kernelParams, void** extra, bool cooperative = false) {
-  if (CUresult r = check_init()) return r;
+  // No current context is INVALID_CONTEXT before any argument is looked at (driver 580).
+  CUctx_st* current;
+  if (CUresult r = current_ctx(&current)) return r;
   for (int i = 0; i < 3; ++i)
     if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
   if (uint64_t(block[0]) * block[1] * block[2] > uint64_t(kMaxThreadsPerBlock) || block[2] > 64 ||
       grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535)
     return CUDA_ERROR_INVALID_VALUE;
-  // A cooperative grid that cannot be resident (too much shared memory included) is too large
-  // before it is invalid (driver 580 on the H200).
+  // A cooperative grid that cannot be resident (too much shared memory included: above the
+  // function's limit no block fits) is too large before it is invalid (driver 580 on the H200).
   if (cooperative) {
+    int max_dynamic;
+    {
+      std::lock_guard lk(g_mu);
+      if (!g_funcs.count(f)) return CUDA_ERROR_INVALID_HANDLE;
+      max_dynamic = f->max_dynamic_shared;
+    }
     uint64_t blocks = uint64_t(grid[0]) * grid[1] * grid[2];
-    uint64_t resident = uint64_t(blocks_per_sm(int(block[0] * block[1] * block[2]), shared)) *
-                        uint64_t(device_attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
+    uint64_t per_sm = shared > unsigned(max_dynamic) ? 0 : blocks_per_sm(int(block[0] * block[1] * block[2]), shared);
+    uint64_t resident = per_sm * uint64_t(device_attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT));
     if (blocks > resident) return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   }
   if (shared > unsigned(device_attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)))

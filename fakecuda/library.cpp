@@ -164,14 +164,26 @@ FAKE_API CUresult CUDAAPI cuKernelGetLibrary(CUlibrary* pLib, CUkernel kernel) {
 
 FAKE_API CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) { return cuFuncGetName(name, as_func(hfunc)); }
 
+// The kernel keeps its own dynamic shared memory limit: a cuFuncSetAttribute on its function
+// changes what the function launches with, not what the kernel answers (driver 580 on the H200).
 FAKE_API CUresult CUDAAPI cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return cuFuncGetAttribute(pi, attrib, as_func(kernel));
+  CUresult r = cuFuncGetAttribute(pi, attrib, as_func(kernel));
+  if (r == CUDA_SUCCESS && attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    std::lock_guard lk(g_mu);
+    *pi = as_func(kernel)->kernel_max_dynamic_shared;
+  }
+  return r;
 }
 
 FAKE_API CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return cuFuncSetAttribute(as_func(kernel), attrib, val);
+  CUresult r = cuFuncSetAttribute(as_func(kernel), attrib, val);
+  if (r == CUDA_SUCCESS && attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    std::lock_guard lk(g_mu);
+    if (g_funcs.count(as_func(kernel))) as_func(kernel)->kernel_max_dynamic_shared = val;
+  }
+  return r;
 }
 
 FAKE_API CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) {

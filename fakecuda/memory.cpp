@@ -101,27 +101,40 @@ CUresult copy(Endpoint dst, Endpoint src, size_t n, CUstream h, bool async) {
   return ctx_alive_locked(s->ctx) ? s->ctx->sticky : CUDA_ERROR_INVALID_CONTEXT;
 }
 
-CUresult memset(CUdeviceptr d, uint32_t value, size_t elem, size_t count, CUstream h, bool async) {
+// A memset of height rows of width elements, pitch bytes apart (one row: a plain memset). The
+// rows' footprint must lie in one allocation.
+CUresult memset2d(CUdeviceptr d, size_t pitch, uint32_t value, size_t elem, size_t width, size_t height, CUstream h,
+                  bool async) {
   CUctx_st* c;
   if (CUresult r = current_ctx(&c)) return r;
-  if (count == 0) return CUDA_SUCCESS;
-  if (count > SIZE_MAX / elem || (d % elem) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (width > SIZE_MAX / elem || (d % elem) != 0) return CUDA_ERROR_INVALID_VALUE;
+  size_t row = width * elem;
+  if (height > 1 && pitch < row) return CUDA_ERROR_INVALID_VALUE;
+  if (height > 1 && (height - 1 > (SIZE_MAX - row) / pitch)) return CUDA_ERROR_INVALID_VALUE;
+  size_t extent = (height - 1) * pitch + row;
   Span ds;
-  if (!device_span(d, count * elem, &ds)) return CUDA_ERROR_INVALID_VALUE;
+  if (!device_span(d, extent, &ds)) return CUDA_ERROR_INVALID_VALUE;
   std::unique_lock lk(g_mu);
   std::shared_ptr<CUstream_st> s;
   if (CUresult r = get_stream_locked(async ? h : nullptr, &s)) return r;
-  uint64_t seq = submit_locked(s, [ds, value, elem, count] {
-    uint8_t* p = ds.host;
-    if (elem == 1) {
-      std::memset(p, int(value & 0xff), count);
-      return;
+  uint64_t seq = submit_locked(s, [ds, pitch, value, elem, width, height, row] {
+    for (size_t y = 0; y < height; ++y) {
+      uint8_t* p = ds.host + y * pitch;
+      if (elem == 1) {
+        std::memset(p, int(value & 0xff), row);
+        continue;
+      }
+      for (size_t i = 0; i < width; ++i, p += elem) std::memcpy(p, &value, elem);  // little-endian low bytes
     }
-    for (size_t i = 0; i < count; ++i, p += elem) std::memcpy(p, &value, elem);  // little-endian low bytes
   });
   if (async) return CUDA_SUCCESS;
   wait_seq(lk, s, seq);
   return ctx_alive_locked(s->ctx) ? s->ctx->sticky : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+CUresult memset(CUdeviceptr d, uint32_t value, size_t elem, size_t count, CUstream h, bool async) {
+  return memset2d(d, 0, value, elem, count, 1, h, async);
 }
 
 }  // namespace
@@ -509,6 +522,27 @@ FAKE_API CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t
 FAKE_API CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream h) { return memset(d, v, 2, n, h, true); }
 FAKE_API CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream h) { return memset(d, v, 4, n, h, true); }
 
+// 2-D memsets: Width elements in each of Height rows, dstPitch bytes apart (driver 580 exports
+// these; cuda.h maps cuMemsetD2D8/16/32 to the _v2 names).
+FAKE_API CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) {
+  return memset2d(d, pitch, v, 1, w, h, nullptr, false);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h) {
+  return memset2d(d, pitch, v, 2, w, h, nullptr, false);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h) {
+  return memset2d(d, pitch, v, 4, w, h, nullptr, false);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
+  return memset2d(d, pitch, v, 1, w, h, s, true);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) {
+  return memset2d(d, pitch, v, 2, w, h, s, true);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
+  return memset2d(d, pitch, v, 4, w, h, s, true);
+}
+
 // ---------- per-thread-default-stream variants: the legacy stream stands in ----------
 
 FAKE_API CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void* s, size_t n) { return cuMemcpyHtoD_v2(d, s, n); }
@@ -531,6 +565,27 @@ FAKE_API CUresult CUDAAPI cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, siz
 FAKE_API CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream h) { return cuMemsetD8Async(d, v, n, h); }
 FAKE_API CUresult CUDAAPI cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream h) { return cuMemsetD16Async(d, v, n, h); }
 FAKE_API CUresult CUDAAPI cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream h) { return cuMemsetD32Async(d, v, n, h); }
+
+FAKE_API CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h) {
+  return cuMemsetD2D8_v2(d, p, v, w, h);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D16_v2_ptds(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h) {
+  return cuMemsetD2D16_v2(d, p, v, w, h);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D32_v2_ptds(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h) {
+  return cuMemsetD2D32_v2(d, p, v, w, h);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream s) {
+  return cuMemsetD2D8Async(d, p, v, w, h, s);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D16Async_ptsz(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h,
+                                                  CUstream s) {
+  return cuMemsetD2D16Async(d, p, v, w, h, s);
+}
+FAKE_API CUresult CUDAAPI cuMemsetD2D32Async_ptsz(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h,
+                                                  CUstream s) {
+  return cuMemsetD2D32Async(d, p, v, w, h, s);
+}
 
 // ---------- stream-ordered allocation and pools ----------
 // An async allocation is made at the call (earlier than the stream would, never later); an async

@@ -26,6 +26,7 @@ bool capture_invalidate_locked(const CUstream_st* s);
 bool capture_host_locked(const CUstream_st* s, CUhostFn fn, void* user);
 bool capture_event_record_locked(const CUstream_st* s, const CUevent_st* e);
 bool capture_event_wait_locked(const CUstream_st* s, const CUevent_st* e, CUresult* r);
+bool capturing_locked(const CUstream_st* s);
 
 namespace {
 
@@ -200,6 +201,8 @@ FAKE_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, un
   auto it = g_events.find(hEvent);
   if (it == g_events.end()) return CUDA_ERROR_INVALID_HANDLE;
   CUevent_st* e = it->second.get();
+  // An external wait is a graph's event-wait node: only in a stream capture (driver 580).
+  if ((Flags & CU_EVENT_WAIT_EXTERNAL) && !capturing_locked(s.get())) return CUDA_ERROR_ILLEGAL_STATE;
   CUresult captured = CUDA_SUCCESS;
   if (capture_event_wait_locked(s.get(), e, &captured)) return captured;
   if (!e->recorded) return CUDA_SUCCESS;  // waiting on a never-recorded event is a no-op
@@ -239,12 +242,15 @@ FAKE_API CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext* pctx) {
 
 // ---------- events ----------
 
+// The context first, then the arguments (driver 580: no current context is INVALID_CONTEXT
+// whatever the arguments). An interprocess event must be untimed.
 FAKE_API CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
   if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
   if (Flags & ~unsigned(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS))
     return CUDA_ERROR_INVALID_VALUE;
-  CUctx_st* c;
-  if (CUresult r = current_ctx(&c)) return r;
+  if ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mu);
   auto e = std::make_shared<CUevent_st>();
   e->ctx = c;
@@ -254,13 +260,17 @@ FAKE_API CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags) {
   return CUDA_SUCCESS;
 }
 
+// CU_EVENT_RECORD_EXTERNAL is the only flag, and only in a stream capture (an event-record
+// node); outside one it is ILLEGAL_STATE, any other bit INVALID_VALUE (driver 580).
 FAKE_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
   if (CUresult r = check_init()) return r;
+  if (flags & ~unsigned(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mu);
   auto it = g_events.find(hEvent);
   if (it == g_events.end()) return CUDA_ERROR_INVALID_HANDLE;
   std::shared_ptr<CUstream_st> s;
   if (CUresult r = get_stream_locked(hStream, &s)) return r;
+  if ((flags & CU_EVENT_RECORD_EXTERNAL) && !capturing_locked(s.get())) return CUDA_ERROR_ILLEGAL_STATE;
   std::shared_ptr<CUevent_st> e = it->second;
   if (capture_event_record_locked(s.get(), e.get())) return CUDA_SUCCESS;
   uint64_t gen = ++e->generation;
