@@ -103,6 +103,9 @@ c10::IValue schema_value(const V& v, const c10::TypePtr& type, const std::string
       if (v.tag != kNone) throw mismatch("None");
       return c10::IValue();
     case c10::TypeKind::TensorType:
+      // An undefined tensor where the schema says Tensor: autograd passes them for inputs a
+      // backward may ignore (_scaled_dot_product_efficient_attention_backward's attn_bias).
+      if (v.tag == kNone) return at::Tensor();
       return tensor(v);
     case c10::TypeKind::IntType:
     case c10::TypeKind::SymIntType:

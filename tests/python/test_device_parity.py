@@ -37,6 +37,10 @@ if ON_CUDA and not torch.cuda.is_available():
 # convolution backward and the attention backward may sum with atomics in any order, and Adam
 # turns such last-bit differences of near-zero gradients into visible steps: 1e-4 there.
 RTOL = ATOL = 1e-4 if ON_CUDA else 1e-5
+# Final weights on a GPU: a near-zero gradient whose sign the summation order flips moves a weight
+# by one Adam step the other way, up to 2 x lr (the DCGAN's lr is 2e-4; on the H200 14 of 8192
+# weights of its generator differed by up to 2e-4 after 24 steps while every loss agreed to 1e-4).
+WEIGHT_ATOL = 5e-4 if ON_CUDA else ATOL
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -80,7 +84,7 @@ def test_training_matches_the_reference(name, reference):
                                    msg=lambda m, k=k: f"{name}: step {k} losses differ from {REF}'s\n{m}")
     assert list(weights) == list(ref_weights)
     for key in weights:
-        torch.testing.assert_close(weights[key], ref_weights[key], rtol=RTOL, atol=ATOL,
+        torch.testing.assert_close(weights[key], ref_weights[key], rtol=RTOL, atol=WEIGHT_ATOL,
                                    msg=lambda m, key=key: f"{name}: final {key} differs from {REF}'s\n{m}")
 
 

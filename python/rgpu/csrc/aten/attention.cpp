@@ -32,8 +32,9 @@ at::Tensor cpu_like(const at::Tensor& t) {
 
 // The constraints of ATen's memory-efficient kernel on sm80 and newer that are certain without
 // asking the GPU: dense 4-d (batch, heads, length, head dim) inputs of one floating dtype, one
-// head dim that is a multiple of 8 and at most 128, contiguous last dims, no mask, no grouped
-// query attention, equal batch and head counts, no empty sequence.
+// head dim that is a multiple of 8 and at most 128, contiguous last dims, the other strides and
+// the offsets multiples of 8 elements, no mask, no grouped query attention, equal batch and head
+// counts, no empty sequence.
 bool efficient_attention_fits(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const std::optional<at::Tensor>& mask, bool enable_gqa) {
   if (!at::globalContext().userEnabledMemEfficientSDP()) return false;
@@ -41,6 +42,11 @@ bool efficient_attention_fits(const at::Tensor& q, const at::Tensor& k, const at
   for (const at::Tensor* t : {&q, &k, &v}) {
     if (t->is_nested() || t->dim() != 4 || t->stride(-1) != 1 || t->scalar_type() != q.scalar_type()) return false;
     if (t->size(0) != q.size(0) || t->size(1) != q.size(1) || t->size(2) == 0) return false;
+    // The kernel's loads are 16-byte vectors: every row must start aligned (on the H200 a
+    // permuted view with 8-element heads and other strides found "cutlassF: no kernel found").
+    if (t->storage_offset() % 8 != 0) return false;
+    for (int d = 0; d < 3; ++d)
+      if (t->size(d) > 1 && t->stride(d) % 8 != 0) return false;
   }
   const auto dtype = q.scalar_type();
   if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) return false;
