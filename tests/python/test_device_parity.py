@@ -37,6 +37,9 @@ if ON_CUDA and not torch.cuda.is_available():
 # convolution backward and the attention backward may sum with atomics in any order, and Adam
 # turns such last-bit differences of near-zero gradients into visible steps: 1e-4 there.
 RTOL = ATOL = 1e-4 if ON_CUDA else 1e-5
+# Losses on a GPU: the DCGAN's discriminator loss differed by 1.06e-4 relative at one step on the
+# H200 (its convolutions' backward sums in cuDNN's order of the moment).
+LOSS_RTOL = 3e-4 if ON_CUDA else RTOL
 # Final weights on a GPU: a near-zero gradient whose sign the summation order flips moves a weight
 # by one Adam step the other way, up to 2 x lr (the DCGAN's lr is 2e-4; on the H200 14 of 8192
 # weights of its generator differed by up to 2e-4 after 24 steps while every loss agreed to 1e-4).
@@ -80,7 +83,7 @@ def test_training_matches_the_reference(name, reference):
     # The model learns (the comparison is of a real training run, not of a constant).
     assert losses[-1].sum() != losses[0].sum()
     for k in range(STEPS):
-        torch.testing.assert_close(losses[k], ref_losses[k], rtol=RTOL, atol=0,
+        torch.testing.assert_close(losses[k], ref_losses[k], rtol=LOSS_RTOL, atol=0,
                                    msg=lambda m, k=k: f"{name}: step {k} losses differ from {REF}'s\n{m}")
     assert list(weights) == list(ref_weights)
     for key in weights:
