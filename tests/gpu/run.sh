@@ -148,13 +148,14 @@ if want torchdev; then
       tests/python/test_device_*.py \
       2>&1 | tee "$OUT/torchdev.log" | tail -5
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    # The 6-layer model, fp32: local cuda against the rgpu device (opserver on this GPU).
+    # The 6-layer model, fp32: local cuda against the rgpu device (opserver on this GPU), the same
+    # program on both (fused AdamW, the local run's default).
     build/bin/rgpu-opserver --device cuda --listen 127.0.0.1:19720 >"$OUT/opserver.log" 2>&1 &
     opserver=$!
     sleep 2
     python3 bench/train_bench.py --model small --steps 15 --fp32 --out "$OUT/torchdev_local.json" | tail -1
     RGPU_OPSERVER=127.0.0.1:19720 RGPU_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python python3 bench/train_bench.py --model small --steps 15 \
-      --device rgpu --out "$OUT/torchdev_rgpu.json" 2>&1 | tail -1
+      --device rgpu --fused on --out "$OUT/torchdev_rgpu.json" 2>&1 | tail -1
     kill $opserver 2>/dev/null
     python3 -c "import json,sys; l,r=(json.load(open(sys.argv[i])) for i in (1,2)); print(f'rgpu device / local cuda step time: {r[\"step_ms_median\"]/l[\"step_ms_median\"]:.2f} ({r[\"step_ms_median\"]:.1f} vs {l[\"step_ms_median\"]:.1f} ms)')" \
       "$OUT/torchdev_local.json" "$OUT/torchdev_rgpu.json" || true
