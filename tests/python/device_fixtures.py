@@ -111,6 +111,20 @@ def opserver():
     return shared_opserver()
 
 
+@pytest.fixture(scope="module")
+def two_devices():
+    """An rgpu-opserver of its own that presents two devices (--devices 2); on a cuda server it
+    needs two GPUs, and the tests that use it skip, saying so, where it cannot start."""
+    try:
+        server = OpServer(extra_args=["--devices", "2"])
+    except RuntimeError as e:
+        if ON_CUDA:
+            pytest.skip(f"this machine cannot present two CUDA devices: {e}")
+        raise
+    yield server
+    server.stop()
+
+
 @pytest.fixture(autouse=True)
 def use_opserver(opserver, monkeypatch):
     """Points this process's rgpu client at the shared server (autouse in modules importing it)."""

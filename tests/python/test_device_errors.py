@@ -19,7 +19,7 @@ for the rest of the run)."""
 import re
 
 import pytest
-from device_fixtures import ON_CUDA, OpServer, opserver, run_python, use_opserver  # noqa: F401,E402
+from device_fixtures import ON_CUDA, OpServer, opserver, run_python, two_devices, use_opserver  # noqa: F401,E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -222,18 +222,6 @@ def test_deferred_generator_state():
     with pytest.raises(RuntimeError, match=r"set_rng_state failed on rgpu-opserver" + SURFACED):
         torch.rgpu.synchronize()
     still_works()
-
-
-@pytest.fixture(scope="module")
-def two_devices():
-    try:
-        server = OpServer(extra_args=["--devices", "2"])
-    except RuntimeError as e:
-        if ON_CUDA:
-            pytest.skip(f"this machine cannot present two CUDA devices: {e}")
-        raise
-    yield server
-    server.stop()
 
 
 def test_deferred_across_devices_names_the_op(two_devices):

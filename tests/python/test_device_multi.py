@@ -3,7 +3,7 @@
 fresh Python against a server of its own that presents two devices, since the device count is
 the connection's (asked once, in the hello)."""
 import pytest
-from device_fixtures import ON_CUDA, OpServer, free_port, opserver, run_python  # noqa: F401
+from device_fixtures import ON_CUDA, OpServer, free_port, opserver, run_python, two_devices  # noqa: F401
 
 PRELUDE = """
 import torch, rgpu
@@ -15,18 +15,6 @@ def raises(fn, text):
         return str(e)
     raise AssertionError(f"no error; expected one with {text!r}")
 """
-
-
-@pytest.fixture(scope="module")
-def two_devices():
-    try:
-        server = OpServer(extra_args=["--devices", "2"])
-    except RuntimeError as e:
-        if ON_CUDA:
-            pytest.skip(f"this machine cannot present two CUDA devices: {e}")
-        raise
-    yield server
-    server.stop()
 
 
 def run(server, body):
