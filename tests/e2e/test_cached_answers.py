@@ -86,8 +86,6 @@ SCRIPT = textwrap.dedent(r"""
         ok(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(blocks), fn, 256, ctypes.c_size_t(0)), "occ again")
     for _ in range(10):  # one-way, and sent once
         ok(cu.cuFuncSetAttribute(f, 8, 70000), "FuncSetAttribute")
-    ok(cu.cuFuncGetAttribute(ctypes.byref(a), 8, f), "FuncGetAttribute after function set")
-    assert a.value == 70000, a.value
     # The kernel keeps its own value, as on driver 580 (the H200 probe of f2b5ace; the fake since
     # 15c3781): a set on the kernel's function changes what its launches may use, not the kernel's.
     ok(cu.cuKernelGetAttribute(ctypes.byref(a), 8, kern, dev), "KernelGetAttribute after function set")
