@@ -111,6 +111,10 @@ def main():
     ap.add_argument("--fused", choices=["auto", "on", "off"], default="auto",
                     help="AdamW's fused kernel: auto = on for cuda only (the first wave's baseline); on for "
                          "rgpu runs the same program as a local cuda run with fused=True")
+    ap.add_argument("--compile", default=None, metavar="BACKEND",
+                    help="torch.compile the model with BACKEND (rgpu on the rgpu device: each captured graph "
+                         "runs as one remote call; inductor for a local run); the warm-up steps include "
+                         "the compile")
     a = ap.parse_args()
     if a.device in ("rgpu", "cpu"):
         if a.device == "rgpu":
@@ -120,6 +124,8 @@ def main():
     MARKS["model_built"] = time.time() - T0
     model = model.to(a.device)
     batch = data.to(a.device)
+    if a.compile:
+        model = torch.compile(model, backend=a.compile)
     MARKS["on_device"] = time.time() - T0
     fused = a.device == "cuda" if a.fused == "auto" else a.fused == "on"
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=fused)
@@ -163,6 +169,7 @@ def main():
         # what bounds the step, not the GPU.
         "client_cpu_ms_median": 1000 * statistics.median(cpu_times[a.warmup:] or cpu_times),
         "fused_adamw": fused,
+        "compile": a.compile,
         "first_step_s": first_step_s,
         "first_step_marks_s": {**MARKS, "first_step": first_step_s},
         "losses": losses,

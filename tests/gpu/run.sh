@@ -156,9 +156,14 @@ if want torchdev; then
     python3 bench/train_bench.py --model small --steps 15 --fp32 --out "$OUT/torchdev_local.json" | tail -1
     RGPU_OPSERVER=127.0.0.1:19720 RGPU_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python python3 bench/train_bench.py --model small --steps 15 \
       --device rgpu --fused on --out "$OUT/torchdev_rgpu.json" 2>&1 | tail -1
+    # The same model under torch.compile(backend="rgpu") (each captured graph one remote call),
+    # and local cuda under inductor for reference.
+    RGPU_OPSERVER=127.0.0.1:19720 RGPU_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python python3 bench/train_bench.py --model small --steps 15 \
+      --device rgpu --fused on --compile rgpu --out "$OUT/torchdev_rgpu_compiled.json" 2>&1 | tail -1
+    python3 bench/train_bench.py --model small --steps 15 --fp32 --compile inductor --out "$OUT/torchdev_local_compiled.json" 2>&1 | tail -1
     kill $opserver 2>/dev/null
-    python3 -c "import json,sys; l,r=(json.load(open(sys.argv[i])) for i in (1,2)); print(f'rgpu device / local cuda step time: {r[\"step_ms_median\"]/l[\"step_ms_median\"]:.2f} ({r[\"step_ms_median\"]:.1f} vs {l[\"step_ms_median\"]:.1f} ms)')" \
-      "$OUT/torchdev_local.json" "$OUT/torchdev_rgpu.json" || true
+    python3 -c "import json,sys; l,r,c=(json.load(open(sys.argv[i])) for i in (1,2,3)); print(f'rgpu device / local cuda step time: {r[\"step_ms_median\"]/l[\"step_ms_median\"]:.2f} ({r[\"step_ms_median\"]:.1f} vs {l[\"step_ms_median\"]:.1f} ms); compiled rgpu / eager rgpu: {c[\"step_ms_median\"]/r[\"step_ms_median\"]:.2f} ({c[\"step_ms_median\"]:.1f} ms)')" \
+      "$OUT/torchdev_local.json" "$OUT/torchdev_rgpu.json" "$OUT/torchdev_rgpu_compiled.json" || true
   else
     echo "rgpu-opserver was not built (no torch found by CMake): skipped"
   fi

@@ -43,11 +43,12 @@ bool efficient_attention_fits(const at::Tensor& q, const at::Tensor& k, const at
     if (t->is_nested() || t->dim() != 4 || t->stride(-1) != 1 || t->scalar_type() != q.scalar_type()) return false;
     if (t->size(0) != q.size(0) || t->size(1) != q.size(1) || t->size(2) == 0) return false;
     // The kernel's loads are 16-byte vectors: every row must start aligned, and no dimension
-    // may be expanded (stride 0). On the H200 such inputs (test_device_shape_rules' random
-    // layouts) found "cutlassF: no kernel found to launch!".
+    // may be expanded (stride 0). The kernel checks every stride, those of size-1 dimensions
+    // too (a transposed [.., 1, 8] key has sequence stride 1). On the H200 such inputs
+    // (test_device_shape_rules' random layouts) found "cutlassF: no kernel found to launch!".
     if (t->storage_offset() % 8 != 0) return false;
     for (int d = 0; d < 3; ++d)
-      if (t->size(d) > 1 && (t->stride(d) == 0 || t->stride(d) % 8 != 0)) return false;
+      if (t->stride(d) % 8 != 0 || (t->size(d) > 1 && t->stride(d) == 0)) return false;
   }
   const auto dtype = q.scalar_type();
   if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) return false;
