@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 
-def start_opserver(extra_args=()):
+def start_opserver(extra_args=(), extra_env=()):
     """An rgpu-opserver --device cpu on a free port, unless RGPU_OPSERVER names one."""
     if os.environ.get("RGPU_OPSERVER"):
         return None
@@ -44,6 +44,7 @@ def start_opserver(extra_args=()):
         port = s.getsockname()[1]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+    env.update(kv.split("=", 1) for kv in extra_env)
     proc = subprocess.Popen([str(build / "bin" / "rgpu-opserver"), "--device", "cpu", "--listen", f"127.0.0.1:{port}",
                              *extra_args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -145,12 +146,14 @@ def main():
     ap.add_argument("--steps", type=int, default=6, help="training steps per timed run (after one warm-up)")
     ap.add_argument("--server-arg", action="append", default=[],
                     help="an argument for the rgpu-opserver this starts (e.g. --no-cpu-buffer-reuse)")
+    ap.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for the rgpu-opserver this starts (e.g. OMP_WAIT_POLICY=ACTIVE)")
     a = ap.parse_args()
-    server = start_opserver(a.server_arg)
+    server = start_opserver(a.server_arg, a.server_env)
     try:
         import rgpu
 
-        res = {"tokens": a.tokens, "pairs": a.pairs, "server_args": a.server_arg, "threads": torch.get_num_threads(),
+        res = {"tokens": a.tokens, "pairs": a.pairs, "server_args": a.server_arg, "server_env": a.server_env, "threads": torch.get_num_threads(),
                "torch": torch.__version__, "server": rgpu.server_info() if hasattr(rgpu, "server_info") else None}
         models = {"cpu": model_on("cpu"), "rgpu": model_on("rgpu")}
         prompt = torch.randint(0, 65, (1, 8), generator=torch.Generator().manual_seed(1))

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -32,6 +33,19 @@ bool load_torch_cuda(std::string* err) {
     *err = dlerror();
   }
   return false;
+}
+
+// On --device cpu, torch's OpenMP threads spin for a while after each parallel region (libgomp's
+// default wait policy), waiting for the next one. A cpu opserver usually shares its machine with
+// its client (tests, benchmarks, a workstation), and the spinning took the client's core: on the
+// 2-core CI machine, generation with a KV cache ran at 0.5x local with the spin and at 0.9-1.1x
+// with idle threads asleep (bench/torch_gen_bench.py). libgomp reads the policy once, when it
+// loads, so it is set by running this program again with it. A policy the user set is kept.
+void exec_with_passive_omp_threads(char** argv) {
+  if (getenv("OMP_WAIT_POLICY")) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  execv("/proc/self/exe", argv);
+  // If the exec failed, run as is: only slower.
 }
 
 }  // namespace
@@ -71,6 +85,7 @@ int main(int argc, char** argv) {
   app.add_option("--pretend-torch-version", pretend_version, "report this torch version in the hello (tests of the version check)")
       ->group("");
   CLI11_PARSE(app, argc, argv);
+  if (device == "cpu") exec_with_passive_omp_threads(argv);
 
   rgpu::log::set_prefix("rgpu-opserver");
   std::string token, err;
@@ -116,9 +131,11 @@ int main(int argc, char** argv) {
     rgpu::log::error("%s; is another rgpu-opserver already running there?", err.c_str());
     return 2;
   }
-  rgpu::log::info("listening on %s, torch %s on %s (%d device%s)%s", addr.str().c_str(),
+  const char* omp_wait = getenv("OMP_WAIT_POLICY");
+  rgpu::log::info("listening on %s, torch %s on %s (%d device%s)%s%s%s", addr.str().c_str(),
                   rgpu::opserver::torch_version().c_str(), device.c_str(), opt.device_count,
-                  opt.device_count == 1 ? "" : "s", token.empty() ? ", no token" : ", token required");
+                  opt.device_count == 1 ? "" : "s", token.empty() ? ", no token" : ", token required",
+                  device == "cpu" && omp_wait ? ", OMP_WAIT_POLICY=" : "", device == "cpu" && omp_wait ? omp_wait : "");
 
   rgpu::proto::AcceptLoop loop;
   loop.name = "rgpu-opserver";
