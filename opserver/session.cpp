@@ -26,6 +26,9 @@ namespace {
 // Bulk replies (kTorchRead) travel in frames of this many bytes.
 constexpr size_t kReadChunk = 8u << 20;
 
+// The connection broke while a frame's tail was read (Session::take_tail).
+struct TailBroken {};
+
 // Operators a client may not run, even with a valid token: they reach outside the device
 // (files) or skip the bounds checks this server relies on.
 bool denied(const std::string& name) {
@@ -580,8 +583,12 @@ void Session::write_chunk(const TensorDesc& d, uint64_t total, uint64_t at, cons
       throw CallError("copy to the device: the tensor changed between the chunks of one write");
     if (dst.is_cpu()) {
       if (at == 0) advise_huge_pages(dst.data_ptr(), total);  // a fresh storage: cheaper first touch
-      std::memcpy(static_cast<uint8_t*>(dst.data_ptr()) + at, p, n);
+      uint8_t* into = static_cast<uint8_t*>(dst.data_ptr()) + at;
+      const size_t here = n - tail_.missing;
+      std::memcpy(into, p, here);
+      take_tail(into + here, tail_.missing);
     } else {
+      p = whole_chunk(p, n);
       at::Tensor bytes = at::empty({0}, dst.options().dtype(at::kByte));
       bytes.set_(dst.storage(), dst.storage_offset() * static_cast<int64_t>(dst.element_size()) + static_cast<int64_t>(at),
                  {static_cast<int64_t>(n)}, {1});
@@ -590,6 +597,7 @@ void Session::write_chunk(const TensorDesc& d, uint64_t total, uint64_t at, cons
     }
     return;
   }
+  p = whole_chunk(p, n);
   staging_.insert(staging_.end(), p, p + n);
   if (staging_.size() < total) return;
   Bytes data;
@@ -601,6 +609,31 @@ void Session::write_chunk(const TensorDesc& d, uint64_t total, uint64_t at, cons
   at::Tensor host = at::from_blob(data.data(), dst.sizes(), at::TensorOptions().dtype(st));
   dst.copy_(host);
   if (!dst.is_cpu()) c10::impl::getDeviceGuardImpl(dst.device().type())->synchronizeDevice(dst.device().index());
+}
+
+void Session::take_tail(void* dst, size_t n) {
+  if (n == 0) return;
+  if (!dst) {
+    scratch_.resize(std::min<size_t>(n, kReadChunk));
+    for (size_t left = n; left;) {
+      size_t k = std::min(left, scratch_.size());
+      take_tail(scratch_.data(), k);
+      left -= k;
+    }
+    return;
+  }
+  if (n > tail_.missing || !tail_.reader) throw Malformed("a write longer than its frame");
+  if (!tail_.reader->read_rest(dst, n, &tail_why_)) throw TailBroken{};
+  tail_.missing -= n;
+}
+
+const uint8_t* Session::whole_chunk(const uint8_t* p, size_t n) {
+  if (!tail_.missing) return p;
+  const size_t here = n - tail_.missing;
+  scratch_.resize(n);
+  std::memcpy(scratch_.data(), p, here);
+  take_tail(scratch_.data() + here, tail_.missing);
+  return scratch_.data();
 }
 
 void Session::read_many(const std::vector<TensorDesc>& descs, std::vector<Bytes>* reply_frames) {
@@ -624,9 +657,10 @@ void Session::read_many(const std::vector<TensorDesc>& descs, std::vector<Bytes>
 }
 
 bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t len, std::vector<Bytes>* reply_frames,
-                     std::string* why) {
+                     std::string* why, PayloadTail tail) {
   Reader r(data, len);
   const bool want_reply = !(flags & proto::kNoReply);
+  tail_ = tail;
   bulk_.clear();
   bulk_hold_.clear();
   Writer w;
@@ -675,11 +709,9 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
         what = "copy to the device";
         TensorDesc d;
         if (!get_desc(r, &d)) throw Malformed("truncated write");
-        uint64_t total = r.u64(), at = r.u64();
-        size_t n = 0;
-        const uint8_t* p = r.bytes(&n);
-        if (!r.ok()) throw Malformed("truncated write");
-        write_chunk(d, total, at, p, n);
+        uint64_t total = r.u64(), at = r.u64(), n = r.u64();
+        if (!r.ok() || n != r.left() + tail_.missing) throw Malformed("truncated write");
+        write_chunk(d, total, at, r.view(r.left()), n);
         break;
       }
       case kTorchRead: {
@@ -761,6 +793,9 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
   } catch (const Malformed& e) {
     *why = std::string("malformed message: ") + e.what();
     return false;
+  } catch (const TailBroken&) {
+    *why = tail_why_;
+    return false;
   } catch (const c10::Error& e) {
     own.failed = true;
     own.message = e.what_without_backtrace();
@@ -776,6 +811,15 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
   } catch (const std::exception& e) {
     own.failed = true;
     own.message = e.what();
+  }
+  if (tail_.missing) {
+    // The call failed before it took its bytes: skip them, to the next frame.
+    try {
+      take_tail(nullptr, tail_.missing);
+    } catch (const TailBroken&) {
+      *why = tail_why_;
+      return false;
+    }
   }
   if (own.failed && !want_reply) {
     // Name the op the client called; for ATen calls that is in the message's first bytes.
@@ -813,14 +857,22 @@ int serve(int fd, const SessionOptions& opt) {
   std::vector<Bytes> replies;
   for (;;) {
     std::string why;
-    proto::ReadResult rr = reader.next(&h, &payload, &why);
+    // Only a write's head is read here; its bytes go straight into the tensor (Session::handle).
+    size_t rest = 0;
+    proto::ReadResult rr = reader.next_head(&h, &payload, kWriteHeadBytes, &rest, &why);
+    if (rr == proto::ReadResult::kOk && rest && h.op != kTorchWrite) {
+      size_t head = payload.size();
+      payload.resize(head + rest);
+      if (!reader.read_rest(payload.data() + head, rest, &why)) rr = proto::ReadResult::kError;
+      rest = 0;
+    }
     if (rr == proto::ReadResult::kClosed) return 0;
     if (rr != proto::ReadResult::kOk) {
       log::warn("closing the connection: %s", why.c_str());
       return 1;
     }
     replies.clear();
-    bool keep = session.handle(h.op, h.flags, payload.data(), payload.size(), &replies, &why);
+    bool keep = session.handle(h.op, h.flags, payload.data(), payload.size(), &replies, &why, {&reader, rest});
     for (const Bytes& rep : replies) {
       if (!proto::write_frame(fd, h.op, proto::kReply, h.request_id, h.thread_id, rep.data(), rep.size())) return 0;
     }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "opserver/graph.h"
+#include "protocol/frame.h"
 #include "protocol/torch_wire.h"
 
 namespace rgpu::opserver {
@@ -59,6 +60,16 @@ struct SessionOptions {
   uint64_t max_view_elements = 1ull << 62;
 };
 
+// The end of a frame's payload that is still on the socket when Session::handle() is called:
+// serve reads only the head of a large kTorchWrite, so that its bytes go from the socket straight
+// into the tensor instead of through a buffer (that copy took as long as the receive itself,
+// bench/torch_bench.py). Empty for other frames, and in the fuzz target, which hands over whole
+// frames.
+struct PayloadTail {
+  proto::FrameReader* reader = nullptr;
+  size_t missing = 0;
+};
+
 class Session {
  public:
   explicit Session(SessionOptions opt);
@@ -68,8 +79,10 @@ class Session {
   // (the reply, if any, is still to be sent: a refused hello explains itself). *reply_frames gets
   // the reply payloads to send, in order (empty for a one-way call; one frame for most replies,
   // several for a large read).
+  // `tail` is the end of the payload still on the socket (PayloadTail); handle() reads or skips
+  // all of it.
   bool handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t len, std::vector<Bytes>* reply_frames,
-              std::string* why);
+              std::string* why, PayloadTail tail = {});
 
   size_t storage_count() const { return storages_.size(); }
 
@@ -142,7 +155,16 @@ class Session {
   static constexpr size_t kMaxEvents = 1u << 16;
   std::unordered_map<uint64_t, EventSlot> events_;
   // kTorchWrite's chunks, and kTorchRead(Many)'s replies (reply_frames gets the prefix, bulk_ the data).
+  // p holds the chunk's first n - tail_.missing bytes; the rest come from tail_.
   void write_chunk(const torchwire::TensorDesc& d, uint64_t total, uint64_t at, const uint8_t* p, size_t n);
+  // The tail's next n bytes into dst (nullptr: thrown away); throws TailBroken if the
+  // connection broke.
+  void take_tail(void* dst, size_t n);
+  // The whole chunk in one place: p itself when nothing is on the socket, else gathered in scratch_.
+  const uint8_t* whole_chunk(const uint8_t* p, size_t n);
+  PayloadTail tail_;
+  std::string tail_why_;
+  Bytes scratch_;
   void read_many(const std::vector<torchwire::TensorDesc>& descs, std::vector<Bytes>* reply_frames);
   // A host-to-device write arriving in several frames: written into the tensor as it comes, or
   // gathered in staging_ when the tensor does not take the bytes in order.

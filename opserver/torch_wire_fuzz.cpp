@@ -1,16 +1,24 @@
 // Fuzz target for rgpu-opserver's decoder (opserver/session.h, spec in protocol/torch_wire.h): the
 // input is a series of frames a client might send after the handshake, each as
 //   u16 op (added to kFirstTorchOp when below 64), u8 flags (bit 0: one-way, bit 1: the payload
-//   starts with storage changes, kWithStorage), u16 length, bytes
-// fed to one Session on the cpu, after a valid torch hello. Every frame must either run, fail
+//   starts with storage changes, kWithStorage; bit 2: the end of the payload is left on a socket,
+//   as serve leaves a large write's bytes, and bits 3-5 say how much of it is handed over in
+//   eighths), u16 length, bytes
+// fed to one Session on the cpu, after a valid torch hello. A frame split so must have all of its
+// socket part read or skipped by handle() unless the connection closes. Every frame must either run, fail
 // with an error for the client, or close the connection with a reason: never crash, hang or
 // read outside what it was given. Storages are capped at 16 MiB and views at 1M elements, so
 // inputs cannot exhaust memory or time.
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "common/net.h"
 #include "common/wire.h"
 #include "protocol/torch_wire.h"
 #include "opserver/session.h"
@@ -52,6 +60,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rgpu::Writer hello;
   hello.put_str(rgpu::opserver::torch_version());
   if (!s.handle(kTorchHello, 0, hello.buf().data(), hello.size(), &replies, &why)) std::abort();
+  // The socket a split frame's tail waits on (flags bit 2), as in serve.
+  static int sock[2] = {-1, -1};
+  if (sock[0] < 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, sock) != 0) std::abort();
+  int stale = 0;
+  if (ioctl(sock[1], FIONREAD, &stale) == 0 && stale > 0) {  // left by a closed "connection" before
+    std::vector<uint8_t> drop(static_cast<size_t>(stale));
+    if (read(sock[1], drop.data(), drop.size()) != stale) std::abort();
+  }
+  rgpu::proto::FrameReader tail_reader(sock[1], rgpu::proto::kMaxPayload, 4096);
   rgpu::Reader r(data, size);
   while (r.left() >= 5) {
     uint16_t op = r.u16();
@@ -64,7 +81,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     replies.clear();
     why.clear();
     uint16_t frame_flags = static_cast<uint16_t>(((flags & 1) ? rgpu::proto::kNoReply : 0) | ((flags & 2) ? kWithStorage : 0));
-    bool keep = s.handle(op, frame_flags, p, n, &replies, &why);
+    size_t head = n;
+    if (flags & 4) {
+      head = n * ((flags >> 3) & 7) / 8;
+      if (rgpu::net::write_full(sock[0], p + head, n - head) != true) std::abort();
+    }
+    bool keep = s.handle(op, frame_flags, p, head, &replies, &why, {&tail_reader, n - head});
+    int unread = 0;
+    if (keep && ioctl(sock[1], FIONREAD, &unread) == 0 && unread != 0) std::abort();  // the tail was not all taken
     if (!keep) {
       if (why.empty()) std::abort();  // every closed connection says why
       break;
@@ -88,6 +112,8 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   float vals[4] = {1, 2, 3, 4};
   write.put_bytes(vals, sizeof vals);
   record(&seed, kTorchWrite, true, write);
+  // The same write again with its last half on the socket (bits 2-5: split, 4/8 handed over).
+  record(&seed, kTorchWrite, 1 | 4 | (4 << 3), write);
   // aten::add.Tensor(storage 0x1000, storage 0x1000, alpha=1) into a fresh 0x1001.
   rgpu::Writer call;
   call.put_str("aten::add");

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "common/log.h"
@@ -87,6 +88,12 @@ ReadResult FrameReader::fill(size_t n, bool at_boundary, std::string* why) {
 }
 
 ReadResult FrameReader::next(FrameHeader* h, Bytes* payload, std::string* why) {
+  size_t rest = 0;
+  return next_head(h, payload, SIZE_MAX, &rest, why);
+}
+
+ReadResult FrameReader::next_head(FrameHeader* h, Bytes* payload, size_t head_max, size_t* rest, std::string* why) {
+  *rest = 0;
   ReadResult rr = fill(sizeof *h, true, why);
   if (rr != ReadResult::kOk) return rr;
   std::memcpy(h, buf_.data() + begin_, sizeof *h);
@@ -95,18 +102,25 @@ ReadResult FrameReader::next(FrameHeader* h, Bytes* payload, std::string* why) {
     *why = log::format("frame length %u is over the limit of %u bytes (op %u)", h->length, max_payload_, h->op);
     return ReadResult::kError;
   }
-  payload->resize(h->length);
-  size_t have = std::min<size_t>(end_ - begin_, h->length);
-  std::memcpy(payload->data(), buf_.data() + begin_, have);
-  begin_ += have;
-  if (have < h->length) {
-    size_t rest = h->length - have;
-    if (net::read_full(fd_, payload->data() + have, rest) != static_cast<ssize_t>(rest)) {
-      *why = log::format("connection broke in the middle of a %u-byte frame (op %u)", h->length, h->op);
-      return ReadResult::kError;
-    }
+  const size_t head = std::min<size_t>(h->length, head_max);
+  payload->resize(head);
+  if (!read_rest(payload->data(), head, why)) {
+    *why = log::format("connection broke in the middle of a %u-byte frame (op %u)", h->length, h->op);
+    return ReadResult::kError;
   }
+  *rest = h->length - head;
   return ReadResult::kOk;
+}
+
+bool FrameReader::read_rest(void* dst, size_t n, std::string* why) {
+  size_t have = std::min(end_ - begin_, n);
+  if (have) std::memcpy(dst, buf_.data() + begin_, have);
+  begin_ += have;
+  if (have < n && net::read_full(fd_, static_cast<uint8_t*>(dst) + have, n - have) != static_cast<ssize_t>(n - have)) {
+    *why = "connection broke in the middle of a frame";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace rgpu::proto

@@ -42,6 +42,14 @@ class FrameReader {
   explicit FrameReader(int fd, uint32_t max_payload, size_t buffer_bytes = 1 << 20)
       : fd_(fd), max_payload_(max_payload), buf_(buffer_bytes) {}
   ReadResult next(FrameHeader* h, Bytes* payload, std::string* why);
+  // Like next(), for frames whose payload ends in bulk bytes the caller puts in place itself (an
+  // upload into a tensor, read from the socket straight into it): a frame longer than head_max
+  // gets only its first head_max bytes in *payload, and *rest says how many more belong to it,
+  // to be taken with read_rest() before the next call (rest is 0 for shorter frames).
+  ReadResult next_head(FrameHeader* h, Bytes* payload, size_t head_max, size_t* rest, std::string* why);
+  // The next n bytes of the current frame, into dst (those already buffered first, the rest
+  // straight from the socket). False (with *why) if the connection broke.
+  bool read_rest(void* dst, size_t n, std::string* why);
 
   // How long the reader polls an idle socket before it sleeps in read(2).
   static constexpr std::chrono::microseconds kSpin{50};

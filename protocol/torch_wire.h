@@ -74,7 +74,9 @@ enum Op : uint16_t {
   kTorchFree = kFirstTorchOp + 2,
   // One-way: u64 storage id, u64 nbytes; grows (never shrinks) the storage, keeping its bytes.
   kTorchResize = kFirstTorchOp + 3,
-  // One-way: TensorDesc dst, bytes (dst's elements, contiguous, dst's dtype): host to device.
+  // One-way: TensorDesc dst, u64 total, u64 at, bytes (dst's elements from byte `at` on, of
+  // `total` in all, contiguous, dst's dtype): host to device, in chunks sent in order. The bytes
+  // end the frame and begin within its first kWriteHeadBytes.
   kTorchWrite = kFirstTorchOp + 4,
   // Request: TensorDesc src. Reply: prefix, u64 total, then total bytes (src's elements,
   // contiguous) over one or more frames: the bytes that do not fit the first frame follow in
@@ -188,6 +190,14 @@ inline constexpr uint32_t kMaxString = 4096;
 inline constexpr uint32_t kMaxNameString = 256;
 inline constexpr uint32_t kMaxListDepth = 4;
 inline constexpr uint32_t kMaxSyncResults = 4096;
+// Most storage changes (allocations and frees) a client puts in front of one frame (kWithStorage).
+inline constexpr uint32_t kMaxStorageChanges = 4096;
+// How much of a kTorchWrite frame rgpu-opserver reads before it knows where the bytes go: the
+// rest goes from the socket straight into the tensor. Room for the most storage changes (two u32
+// counts, 17 bytes an allocation, 8 a free), the widest TensorDesc and the three u64 in front of
+// the bytes.
+inline constexpr uint32_t kWriteHeadBytes = 128 << 10;
+static_assert(8 + 17 * kMaxStorageChanges + (8 + 2 + 16 * kMaxDims + 8) + 3 * 8 <= kWriteHeadBytes);
 inline constexpr uint64_t kFirstStorageId = 0x1000;
 inline constexpr uint8_t kHostWrappedNumber = 1;
 // Storage ids a call that waits reserves for its fresh results.

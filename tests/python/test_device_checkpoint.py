@@ -119,3 +119,17 @@ def test_large_copies_arrive_exact_both_ways():
     big = torch.zeros(2, 6 << 20, dtype=torch.int32, device=D)
     big[:, ::2] = src.view(2, 3 << 20)
     assert torch.equal(big.cpu()[:, ::2], src.view(2, 3 << 20))
+
+
+def test_large_uploads_of_odd_sizes_behind_many_storage_changes_arrive_exact():
+    # The server reads a large write's head, then its bytes straight into the tensor: a last
+    # chunk of odd length, and a head holding thousands of frees in front of the bytes
+    # (protocol/torch_wire.h kWriteHeadBytes), must land byte for byte, and what follows decode.
+    g = torch.Generator().manual_seed(5)
+    for n in ((9 << 20) + 7, (1 << 17) + 1, (1 << 15) - 3):
+        src = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
+        small = [torch.ones(4, device=D) for _ in range(3000)]
+        del small  # 3000 frees wait for the next frame: the upload's
+        dev = src.to(D)
+        assert torch.equal(dev.cpu(), src)
+        assert int((dev.to(torch.int64) + 1).sum()) == int(src.to(torch.int64).sum()) + n

@@ -35,7 +35,7 @@ uint64_t g_seed = 0;
 // The queue is written when it holds this much, without waiting for the flusher.
 constexpr size_t kFlushBytes = 4u << 20;
 // Storage changes that wait for a frame go in one of their own past this many.
-constexpr size_t kMaxPendingStorage = 4096;
+constexpr size_t kMaxPendingStorage = kMaxStorageChanges;
 
 std::string identity() {
   char host[256] = "?";
