@@ -37,9 +37,12 @@ if ON_CUDA and not torch.cuda.is_available():
 # convolution backward and the attention backward may sum with atomics in any order, and Adam
 # turns such last-bit differences of near-zero gradients into visible steps: 1e-4 there.
 RTOL = ATOL = 1e-4 if ON_CUDA else 1e-5
-# Losses on a GPU: the DCGAN's discriminator loss differed by 1.06e-4 relative at one step on the
-# H200 (its convolutions' backward sums in cuDNN's order of the moment).
-LOSS_RTOL = 3e-4 if ON_CUDA else RTOL
+# Losses on a GPU: two local cuda runs of the DCGAN in one process differ by up to 6.7e-4 relative
+# by its last steps (tests/gpu/dcgan_spread.py on the H200: its convolutions' backward sums in
+# cuDNN's order of the moment, and adversarial training grows the difference); rgpu against local
+# cuda differed by 6.0e-4 once. 2e-3 is three times that spread; a real defect (an untied weight,
+# a wrong kernel) moves losses by 1e-2 and more.
+LOSS_RTOL = 2e-3 if ON_CUDA else RTOL
 # Final weights on a GPU: a near-zero gradient whose sign the summation order flips moves a weight
 # by one Adam step the other way, up to 2 x lr (the DCGAN's lr is 2e-4; on the H200 14 of 8192
 # weights of its generator differed by up to 2e-4 after 24 steps while every loss agreed to 1e-4).
