@@ -67,6 +67,9 @@ constexpr Variable kVariables[] = {
      "numbers are garbage"},
     {"RGPU_FAKE_LOAD_DELAY_MS", "0", nullptr, kFake,
      "milliseconds each module load takes on the fake driver, as a real driver's take (tests)"},
+    {"OMP_WAIT_POLICY", "", "unset: `PASSIVE` for `--device cpu`", kOpserver,
+     "how idle OpenMP threads wait; `rgpu-opserver --device cpu` runs itself again with `PASSIVE` "
+     "unless it is set, so that its threads sleep instead of spinning on the client's core"},
     {"XDG_CACHE_HOME", "", "unset", kClient | kServer,
      "the on-disk caches live in `$XDG_CACHE_HOME/rgpu/` (the server's module cache is that "
      "directory itself)"},
@@ -132,6 +135,8 @@ void read_all() {
   // Set but empty means "no devices", as with the driver.
   s.visible_devices = str("CUDA_VISIBLE_DEVICES");
   s.has_visible_devices = is_set("CUDA_VISIBLE_DEVICES");
+  s.omp_wait_policy = str("OMP_WAIT_POLICY");
+  s.has_omp_wait_policy = is_set("OMP_WAIT_POLICY");
   s.xdg_cache_home = str("XDG_CACHE_HOME");
   s.home = str("HOME");
   s.user = str("USER");

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "opserver/session.h"
@@ -42,7 +43,7 @@ bool load_torch_cuda(std::string* err) {
 // with idle threads asleep (bench/torch_gen_bench.py). libgomp reads the policy once, when it
 // loads, so it is set by running this program again with it. A policy the user set is kept.
 void exec_with_passive_omp_threads(char** argv) {
-  if (getenv("OMP_WAIT_POLICY")) return;
+  if (rgpu::env::get().has_omp_wait_policy) return;
   setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   execv("/proc/self/exe", argv);
   // If the exec failed, run as is: only slower.
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
     rgpu::log::error("%s; is another rgpu-opserver already running there?", err.c_str());
     return 2;
   }
-  const char* omp_wait = getenv("OMP_WAIT_POLICY");
+  const char* omp_wait = rgpu::env::get().has_omp_wait_policy ? rgpu::env::get().omp_wait_policy.c_str() : nullptr;
   rgpu::log::info("listening on %s, torch %s on %s (%d device%s)%s%s%s", addr.str().c_str(),
                   rgpu::opserver::torch_version().c_str(), device.c_str(), opt.device_count,
                   opt.device_count == 1 ? "" : "s", token.empty() ? ", no token" : ", token required",
