@@ -15,7 +15,7 @@ namespace fake {
 
 std::mutex& g_mu = *new std::mutex;
 std::condition_variable& g_cv = *new std::condition_variable;
-std::unordered_map<CUctx_st*, std::unique_ptr<CUctx_st>>& g_ctxs = *new std::unordered_map<CUctx_st*, std::unique_ptr<CUctx_st>>;
+std::unordered_map<CUctx_st*, HandlePtr<CUctx_st>>& g_ctxs = *new std::unordered_map<CUctx_st*, HandlePtr<CUctx_st>>;
 std::unordered_map<CUstream_st*, std::shared_ptr<CUstream_st>>& g_streams =
     *new std::unordered_map<CUstream_st*, std::shared_ptr<CUstream_st>>;
 std::unordered_map<CUevent_st*, std::shared_ptr<CUevent_st>>& g_events =
@@ -90,10 +90,19 @@ void reset_limits(CUctx_st* c) {
 
 }  // namespace
 
+void* handle_storage_alloc(size_t size) {
+  constexpr size_t kAlign = 256, kOffset = 16;
+  void* base = std::aligned_alloc(kAlign, (size + kOffset + kAlign - 1) / kAlign * kAlign);
+  if (!base) throw std::bad_alloc();
+  return static_cast<char*>(base) + kOffset;
+}
+
+void handle_storage_free(void* p) { std::free(static_cast<char*>(p) - 16); }
+
 bool ctx_alive_locked(CUctx_st* c) { return c && g_ctxs.count(c); }
 
 CUctx_st* new_ctx_locked(unsigned flags, bool primary) {
-  auto c = std::make_unique<CUctx_st>();
+  auto c = make_handle<CUctx_st>();
   CUctx_st* raw = c.get();
   raw->flags = flags;
   raw->primary = primary;

@@ -11,11 +11,13 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -103,10 +105,33 @@ struct CUmod_st {
 
 namespace fake {
 
+// ---------- handles ----------
+// An object whose address a program sees as a handle (a context, a stream, a memory pool) sits
+// where the real driver's would: on the heap, 16-byte aligned and never 256-byte aligned
+// (tests/conformance/h200.txt: "primary retain", "stream create" and "default mem pool" are
+// nonnull, not nonnull,aligned256). Plain new gives whatever the allocator happens to return, so
+// the conformance keys flapped from machine to machine.
+void* handle_storage_alloc(size_t size);
+void handle_storage_free(void* p);
+template <class T>
+struct HandleDelete {
+  void operator()(T* p) const {
+    p->~T();
+    handle_storage_free(p);
+  }
+};
+template <class T>
+using HandlePtr = std::unique_ptr<T, HandleDelete<T>>;
+template <class T>
+HandlePtr<T> make_handle() {
+  static_assert(alignof(T) <= 16);
+  return HandlePtr<T>(new (handle_storage_alloc(sizeof(T))) T());
+}
+
 // Never destroyed: stream workers may still be waiting on them while the process exits.
 extern std::mutex& g_mu;
 extern std::condition_variable& g_cv;
-extern std::unordered_map<CUctx_st*, std::unique_ptr<CUctx_st>>& g_ctxs;
+extern std::unordered_map<CUctx_st*, HandlePtr<CUctx_st>>& g_ctxs;
 extern std::unordered_map<CUstream_st*, std::shared_ptr<CUstream_st>>& g_streams;
 extern std::unordered_map<CUevent_st*, std::shared_ptr<CUevent_st>>& g_events;
 extern std::unordered_map<CUmod_st*, std::unique_ptr<CUmod_st>>& g_modules;

@@ -605,9 +605,9 @@ struct CUmemPoolHandle_st {
 
 namespace {
 
-CUmemPoolHandle_st& g_default_pool = *new CUmemPoolHandle_st;
-std::unordered_map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>>& g_pools =
-    *new std::unordered_map<CUmemPoolHandle_st*, std::unique_ptr<CUmemPoolHandle_st>>;
+CUmemPoolHandle_st& g_default_pool = *make_handle<CUmemPoolHandle_st>().release();
+std::unordered_map<CUmemPoolHandle_st*, HandlePtr<CUmemPoolHandle_st>>& g_pools =
+    *new std::unordered_map<CUmemPoolHandle_st*, HandlePtr<CUmemPoolHandle_st>>;
 
 bool pool_alive(CUmemoryPool p) { return p == &g_default_pool || g_pools.count(p); }
 
@@ -746,7 +746,7 @@ FAKE_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolPro
   if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
       props->location.id != 0)
     return CUDA_ERROR_INVALID_VALUE;
-  auto p = std::make_unique<CUmemPoolHandle_st>();
+  auto p = make_handle<CUmemPoolHandle_st>();
   std::lock_guard lk(g_mem_mu);
   *pool = p.get();
   g_pools.emplace(p.get(), std::move(p));

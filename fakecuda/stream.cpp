@@ -62,23 +62,8 @@ bool is_default_handle(CUstream h) { return h == nullptr || h == CU_STREAM_LEGAC
 
 }  // namespace
 
-// A stream's handle looks like the real driver's: a heap pointer, 16-byte aligned and not
-// 256-byte aligned (rgpu_conformance "stream create": nonnull, not nonnull,aligned256 as
-// make_shared's block happened to be), so no program or test comes to rely on more.
-static std::shared_ptr<CUstream_st> alloc_stream() {
-  constexpr size_t kAlign = 256, kOffset = 16;
-  static_assert(alignof(CUstream_st) <= kOffset);
-  void* base = std::aligned_alloc(kAlign, (sizeof(CUstream_st) + kOffset + kAlign - 1) / kAlign * kAlign);
-  if (!base) throw std::bad_alloc();
-  auto* obj = new (static_cast<char*>(base) + kOffset) CUstream_st();
-  return std::shared_ptr<CUstream_st>(obj, [base](CUstream_st* p) {
-    p->~CUstream_st();
-    std::free(base);
-  });
-}
-
 std::shared_ptr<CUstream_st> new_stream_locked(CUctx_st* c, unsigned flags, int priority, bool is_null) {
-  auto s = alloc_stream();
+  std::shared_ptr<CUstream_st> s = make_handle<CUstream_st>();
   s->ctx = c;
   s->flags = flags;
   s->priority = priority;
