@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/env.h"
@@ -17,6 +18,7 @@
 #include "common/net.h"
 #include "common/wire.h"
 #include "protocol/frame.h"
+#include "protocol/transport.h"
 #include "protocol/wire/control.h"
 #include "protocol/wire/copy.h"
 
@@ -52,6 +54,15 @@ std::string identity() {
   return log::format("%s@%s pid=%d prog=%s", user.empty() ? "?" : user.c_str(), host, static_cast<int>(getpid()), prog.c_str());
 }
 
+// Every connection this process opened (the CUDA shim's, the NVML shim's), told goodbye at exit.
+std::mutex& g_open_mu = *new std::mutex;
+std::vector<Connection*>& g_open = *new std::vector<Connection*>;
+
+void goodbye_all() {
+  std::lock_guard<std::mutex> lock(g_open_mu);
+  for (Connection* c : g_open) c->goodbye();
+}
+
 }  // namespace
 
 Connection* Connection::open(const std::string& server, const std::string& token, std::string* err,
@@ -63,38 +74,73 @@ Connection* Connection::open(const std::string& server, const std::string& token
     *err += " (from RGPU_SERVER)";
     return nullptr;
   }
-  int fd = net::connect_tcp(addr, err);
-  if (fd < 0) {
-    *err += "; is the server running? see rgpu-server --help";
-    return nullptr;
-  }
-  net::set_recv_timeout(fd, env::get().connect_timeout_s);
+  const env::Settings& settings = env::get();
   auto* c = new Connection();
-  c->fd_ = fd;
   c->server_name_ = addr.str();
-  const uint64_t caps = proto::kOurCapabilities | (want_snapshot ? uint64_t{proto::kCapPushedSnapshot} : 0);
-  if (!proto::client_handshake(fd, token, identity(), c->server_name_, &c->hs_, err, caps)) {
-    ::close(fd);
+  const uint64_t caps = proto::kOurCapabilities | proto::kCapChannel |
+                        (want_snapshot ? uint64_t{proto::kCapPushedSnapshot} : 0);
+  const std::string me = identity();
+  proto::DialOptions dial;
+  dial.total = std::chrono::seconds(settings.connect_timeout_s);
+  dial.fix = "is the server running? see rgpu-server --help (RGPU_CONNECT_TIMEOUT sets how long to keep trying)";
+  // Each attempt: the handshake, then the snapshot the server pushes behind it.
+  auto setup = [&](int fd, proto::Clock::time_point deadline, std::string* why) {
+    auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - proto::Clock::now()).count();
+    net::set_recv_timeout(fd, static_cast<int>(std::max<long long>(1, left)));
+    c->hs_ = {};
+    if (!proto::client_handshake(fd, token, me, c->server_name_, &c->hs_, why, caps))
+      return c->hs_.closed ? proto::Attempt::kRetry : proto::Attempt::kGiveUp;
+    if (!(c->hs_.capabilities & proto::kCapChannel)) {
+      *why = "rgpu-server at " + c->server_name_ +
+             " does not speak this client's channel (an older release); use the same rgpu release on both sides";
+      return proto::Attempt::kGiveUp;
+    }
+    if (c->hs_.capabilities & proto::kCapPushedSnapshot) {
+      proto::FrameHeader h{};
+      std::string rwhy;
+      proto::ReadResult rr = proto::read_frame(fd, proto::kMaxPayload, &h, &c->pushed_snapshot_, &rwhy);
+      if (rr != proto::ReadResult::kOk || h.op != proto::kOpSnapshot || !(h.flags & proto::kReply) || h.request_id != 0) {
+        *why = "rgpu-server at " + c->server_name_ + " did not send its device snapshot after the handshake (" +
+               (rr != proto::ReadResult::kOk ? rwhy : "it sent message " + std::to_string(h.op)) +
+               "); are client and server the same rgpu release?";
+        return rr == proto::ReadResult::kClosed ? proto::Attempt::kRetry : proto::Attempt::kGiveUp;
+      }
+      c->has_pushed_snapshot_ = true;
+      c->bytes_received_.fetch_add(sizeof h + c->pushed_snapshot_.size(), std::memory_order_relaxed);
+    }
+    net::set_recv_timeout(fd, 0);  // replies to a long synchronize may take as long as the kernel
+    return proto::Attempt::kDone;
+  };
+  int fd = proto::dial(addr, dial, setup, err);
+  if (fd < 0) {
     delete c;
     return nullptr;
   }
-  if (c->hs_.capabilities & proto::kCapPushedSnapshot) {
-    proto::FrameHeader h{};
-    std::string why;
-    proto::ReadResult rr = proto::read_frame(fd, proto::kMaxPayload, &h, &c->pushed_snapshot_, &why);
-    if (rr != proto::ReadResult::kOk || h.op != proto::kOpSnapshot || !(h.flags & proto::kReply) || h.request_id != 0) {
-      *err = "rgpu-server at " + c->server_name_ + " did not send its device snapshot after the handshake (" +
-             (rr != proto::ReadResult::kOk ? why : "it sent message " + std::to_string(h.op)) +
-             "); are client and server the same rgpu release?";
-      ::close(fd);
-      delete c;
-      return nullptr;
-    }
-    c->has_pushed_snapshot_ = true;
-    c->bytes_received_.fetch_add(sizeof h + c->pushed_snapshot_.size(), std::memory_order_relaxed);
+  proto::set_liveness(fd);
+  proto::ChannelOptions options = proto::ChannelOptions::from_env();
+  options.peer = "rgpu-server at " + c->server_name_;
+  c->ch_ = std::make_unique<proto::Channel>(proto::Side::kClient, c->hs_.session, token, options);
+  // A broken connection: dial again (the session's own resume runs on what this returns).
+  c->ch_->set_redial([addr, fix = dial.fix](proto::Clock::time_point deadline, std::string* why) -> std::unique_ptr<proto::Transport> {
+    proto::DialOptions d;
+    d.total = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - proto::Clock::now());
+    d.fix = fix;
+    int nfd = proto::dial(addr, d, nullptr, why);
+    if (nfd < 0) return nullptr;
+    proto::set_liveness(nfd);
+    return proto::socket_transport(nfd);
+  });
+  if (!c->ch_->start(proto::socket_transport(fd))) {
+    *err = "rgpu-server at " + c->server_name_ + " closed the connection right after the handshake; see its log";
+    delete c;
+    return nullptr;
   }
-  net::set_recv_timeout(fd, 0);  // replies to a long synchronize may take as long as the kernel
   c->flusher_ = std::thread([c] { c->idle_flusher(); });
+  {
+    std::lock_guard<std::mutex> lock(g_open_mu);
+    if (g_open.empty()) std::atexit(goodbye_all);
+    g_open.push_back(c);
+  }
   return c;
 }
 
@@ -107,6 +153,10 @@ bool Connection::take_pushed_snapshot(std::vector<uint8_t>* payload) {
 
 Connection::~Connection() {
   {
+    std::lock_guard<std::mutex> lock(g_open_mu);
+    std::erase(g_open, this);
+  }
+  {
     std::lock_guard<std::mutex> lock(send_mu_);
     stop_ = true;
   }
@@ -117,88 +167,59 @@ Connection::~Connection() {
     cb_stop_ = true;
   }
   cb_cv_.notify_all();
-  if (cb_thread_.joinable()) {
-    ::shutdown(fd_, SHUT_RD);  // a callback thread in read_one() returns
-    cb_thread_.join();
-  }
-  if (fd_ >= 0) ::close(fd_);
+  if (ch_) ch_->close("the connection was closed");  // a callback thread in read_one() returns
+  if (cb_thread_.joinable()) cb_thread_.join();
 }
 
 void Connection::mark_broken(const std::string& why) {
   if (!broken_.exchange(true)) {
-    log::error("lost the connection to rgpu-server at %s: %s; the GPU work of this process cannot continue",
+    log::error("lost the session on rgpu-server at %s: %s; the GPU work of this process cannot continue",
                server_name_.c_str(), why.c_str());
   }
 }
 
-bool Connection::flush_locked() {
-  if (batch_.empty()) return !broken_;
-  std::lock_guard<std::mutex> wlock(write_mu_);
-  WriteTimer timer(&write_us_);
-  bool ok = !broken_ && net::write_full(fd_, batch_.data(), batch_.size());
-  batch_.clear();
-  if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
-  return ok;
+// A channel status from sending: only kLost is a failure (a broken connection is repaired).
+bool Connection::sent(proto::Status s) {
+  if (s == proto::Status::kOk) return true;
+  mark_broken(ch_->why());
+  return false;
 }
 
 bool Connection::flush() {
-  std::lock_guard<std::mutex> lock(send_mu_);
-  return flush_locked();
+  if (broken_) return false;
+  return sent(ch_->flush());
 }
 
 bool Connection::send_oneway(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra,
                              size_t extra_len) {
   oneway_calls_.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(send_mu_);
-  if (broken_) return false;
-  bool was_empty = batch_.empty();
   bytes_sent_.fetch_add(sizeof(proto::FrameHeader) + args_len + extra_len, std::memory_order_relaxed);
-  proto::FrameHeader h =
-      proto::make_header(op, proto::kNoReply, next_request_++, thread_id, args_len + extra_len);
-  if (extra_len >= kDirectSendBytes) {
-    // Bulk data goes straight from the caller's memory to the socket, behind what is queued.
-    iovec iov[4] = {{batch_.data(), batch_.size()},
-                    {&h, sizeof h},
-                    {const_cast<void*>(args), args_len},
-                    {const_cast<void*>(extra), extra_len}};
-    std::lock_guard<std::mutex> wlock(write_mu_);
-    WriteTimer timer(&write_us_);
-    bool ok = net::writev_full(fd_, iov, 4);
-    batch_.clear();
-    if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
-    return ok;
+  iovec parts[2] = {{const_cast<void*>(args), args_len}, {const_cast<void*>(extra), extra_len}};
+  std::unique_lock<std::mutex> lock(send_mu_);
+  if (broken_) return false;
+  const bool now = extra_len >= kDirectSendBytes;  // bulk data: out at once, behind what is queued
+  WriteTimer timer(&write_us_);
+  if (!sent(ch_->send(op, proto::kNoReply, next_request_++, thread_id, parts, extra_len ? 2 : 1, now))) return false;
+  if (now) return true;
+  if (ch_->unflushed() >= kFlushBytes) return sent(ch_->flush());
+  if (!queued_) {
+    queued_ = true;
+    flush_cv_.notify_one();
   }
-  const auto* hp = reinterpret_cast<const uint8_t*>(&h);
-  batch_.insert(batch_.end(), hp, hp + sizeof h);
-  const auto* ap = static_cast<const uint8_t*>(args);
-  batch_.insert(batch_.end(), ap, ap + args_len);
-  if (extra_len) {
-    const auto* ep = static_cast<const uint8_t*>(extra);
-    batch_.insert(batch_.end(), ep, ep + extra_len);
-  }
-  if (batch_.size() >= kFlushBytes) return flush_locked();
-  if (was_empty) flush_cv_.notify_one();
   return true;
 }
 
 void Connection::idle_flusher() {
   std::unique_lock<std::mutex> lock(send_mu_);
   while (!stop_) {
-    flush_cv_.wait(lock, [&] { return stop_ || !batch_.empty(); });
+    flush_cv_.wait(lock, [&] { return stop_ || queued_; });
     if (stop_) break;
-    // Give the program a moment to add more calls to the batch, then send what is there. The
-    // batch is swapped out and written without send_mu_, so the program keeps queueing calls
-    // while the write runs; write_mu_, taken before send_mu_ is let go, keeps later writers
-    // behind it.
+    // Give the program a moment to add more calls to the queue, then send what is there.
     flush_cv_.wait_for(lock, kIdleFlush, [&] { return stop_; });
-    if (batch_.empty() || broken_) continue;
-    std::unique_lock<std::mutex> wlock(write_mu_);
-    sending_.swap(batch_);
+    queued_ = false;
+    if (broken_ || ch_->unflushed() == 0) continue;
     lock.unlock();
-    bool ok = net::write_full(fd_, sending_.data(), sending_.size());
-    sending_.clear();
-    wlock.unlock();
-    if (!ok) mark_broken("sending failed (the server closed the connection or the network is down)");
+    if (ch_->flush() != proto::Status::kOk) mark_broken(ch_->why());
     lock.lock();
   }
 }
@@ -212,37 +233,21 @@ bool Connection::call(uint16_t op, uint32_t thread_id, const void* args, size_t 
 uint32_t Connection::submit(uint16_t op, uint32_t thread_id, const void* args, size_t args_len, const void* extra,
                             size_t extra_len, ReplySlot* slot) {
   round_trips_.fetch_add(1, std::memory_order_relaxed);
-  uint32_t id;
+  iovec parts[2] = {{const_cast<void*>(args), args_len}, {const_cast<void*>(extra), extra_len}};
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (broken_) return 0;
+  uint32_t id = next_request_++;
+  if (id == 0) id = next_request_++;  // 0 means "not sent"
   {
-    std::lock_guard<std::mutex> lock(send_mu_);
-    if (broken_) return 0;
-    id = next_request_++;
-    if (id == 0) id = next_request_++;  // 0 means "not sent"
-    {
-      std::lock_guard<std::mutex> rlock(recv_mu_);
-      pending_[id] = slot;
-    }
-    proto::FrameHeader h = proto::make_header(op, 0, id, thread_id, args_len + extra_len);
-    bytes_sent_.fetch_add(sizeof h + args_len + extra_len, std::memory_order_relaxed);
-    bool ok;
-    std::lock_guard<std::mutex> wlock(write_mu_);
-    WriteTimer timer(&write_us_);
-    if (batch_.empty()) {
-      ok = proto::write_frame(fd_, op, 0, id, thread_id, args, args_len, extra, extra_len);
-    } else {
-      iovec iov[4] = {{batch_.data(), batch_.size()},
-                      {&h, sizeof h},
-                      {const_cast<void*>(args), args_len},
-                      {const_cast<void*>(extra), extra_len}};
-      ok = net::writev_full(fd_, iov, extra_len ? 4 : 3);
-      batch_.clear();
-    }
-    if (!ok) {
-      mark_broken("sending failed (the server closed the connection or the network is down)");
-      std::lock_guard<std::mutex> rlock(recv_mu_);
-      pending_.erase(id);
-      return 0;
-    }
+    std::lock_guard<std::mutex> rlock(recv_mu_);
+    pending_[id] = slot;
+  }
+  bytes_sent_.fetch_add(sizeof(proto::FrameHeader) + args_len + extra_len, std::memory_order_relaxed);
+  WriteTimer timer(&write_us_);
+  if (!sent(ch_->send(op, 0, id, thread_id, parts, extra_len ? 2 : 1, true))) {
+    std::lock_guard<std::mutex> rlock(recv_mu_);
+    pending_.erase(id);
+    return 0;
   }
   return id;
 }
@@ -278,57 +283,21 @@ void Connection::fail_pending_locked() {
   pending_.clear();
 }
 
-bool Connection::fill_some() {
-  if (rbeg_ == rend_) rbeg_ = rend_ = 0;
-  if (rend_ == rbuf_.size()) {
-    std::memmove(rbuf_.data(), rbuf_.data() + rbeg_, rend_ - rbeg_);
-    rend_ -= rbeg_;
-    rbeg_ = 0;
-  }
-  // Busy-poll a little before sleeping in read(2): a small call's reply usually arrives within
-  // tens of microseconds, and a sleeping reader adds a wake-up to every round trip.
-  auto deadline = std::chrono::steady_clock::now() + kReplySpin;
-  for (int polls = 0;; ++polls) {
-    ssize_t r = ::recv(fd_, rbuf_.data() + rend_, rbuf_.size() - rend_, MSG_DONTWAIT);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if ((polls & 63) != 63 || std::chrono::steady_clock::now() < deadline) continue;
-      r = ::read(fd_, rbuf_.data() + rend_, rbuf_.size() - rend_);
-    }
-    if (r > 0) {
-      rend_ += static_cast<size_t>(r);
-      return true;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    return false;
-  }
+bool Connection::read_payload(void* dst, size_t n) {
+  if (ch_->read_payload(dst, n) == proto::Status::kOk) return true;
+  mark_broken(ch_->why());
+  return false;
 }
 
-bool Connection::recv_exact(void* dst, size_t n) {
-  auto* out = static_cast<uint8_t*>(dst);
-  size_t have = std::min(n, rend_ - rbeg_);
-  std::memcpy(out, rbuf_.data() + rbeg_, have);
-  rbeg_ += have;
-  if (have == n) return true;
-  // Large remainders (bulk data) go straight to their destination.
-  if (n - have >= rbuf_.size() / 2) return net::read_full(fd_, out + have, n - have) == static_cast<ssize_t>(n - have);
-  while (have < n) {
-    if (!fill_some()) return false;
-    size_t take = std::min(n - have, rend_ - rbeg_);
-    std::memcpy(out + have, rbuf_.data() + rbeg_, take);
-    rbeg_ += take;
-    have += take;
-  }
-  return true;
-}
-
-bool Connection::read_one() {
+bool Connection::read_one(std::chrono::milliseconds timeout, bool* idle) {
   proto::FrameHeader h{};
-  if (rbeg_ == rend_ && !fill_some()) {
-    mark_broken("the server closed the connection");
-    return false;
+  proto::Status st = ch_->receive(&h, proto::Wait::kAwaiting, timeout);
+  if (st == proto::Status::kTimeout && idle) {
+    *idle = true;
+    return true;
   }
-  if (!recv_exact(&h, sizeof h)) {
-    mark_broken("the connection broke in the middle of a frame header");
+  if (st != proto::Status::kOk) {
+    mark_broken(ch_->why());
     return false;
   }
   bytes_received_.fetch_add(sizeof h + h.length, std::memory_order_relaxed);
@@ -340,7 +309,7 @@ bool Connection::read_one() {
     uint8_t payload[proto::wire::kCallbackFrame];
     proto::wire::Callback cb;
     Reader r(payload, sizeof payload);
-    if (h.length != sizeof payload || !recv_exact(payload, sizeof payload) || !proto::wire::read_callback(r, &cb)) {
+    if (h.length != sizeof payload || !read_payload(payload, sizeof payload) || !proto::wire::read_callback(r, &cb)) {
       mark_broken(log::format("the server sent a malformed host-callback frame (%u bytes)", h.length));
       return false;
     }
@@ -353,7 +322,7 @@ bool Connection::read_one() {
   if (h.op == proto::kOpAsyncData && !(h.flags & proto::kReply)) {
     // An async device-to-host copy's bytes, straight into the buffer registered for them.
     uint8_t head[proto::wire::kAsyncDataHead];
-    if (h.length < sizeof head || !recv_exact(head, sizeof head)) {
+    if (h.length < sizeof head || !read_payload(head, sizeof head)) {
       mark_broken("the server sent a malformed async-copy frame");
       return false;
     }
@@ -369,7 +338,7 @@ bool Connection::read_one() {
                               "for in that size", n, static_cast<unsigned long long>(id)));
       return false;
     }
-    if (n && !recv_exact(dst, n)) {
+    if (n && !read_payload(dst, n)) {
       mark_broken("the connection broke in the middle of async-copy data");
       return false;
     }
@@ -380,7 +349,7 @@ bool Connection::read_one() {
     // What kernels printed, before the reply of the synchronizing call that flushed it: into
     // this process's stdout, through stdio so it keeps its place among the program's own lines.
     std::vector<char> text(h.length);
-    if (!recv_exact(text.data(), text.size())) {
+    if (!read_payload(text.data(), text.size())) {
       mark_broken("the connection broke in the middle of device output");
       return false;
     }
@@ -392,7 +361,7 @@ bool Connection::read_one() {
     // What kernels wrote to mapped host memory (client/mapped_memory.h), before the reply it
     // precedes.
     std::vector<uint8_t> payload(h.length);
-    if (!recv_exact(payload.data(), payload.size())) {
+    if (!read_payload(payload.data(), payload.size())) {
       mark_broken("the connection broke in the middle of a mapped-memory update");
       return false;
     }
@@ -421,7 +390,7 @@ bool Connection::read_one() {
     return false;
   }
   slot->payload.resize(head);
-  if ((head && !recv_exact(slot->payload.data(), head)) || (tail && !recv_exact(slot->sink, tail))) {
+  if ((head && !read_payload(slot->payload.data(), head)) || (tail && !read_payload(slot->sink, tail))) {
     mark_broken("the connection broke in the middle of a reply");
     return false;
   }
@@ -449,15 +418,17 @@ void Connection::expect_callback() {
 }
 
 bool Connection::send_control(uint16_t op, const void* payload, size_t len) {
+  iovec part{const_cast<void*>(payload), len};
   std::lock_guard<std::mutex> lock(send_mu_);
   if (broken_) return false;
-  proto::FrameHeader h = proto::make_header(op, proto::kNoReply, next_request_++, 0, len);
-  bytes_sent_.fetch_add(sizeof h + len, std::memory_order_relaxed);
-  const auto* hp = reinterpret_cast<const uint8_t*>(&h);
-  batch_.insert(batch_.end(), hp, hp + sizeof h);
-  const auto* pp = static_cast<const uint8_t*>(payload);
-  batch_.insert(batch_.end(), pp, pp + len);
-  return flush_locked();
+  bytes_sent_.fetch_add(sizeof(proto::FrameHeader) + len, std::memory_order_relaxed);
+  return sent(ch_->send(op, proto::kNoReply, next_request_++, 0, &part, 1, true));
+}
+
+void Connection::goodbye() {
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (broken_) return;
+  ch_->send(proto::kOpGoodbye, proto::kNoReply, next_request_++, 0, nullptr, 0, true);
 }
 
 void Connection::callback_loop() {
@@ -477,9 +448,8 @@ void Connection::callback_loop() {
     if (awaited_ && !reading_ && !broken_) {
       reading_ = true;
       lock.unlock();
-      bool ok = true;
-      pollfd p{fd_, POLLIN, 0};
-      if (rend_ > rbeg_ || ::poll(&p, 1, kPollMs) > 0) ok = read_one();
+      bool idle = false;
+      bool ok = read_one(std::chrono::milliseconds(kPollMs), &idle);
       lock.lock();
       reading_ = false;
       if (!ok) fail_pending_locked();

@@ -1,10 +1,12 @@
 // The client's one connection to rgpu-server: batching of one-way calls, and replies routed to
-// the threads that wait for them.
+// the threads that wait for them, over the reliable channel (protocol/channel.h): a connection
+// that breaks is redialled and the session resumed, every frame delivered exactly once, so the
+// program never sees the break, only a pause.
 //
-// Sending: frames are appended to one batch buffer under a mutex. A one-way call only appends
-// (flushed when the batch passes kFlushBytes, by the idle flusher within kIdleFlush, or ahead of
-// the next waiting call); a waiting call appends and flushes, so everything queued before it
-// reaches the server first.
+// Sending: frames are queued in the channel (which keeps them until the server acknowledges
+// them). A one-way call only queues (written when the queue passes kFlushBytes, by the idle
+// flusher within kIdleFlush, or ahead of the next waiting call); a waiting call queues and
+// flushes, so everything queued before it reaches the server first.
 // Receiving: no dedicated reader thread. A waiting thread that finds no other thread reading
 // becomes the reader, reads frames and hands each to the thread whose request it answers, until
 // its own reply arrives (a leader/follower scheme): a single-threaded program pays no thread
@@ -24,12 +26,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "protocol/channel.h"
 #include "protocol/handshake.h"
 #include "protocol/messages.h"
 
@@ -96,6 +100,14 @@ class Connection {
   void expect_callback();
   // Sends a one-way control frame now, behind everything queued. False when the connection is gone.
   bool send_control(uint16_t op, const void* payload, size_t len);
+  // Tells the server this process is leaving (kOpGoodbye), so that the end of the connection ends
+  // the session at once instead of keeping it for a reconnect. Calls made after it (from later
+  // exit handlers) are still served. Every open connection says it at exit by itself.
+  void goodbye();
+  // The channel's counters (resumes, replay buffer; tests and RGPU_STATS).
+  proto::ChannelStats channel_stats() const { return ch_->stats(); }
+  // Breaks the connection as the network would (tests: RGPU_TEST_CUT_AFTER_CALLS).
+  void break_connection(const std::string& why) { ch_->break_connection(why); }
 
   const std::string& server_name() const { return server_name_; }
   bool broken() const { return broken_.load(); }
@@ -109,49 +121,41 @@ class Connection {
   uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
 
   static constexpr size_t kFlushBytes = 256 << 10;
-  // How long a waiting thread polls the socket before it sleeps in read(2).
-  static constexpr std::chrono::microseconds kReplySpin{50};
-  // One-way payloads at least this large are written at once instead of copied into the batch.
+  // One-way payloads at least this large are written at once instead of waiting in the queue.
   static constexpr size_t kDirectSendBytes = 64 << 10;
 
  private:
   Connection() = default;
-  bool flush_locked();
   void mark_broken(const std::string& why);
-  // Reads one reply frame and completes its slot. Called by the current reader only.
-  bool read_one();
-  // The reader's buffered receive (current reader only): fill_some reads what has arrived
-  // (polling briefly before blocking); recv_exact takes n bytes from the buffer and the socket.
-  bool fill_some();
-  bool recv_exact(void* dst, size_t n);
+  // Reads one frame and completes its slot (or delivers it: callbacks, async data, printf
+  // output, mapped updates). Called by the current reader only. With a timeout, *idle tells that
+  // nothing arrived within it.
+  bool read_one(std::chrono::milliseconds timeout = proto::kForever, bool* idle = nullptr);
+  bool read_payload(void* dst, size_t n);
   void idle_flusher();
   // Completes every pending slot as failed (the connection broke). recv_mu_ held.
   void fail_pending_locked();
   void callback_loop();
+  bool sent(proto::Status s);
 
-  int fd_ = -1;
+  std::unique_ptr<proto::Channel> ch_;
   std::string server_name_;
   proto::ClientHandshakeResult hs_;
   std::vector<uint8_t> pushed_snapshot_;
   bool has_pushed_snapshot_ = false;
 
-  // send_mu_ guards the batch; write_mu_ is held for every write to the socket and is always
-  // taken with send_mu_ held (send_mu_ -> write_mu_), so writes go out in the order frames were
-  // queued. The idle flusher writes a swapped-out batch (sending_) holding only write_mu_.
+  // send_mu_ orders request ids with the frames' place in the channel, and guards the idle
+  // flusher's state.
   std::mutex send_mu_;
-  std::mutex write_mu_;
-  std::vector<uint8_t> batch_;
-  std::vector<uint8_t> sending_;
   uint32_t next_request_ = 1;
   std::condition_variable flush_cv_;
   bool stop_ = false;
+  bool queued_ = false;  // one-way frames are waiting for the idle flusher
   std::thread flusher_;
 
   std::mutex recv_mu_;
   std::condition_variable recv_cv_;
   bool reading_ = false;
-  std::vector<uint8_t> rbuf_ = std::vector<uint8_t>(64 << 10);
-  size_t rbeg_ = 0, rend_ = 0;
   std::unordered_map<uint32_t, ReplySlot*> pending_;
 
   // Host callbacks; guarded by recv_mu_.

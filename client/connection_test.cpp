@@ -44,8 +44,11 @@ void start_server() {
     static server::DriverTable table;
     server::load_driver_table(lib, &table);
     proto::ServerHandshakeResult hs;
-    if (!proto::server_handshake(fd, "", &hs, &err)) _exit(1);
-    _exit(server::run_session(fd, {&table, "test", hs.identity}));
+    if (!proto::server_handshake(fd, "", &hs, &err, proto::kOurCapabilities | proto::kCapChannel)) _exit(1);
+    server::SessionOptions options{&table, "test", hs.identity};
+    options.channel = (hs.capabilities & proto::kCapChannel) != 0;
+    options.session = hs.session;
+    _exit(server::run_session(fd, options));
   }
   close(lfd);
   setenv("RGPU_SERVER", ("127.0.0.1:" + std::to_string(ntohs(sa.sin_port))).c_str(), 1);

@@ -31,8 +31,16 @@ constexpr Variable kVariables[] = {
      "(`GPU-...`), up to the first entry that names none"},
     {"RGPU_LOG", "info", nullptr, kClient,
      "`error`, `warn`, `info`, `debug`: what the shim logs to stderr (the servers take `--log`)"},
-    {"RGPU_CONNECT_TIMEOUT", "10", nullptr, kShims | kTorch,
-     "seconds to wait for the server's handshake before giving up"},
+    {"RGPU_CONNECT_TIMEOUT", "60", nullptr, kShims | kTorch,
+     "seconds to keep trying to connect (attempts with backoff, handshake included) before giving up"},
+    {"RGPU_HEARTBEAT", "5", nullptr, kShims | kTorch | kServer | kOpserver,
+     "seconds of silence after which a side waiting for its peer sends a heartbeat; 3 unanswered mean "
+     "the connection is broken (`protocol/channel.h`)"},
+    {"RGPU_REPLAY_MAX_MB", "256", nullptr, kShims | kTorch | kServer | kOpserver,
+     "MiB of sent frames kept until the peer acknowledges them, to resend after a reconnect; a writer "
+     "past it waits for acknowledgements"},
+    {"RGPU_RECONNECT", "", "the server's session grace", kShims | kTorch,
+     "seconds to keep reconnecting after the connection breaks before the session is given up"},
     {"RGPU_BULK_CHUNK", "1048576", "`1048576` (1 MiB)", kClient,
      "bytes per bulk-copy frame, 64 KiB to 32 MiB (a tuning knob for benchmarks)"},
     {"RGPU_ONEWAY_SYNC", "1", nullptr, kClient,
@@ -73,6 +81,10 @@ constexpr Variable kVariables[] = {
     {"XDG_CACHE_HOME", "", "unset", kClient | kServer,
      "the on-disk caches live in `$XDG_CACHE_HOME/rgpu/` (the server's module cache is that "
      "directory itself)"},
+    {"XDG_RUNTIME_DIR", "", "unset", kServer,
+     "rgpu-server keeps its live sessions' sockets (how a reconnecting client finds its session, also "
+     "after a restart) in `$XDG_RUNTIME_DIR/rgpu/PORT/`; unset: `/run/rgpu/PORT/`, else "
+     "`/tmp/rgpu-UID/PORT/` (`--runtime-dir` overrides)"},
     {"HOME", "", "unset", kClient | kServer,
      "without `XDG_CACHE_HOME` the caches live in `$HOME/.cache/rgpu/` (the server's in `modules/` "
      "there); with neither, none is kept"},
@@ -123,6 +135,9 @@ void read_all() {
   s.batch = str("RGPU_BATCH") != "0";
   s.log = str("RGPU_LOG");
   s.connect_timeout_s = static_cast<int>(std::min(positive("RGPU_CONNECT_TIMEOUT"), 1ll << 30));
+  s.heartbeat_s = static_cast<int>(std::min(positive("RGPU_HEARTBEAT"), 1ll << 20));
+  s.replay_max_mb = static_cast<size_t>(std::min(positive("RGPU_REPLAY_MAX_MB"), 1ll << 20));
+  s.reconnect_s = static_cast<int>(std::clamp(std::atoll(str("RGPU_RECONNECT").c_str()), 0ll, 1ll << 30));
   s.bulk_chunk = static_cast<size_t>(std::clamp(positive("RGPU_BULK_CHUNK"), 64ll << 10, 32ll << 20));
   s.oneway_loads = str("RGPU_ONEWAY_LOADS") != "0";
   s.oneway_sync = str("RGPU_ONEWAY_SYNC") != "0";
@@ -138,6 +153,7 @@ void read_all() {
   s.omp_wait_policy = str("OMP_WAIT_POLICY");
   s.has_omp_wait_policy = is_set("OMP_WAIT_POLICY");
   s.xdg_cache_home = str("XDG_CACHE_HOME");
+  s.xdg_runtime_dir = str("XDG_RUNTIME_DIR");
   s.home = str("HOME");
   s.user = str("USER");
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");

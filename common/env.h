@@ -53,6 +53,9 @@ struct Settings {
   bool batch = true;                        // RGPU_BATCH
   std::string log;                          // RGPU_LOG
   int connect_timeout_s = 0;                // RGPU_CONNECT_TIMEOUT
+  int heartbeat_s = 0;                      // RGPU_HEARTBEAT (protocol/channel.h)
+  size_t replay_max_mb = 0;                 // RGPU_REPLAY_MAX_MB (protocol/channel.h)
+  int reconnect_s = 0;                      // RGPU_RECONNECT; 0: the server's session grace
   size_t bulk_chunk = 0;                   // RGPU_BULK_CHUNK
   bool oneway_loads = true;                 // RGPU_ONEWAY_LOADS
   bool oneway_sync = true;                  // RGPU_ONEWAY_SYNC (client/device_work.h)
@@ -67,6 +70,7 @@ struct Settings {
   std::string omp_wait_policy;              // OMP_WAIT_POLICY (opserver/main.cpp)
   bool has_omp_wait_policy = false;         // OMP_WAIT_POLICY is set
   std::string xdg_cache_home;               // XDG_CACHE_HOME (common/files.h, server/module_cache.h)
+  std::string xdg_runtime_dir;              // XDG_RUNTIME_DIR (protocol/session_dir.h)
   std::string home;                         // HOME
   std::string user;                         // USER: the identity a connection gives the server
   long long order_wait_ms = 0;              // RGPU_ORDER_WAIT_MS (server/session.cpp)

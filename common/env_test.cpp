@@ -52,7 +52,7 @@ TEST_F(Env, UnsetVariablesGiveTheTablesDefaults) {
   EXPECT_EQ(s.trace, "0");
   EXPECT_TRUE(s.batch);
   EXPECT_EQ(s.log, "info");
-  EXPECT_EQ(s.connect_timeout_s, 10);
+  EXPECT_EQ(s.connect_timeout_s, 60);
   EXPECT_EQ(s.bulk_chunk, size_t{1} << 20);
   EXPECT_TRUE(s.oneway_loads && s.oneway_sync && s.alloc_ahead && s.tools_stream && s.image_layouts);
   EXPECT_FALSE(s.cuda_cache_disable);
@@ -69,7 +69,7 @@ TEST_F(Env, NumbersOutOfRangeOrNotNumbersFallBackOrAreClamped) {
   setenv("RGPU_ORDER_WAIT_MS", "0", 1);
   reload();
   EXPECT_EQ(get().bulk_chunk, size_t{1} << 20);
-  EXPECT_EQ(get().connect_timeout_s, 10);
+  EXPECT_EQ(get().connect_timeout_s, 60);
   EXPECT_EQ(get().order_wait_ms, 10000);
   setenv("RGPU_BULK_CHUNK", "1", 1);
   setenv("RGPU_ORDER_WAIT_MS", "300", 1);

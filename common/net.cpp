@@ -2,14 +2,18 @@
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <climits>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <climits>
 #include <cstring>
 
 namespace rgpu::net {
@@ -63,26 +67,45 @@ static addrinfo* resolve(const Address& addr, bool passive, std::string* err) {
   return res;
 }
 
-int connect_tcp(const Address& addr, std::string* err) {
+int connect_tcp(const Address& addr, std::string* err, int timeout_ms, int* cause) {
   addrinfo* res = resolve(addr, false, err);
   if (!res) return -1;
-  int fd = -1, last_errno = 0;
-  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+  int fd = -1, last_errno = ETIMEDOUT;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+  for (addrinfo* ai = res; ai && fd < 0; ai = ai->ai_next) {
+    // Non-blocking when bounded: a black-holed address would otherwise take the kernel's two
+    // minutes of SYN retries.
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | (timeout_ms >= 0 ? SOCK_NONBLOCK : 0), ai->ai_protocol);
     if (fd < 0) {
       last_errno = errno;
       continue;
     }
-    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
-    last_errno = errno;
+    int soerr = 0;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      soerr = errno;
+      if (soerr == EINPROGRESS) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        pollfd p{fd, POLLOUT, 0};
+        soerr = ETIMEDOUT;
+        // At least a moment, so the last attempt reports the real cause rather than a timeout.
+        if (::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 50))) == 1) {
+          socklen_t len = sizeof soerr;
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+        }
+      }
+    }
+    if (soerr == 0) break;
+    last_errno = soerr;
     ::close(fd);
     fd = -1;
   }
   freeaddrinfo(res);
   if (fd < 0) {
+    if (cause) *cause = last_errno;
     *err = "cannot reach rgpu-server at " + addr.str() + ": " + std::strerror(last_errno);
     return -1;
   }
+  if (timeout_ms >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   set_nodelay(fd);
   return fd;
 }

@@ -19,8 +19,9 @@ struct Address {
 // Parses "host:port" ("[::1]:9713" for IPv6). An empty host or port takes the default.
 bool parse_address(const std::string& s, uint16_t default_port, Address* out, std::string* err);
 
-// Connects with TCP_NODELAY. On failure returns -1 and a sentence naming the address and cause.
-int connect_tcp(const Address& addr, std::string* err);
+// Connects with TCP_NODELAY, giving up after timeout_ms (negative: the kernel's own limit). On
+// failure returns -1 and a sentence naming the address and cause (*cause, when given: the errno).
+int connect_tcp(const Address& addr, std::string* err, int timeout_ms = -1, int* cause = nullptr);
 // Binds and listens. On failure returns -1 and a sentence naming the address and cause.
 int listen_tcp(const Address& addr, std::string* err);
 // True when host names a loopback address only (127.0.0.0/8, ::1, localhost).

@@ -19,6 +19,9 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/wire.h"
+#include "protocol/channel.h"
+#include "protocol/session_dir.h"
 
 namespace rgpu::proto {
 namespace {
@@ -78,6 +81,29 @@ void tell(int fd, int32_t message) {
   }
 }
 
+// A client resuming its session: hands the connection to the session's process, which runs the
+// resume proof (protocol/session_dir.h). Returns this process's exit status.
+int route_resume(int fd, const std::string& peer, const std::vector<uint8_t>& payload, const AcceptLoop& loop) {
+  ResumeHello hello;
+  Reader r(payload.data(), payload.size());
+  if (!decode(r, &hello)) {
+    log::warn("connection from %s: a malformed resume request (%zu bytes)", peer.c_str(), payload.size());
+    refuse(fd, "malformed resume request");
+    return 1;
+  }
+  std::string why;
+  if (loop.session_dir.empty()) {
+    why = "this server keeps no sessions for resuming";
+  } else if (hand_over(loop.session_dir, fd, hello, &why)) {
+    log::info("connection from %s resumes session %s", peer.c_str(), session_hex(hello.session).c_str());
+    return 0;
+  }
+  log::info("connection from %s asked to resume session %s: %s", peer.c_str(), session_hex(hello.session).c_str(),
+            why.c_str());
+  refuse(fd, "session lost: " + why);
+  return 1;
+}
+
 // A spare's life: prepare, accept one connection, say so, then serve it as its session.
 [[noreturn]] void run_spare(int lfd, int notify_fd, pid_t parent, const AcceptLoop& loop) {
   // Until it has a client, a spare ends with the parent (it would hold the port otherwise).
@@ -103,7 +129,8 @@ void tell(int fd, int32_t message) {
   net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
   ServerHandshakeResult hs;
   std::string err;
-  if (!server_handshake(fd, loop.token, &hs, &err, loop.capabilities, loop.welcomed)) {
+  if (!server_handshake(fd, loop.token, &hs, &err, loop.capabilities, loop.welcomed, true)) {
+    if (hs.resume) _exit(route_resume(fd, peer, hs.resume_payload, loop));
     if (hs.said_nothing)
       log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
     else

@@ -47,6 +47,9 @@ struct AcceptLoop {
   // What the server offers in the handshake, and what it sends right behind Welcome (optional).
   uint64_t capabilities = kOurCapabilities;
   Welcomed welcomed;
+  // Where live sessions listen for resuming clients (protocol/session_dir.h); empty: a
+  // connection that asks to resume is refused.
+  std::string session_dir;
 };
 
 // Serves the listening socket forever: reaps session processes on a thread of its own (logging

@@ -27,7 +27,7 @@ bool send(int fd, uint16_t op, Writer& w) { return write_frame(fd, op, 0, 0, 0, 
 // Reads one handshake message of the expected op (or Refused, whose reason goes to *err).
 // *closed (when given) tells a peer that closed before the message began.
 bool expect(int fd, uint16_t op, std::vector<uint8_t>* payload, std::string* err, const std::string& peer,
-            bool* closed = nullptr) {
+            bool* closed = nullptr, bool* resume = nullptr) {
   FrameHeader h{};
   std::string why;
   ReadResult rr = read_frame(fd, kMaxHandshakePayload, &h, payload, &why);
@@ -46,6 +46,10 @@ bool expect(int fd, uint16_t op, std::vector<uint8_t>* payload, std::string* err
     *err = peer + " refused the connection: " + (r.ok() ? reason : std::string("(no reason given)"));
     return false;
   }
+  if (resume && h.op == kOpResume) {
+    *resume = true;
+    return false;
+  }
   if (h.op != op) {
     *err = log::format("handshake with %s failed: expected message %u, got %u (is this an rgpu peer?)", peer.c_str(),
                        op, h.op);
@@ -54,13 +58,13 @@ bool expect(int fd, uint16_t op, std::vector<uint8_t>* payload, std::string* err
   return true;
 }
 
+}  // namespace
+
 void refuse(int fd, const std::string& reason) {
   Writer w;
   w.put_str(reason);
   send(fd, kOpRefused, w);
 }
-
-}  // namespace
 
 bool client_handshake(int fd, const std::string& token, const std::string& identity, const std::string& server_name,
                       ClientHandshakeResult* out, std::string* err, uint64_t capabilities) {
@@ -75,12 +79,13 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
   hello.append(none.data(), none.size());
   hello.append(client_nonce.data(), client_nonce.size());
   if (!send(fd, kOpHello, hello)) {
+    out->closed = true;
     *err = "cannot talk to rgpu-server at " + server_name + ": the connection closed while sending the greeting";
     return false;
   }
 
   std::vector<uint8_t> payload;
-  if (!expect(fd, kOpChallenge, &payload, err, "rgpu-server at " + server_name)) return false;
+  if (!expect(fd, kOpChallenge, &payload, err, "rgpu-server at " + server_name, &out->closed)) return false;
   Reader r(payload.data(), payload.size());
   uint32_t magic = r.u32();
   uint16_t version = r.u16();
@@ -111,10 +116,11 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
   if (token_required) p = proof(token, "rgpu-client-proof", server_nonce, client_nonce);
   auth.append(p.data(), p.size());
   if (!send(fd, kOpAuth, auth)) {
+    out->closed = true;
     *err = "rgpu-server at " + server_name + " closed the connection during the handshake";
     return false;
   }
-  if (!expect(fd, kOpWelcome, &payload, err, "rgpu-server at " + server_name)) return false;
+  if (!expect(fd, kOpWelcome, &payload, err, "rgpu-server at " + server_name, &out->closed)) return false;
   Reader w(payload.data(), payload.size());
   w.take(out->session.data(), out->session.size());
   out->capabilities = w.u64() & caps;
@@ -126,9 +132,12 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
 }
 
 bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
-                      uint64_t capabilities, const Welcomed& welcomed) {
+                      uint64_t capabilities, const Welcomed& welcomed, bool allow_resume) {
   std::vector<uint8_t> payload;
-  if (!expect(fd, kOpHello, &payload, err, "client", &out->said_nothing)) return false;
+  if (!expect(fd, kOpHello, &payload, err, "client", &out->said_nothing, allow_resume ? &out->resume : nullptr)) {
+    if (out->resume) out->resume_payload = std::move(payload);
+    return false;
+  }
   Reader r(payload.data(), payload.size());
   uint32_t magic = r.u32();
   uint16_t version = r.u16();

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "protocol/messages.h"
 
@@ -37,6 +38,9 @@ using SessionId = std::array<uint8_t, 16>;
 struct ClientHandshakeResult {
   SessionId session{};
   uint64_t capabilities = 0;
+  // On failure: the server closed the connection mid-way (it may be restarting: worth another
+  // attempt), as opposed to an answer (a refusal, a wrong proof) that another attempt would repeat.
+  bool closed = false;
 };
 
 // Runs the client side on a connected socket, asking for `capabilities`. On failure returns false
@@ -50,6 +54,10 @@ struct ServerHandshakeResult {
   std::string identity;
   // On failure: the peer closed before sending anything (a port check, such as rgpu-run's).
   bool said_nothing = false;
+  // On "failure" with allow_resume: the first frame was kOpResume (a client resuming a session
+  // whose connection broke, protocol/channel.h), not Hello; its payload. No handshake ran.
+  bool resume = false;
+  std::vector<uint8_t> resume_payload;
 };
 
 // Runs after Welcome is written, with the agreed capabilities: what the server sends unasked
@@ -58,7 +66,11 @@ using Welcomed = std::function<bool(int fd, uint64_t agreed)>;
 
 // Runs the server side, offering `capabilities`. On failure returns false with *err saying why
 // (for the server's log); the client has already been sent a Refused message where one applies.
+// With allow_resume, a first frame kOpResume returns false with out->resume set instead.
 bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
-                      uint64_t capabilities = kOurCapabilities, const Welcomed& welcomed = nullptr);
+                      uint64_t capabilities = kOurCapabilities, const Welcomed& welcomed = nullptr,
+                      bool allow_resume = false);
+// Tells a peer no (kOpRefused with the reason), as the handshake does.
+void refuse(int fd, const std::string& reason);
 
 }  // namespace rgpu::proto

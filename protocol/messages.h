@@ -36,6 +36,9 @@
 //      whose payload starts with a ReplyPrefix. A request with kNoReply gets no reply; if it
 //      fails on the server, its error is kept and handed to the next reply on the same thread
 //      (ReplyPrefix::deferred_*), so no error is ever dropped.
+//   2a. Calls and everything else travel in the channel (below, "The channel"): numbered,
+//      acknowledged, resent after a broken connection is resumed (kOpResume), so each frame
+//      arrives exactly once and in order however often the network breaks.
 //   3. Either side may close. A malformed frame (length over the limit, a payload that does not
 //      decode) makes the server log why and close this connection only. An op the server has
 //      no handler for is not malformed (a newer client may know ops this server does not): the
@@ -84,6 +87,11 @@ enum Capability : uint64_t {
   // Welcome, unasked: the client's first call needs it, and asking would cost a round trip. Asked
   // for by the CUDA shim's connection, offered by rgpu-server (not part of kOurCapabilities).
   kCapPushedSnapshot = 1 << 3,
+  // After the handshake (and the pushed snapshot) both directions are channel frames
+  // (protocol/channel.h, "The channel" below): numbered, acknowledged, resumable. Offered by the
+  // endpoints that speak it (rgpu-server and the CUDA shim's connection today); without it the
+  // frames are plain, and a broken connection ends the session.
+  kCapChannel = 1 << 4,
 };
 inline constexpr uint64_t kOurCapabilities = kCapDeferredErrors | kCapClientHandles | kCapBulkSink;
 
@@ -177,7 +185,42 @@ enum Op : uint16_t {
   // The server's live sessions (rgpu-smi). Request: nothing. Reply: CUresult, u32 n, then n ×
   // (u32 pid, str identity, str peer, u64 start time in unix seconds, u8 1 for the asking session).
   kOpSessions = 30,  // codec: protocol/wire/control.h
-  // (31-39 unassigned.)
+  // The channel (protocol/channel.h; "The channel" below has the framing these live in).
+  // kOpChannelOpen: the first channel frame each side sends, right after the handshake
+  // (sequence 0): u16 channel version (kChannelVersion), 32 bytes X25519 public key, u32 how many
+  // seconds this side keeps a broken session for a resume (the server's grace; a client with no
+  // RGPU_RECONNECT redials that long). Both sides then hold the session secret
+  //   secret = HMAC-SHA256(token, "rgpu-session-secret" || X25519(own private, peer public) ||
+  //                        client public key || server public key || session id)
+  // which never crosses the wire; without the token and one private key it cannot be computed.
+  kOpChannelOpen = 31,
+  // kOpHeartbeat (sequence 0, no payload): flags 0 asks the peer to answer at once (a ping:
+  // "are you there", and "acknowledge what you have"); kReply is the answer (a pong). Its
+  // ChannelHeader carries the sender's acknowledgement like every channel frame. request_id
+  // counts the sender's pings (diagnostics only).
+  kOpHeartbeat = 32,
+  // Resume, on a new connection, in plain frames (no ChannelHeader) like the handshake, which it
+  // replaces: the accepting side tells the two apart by the first frame (kOpHello or kOpResume).
+  //   client → kOpResume           16 bytes session id, 32 bytes client nonce
+  //   server → kOpResumeChallenge  32 bytes server nonce, 32 bytes server proof, u64 the highest
+  //                                sequence number the server has received from the client
+  //   client → kOpResumeProof      32 bytes client proof, u64 the highest sequence number the
+  //                                client has received from the server
+  //   server → kOpResumed          nothing | kOpRefused str reason (then the server closes)
+  //   server proof = HMAC-SHA256(secret, "rgpu-resume-server" || session id || client nonce ||
+  //                              server nonce || u64 server received)
+  //   client proof = HMAC-SHA256(secret, "rgpu-resume-client" || session id || server nonce ||
+  //                              client nonce || u64 client received)
+  // Fresh nonces on both sides: a recorded resume cannot be replayed, and knowing the session id
+  // is not enough. The client checks the server's proof too (it reached the same session). After
+  // kOpResumed both directions are channel frames again: each side first resends, with their
+  // original sequence numbers, the frames above what the other said it received. A wrong proof
+  // is refused and leaves the session as it was (still waiting for its client).
+  kOpResume = 33,
+  kOpResumeChallenge = 34,
+  kOpResumeProof = 35,
+  kOpResumed = 36,
+  // (37-39 unassigned.)
   // A copy between device memory and a mapped host buffer (kOpMappedAlloc), run on the server
   // against its copy of the buffer so the bytes cross the network once. Request: u16 the driver
   // call the program made (cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, cuMemcpyHtoDAsync_v2,
@@ -266,6 +309,29 @@ inline constexpr uint32_t kMaxAllocMany = 1024;
 inline constexpr uint32_t kMaxAllocManyCount = 16384;
 inline constexpr uint64_t kMaxAllocManyBytes = 64ull << 30;
 inline constexpr uint32_t kNvmlMaxString = 4096;
+
+// The channel (protocol/channel.h). After the handshake (and after kOpResumed on a resumed
+// connection) every frame in both directions is preceded by a ChannelHeader:
+//
+//   offset size field
+//   0      8    seq   this frame's number in its direction: 1, 2, 3, ... for every frame the
+//                     endpoints exchange; 0 for the channel's own unnumbered frames
+//                     (kOpChannelOpen, kOpHeartbeat), which are never resent
+//   8      8    ack   the highest seq the sender has received whole from the peer: the peer may
+//                     drop those frames from its replay buffer
+//
+// Rules: a numbered frame must be the next number or one already received (a resent duplicate,
+// read and dropped); a gap, an ack above anything sent, an unnumbered frame of another op, or a
+// first frame other than kOpChannelOpen is malformed and ends the session. The replay buffer
+// holds what the peer has not acknowledged, at most RGPU_REPLAY_MAX_MB; a writer past it pings
+// (kOpHeartbeat) for acknowledgements and waits. A side waiting for its peer pings after each
+// RGPU_HEARTBEAT seconds of silence and treats 3 silent intervals as a broken connection.
+struct ChannelHeader {
+  uint64_t seq;
+  uint64_t ack;
+};
+static_assert(sizeof(ChannelHeader) == 16);
+inline constexpr uint16_t kChannelVersion = 1;
 
 // Every reply payload begins with this. deferred_result is 0 (CUDA_SUCCESS) when no one-way call
 // on this thread failed since the last reply; otherwise it is the first such failure and

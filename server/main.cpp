@@ -1,6 +1,7 @@
 // rgpu-server: listens for rgpu clients and serves each in its own process, on the real CUDA
 // driver or on the fake one. See `rgpu-server --help` and server/README.md.
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include "gen/driver_table.gen.h"
 #include "protocol/accept_loop.h"
 #include "protocol/handshake.h"
+#include "protocol/session_dir.h"
 #include "server/module_cache.h"
 #include "server/nvml/nvml_server.h"
 #include "server/prewarm.h"
@@ -46,6 +48,8 @@ int main(int argc, char** argv) {
   std::string prewarm = "context";
   std::string cache_dir = rgpu::server::module_cache::default_dir();
   uint64_t cache_max_mb = 4096;
+  unsigned session_grace = 600;
+  std::string runtime_dir;
   app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9713, loopback only)");
   app.add_option("--driver", driver,
                  "path of the CUDA driver library to serve (default: the system's libcuda.so.1), or 'fake' for "
@@ -66,6 +70,12 @@ int main(int argc, char** argv) {
                  "0's context, held for the client: 0.2 to 0.3 s off each client's start-up on an H200, at the cost of one idle context "
                  "on GPU 0), 'init' (the driver's and NVML's init only) or 'none' (default context)")
       ->check(CLI::IsMember({"none", "init", "context"}));
+  app.add_option("--session-grace", session_grace,
+                 "seconds a session whose connection broke keeps its GPU state for its client to reconnect "
+                 "(default 600); past it the session ends");
+  app.add_option("--runtime-dir", runtime_dir,
+                 "directory of the live sessions' sockets, through which a client reconnects to its session, also "
+                 "after this server restarts (default $XDG_RUNTIME_DIR/rgpu, else /run/rgpu, else /tmp/rgpu-UID)");
   app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   CLI11_PARSE(app, argc, argv);
 
@@ -105,14 +115,22 @@ int main(int argc, char** argv) {
     rgpu::log::error("%s; is another rgpu-server already running there?", err.c_str());
     return 2;
   }
-  // Live sessions are listed as files in a directory of this server's (rgpu-smi shows them).
-  static std::string sessions_dir;
-  {
-    char tmpl[] = "/tmp/rgpu-server-sessions-XXXXXX";
-    if (mkdtemp(tmpl)) sessions_dir = tmpl;
-    else rgpu::log::warn("cannot make a directory for the session list (%s); rgpu-smi will not list sessions",
-                         std::strerror(errno));
+  // Live sessions listen in a directory per port for their clients to come back
+  // (protocol/session_dir.h), and are listed as files in its list/ (rgpu-smi shows them); a
+  // server restarted on the same port finds both.
+  static std::string door_dir, sessions_dir;
+  if (runtime_dir.empty()) runtime_dir = rgpu::proto::default_runtime_dir();
+  if (rgpu::proto::prepare_session_dir(runtime_dir, addr.port, &door_dir, &err)) {
+    sessions_dir = door_dir + "/list";
+    if (mkdir(sessions_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      rgpu::log::warn("cannot make %s (%s); rgpu-smi will not list sessions", sessions_dir.c_str(), std::strerror(errno));
+      sessions_dir.clear();
+    }
+  } else {
+    rgpu::log::warn("%s; sessions cannot be resumed after their connection breaks (give --runtime-dir DIR)", err.c_str());
+    door_dir.clear();
   }
+  static unsigned grace = session_grace;
   rgpu::log::info("listening on %s, driver %s (%d entry points)%s, module cache %s, prewarm %s", addr.str().c_str(),
                   driver_path.c_str(), found, token.empty() ? ", no token" : ", token required",
                   rgpu::server::module_cache::enabled() ? cache_dir.c_str() : "off", prewarm.c_str());
@@ -122,13 +140,19 @@ int main(int argc, char** argv) {
   loop.token = token;
   loop.on_exit = [](pid_t pid) { rgpu::server::unregister_session(sessions_dir, static_cast<int>(pid)); };
   loop.prepare = [] { rgpu::server::prewarm::start(&table, prewarm_level); };
-  loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapPushedSnapshot;
+  loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapPushedSnapshot | rgpu::proto::kCapChannel;
+  loop.session_dir = door_dir;
   loop.welcomed = [](int fd, uint64_t agreed) {
     return !(agreed & rgpu::proto::kCapPushedSnapshot) || rgpu::server::push_snapshot(fd, table);
   };
-  loop.session = [](int fd, const std::string& peer, const rgpu::proto::ServerHandshakeResult& hs) {
+  loop.session = [token](int fd, const std::string& peer, const rgpu::proto::ServerHandshakeResult& hs) {
     rgpu::server::prewarm::session_started();
     rgpu::server::SessionOptions opt{&table, peer, hs.identity, sessions_dir};
+    opt.channel = (hs.capabilities & rgpu::proto::kCapChannel) != 0;
+    opt.session = hs.session;
+    opt.token = token;
+    opt.grace = std::chrono::seconds(grace);
+    opt.door_dir = door_dir;
     return rgpu::server::run_session(fd, opt);
   };
   rgpu::proto::run_accept_loop(lfd, loop);

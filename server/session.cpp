@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -32,9 +33,12 @@
 #include "common/net.h"
 #include "common/wire.h"
 #include "gen/ops.gen.h"
+#include "protocol/channel.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "protocol/op_classes.h"
+#include "protocol/session_dir.h"
+#include "protocol/transport.h"
 #include "protocol/wire/control.h"
 #include "server/dispatch.h"
 #include "server/handle_map.h"
@@ -199,17 +203,32 @@ class Session : public ClientCallbacks {
   int run() {
     std::string why;
     int status = 0;
-    proto::FrameReader reader(fd_, proto::kMaxPayload);
+    if (opt_.channel && !start_channel()) return 1;
+    std::optional<proto::FrameReader> reader;
+    if (!ch_) reader.emplace(fd_, proto::kMaxPayload);
     for (;;) {
       Frame f;
-      proto::ReadResult rr = reader.next(&f.h, &f.payload, &why);
-      if (rr == proto::ReadResult::kClosed) break;
-      if (rr == proto::ReadResult::kError) {
-        hostile(why);
-        status = 1;
-        break;
+      if (ch_) {
+        if (ch_->receive_frame(&f.h, &f.payload, proto::Wait::kPassive) != proto::Status::kOk) {
+          lost_why_ = ch_->why();
+          break;
+        }
+      } else {
+        proto::ReadResult rr = reader->next(&f.h, &f.payload, &why);
+        if (rr == proto::ReadResult::kClosed) break;
+        if (rr == proto::ReadResult::kError) {
+          hostile(why);
+          status = 1;
+          break;
+        }
       }
-      if (f.h.op == proto::kOpGoodbye) break;
+      if (f.h.op == proto::kOpGoodbye) {
+        // The client is leaving: on the channel, its connection's end is the session's end
+        // (not a break to wait out); calls it still makes from exit handlers are served.
+        if (!ch_) break;
+        ch_->end_on_break();
+        continue;
+      }
       if (f.h.op == proto::kOpCallbackDone) {
         // Answered here, not by a worker: the worker of that client thread may be the one
         // blocked behind the callback.
@@ -245,9 +264,10 @@ class Session : public ClientCallbacks {
     // The client is gone: its process's GPU state goes with ours. Exit without waiting for
     // workers that may be blocked in the driver.
     end();
-    log::info("session for %s ended after %llu calls (%.0f ms in the driver, %.0f ms of it loading modules)",
+    door_.close();
+    log::info("session for %s ended after %llu calls (%.0f ms in the driver, %.0f ms of it loading modules)%s%s",
               opt_.identity.c_str(), static_cast<unsigned long long>(calls_), handler_us_.load() / 1e3,
-              load_us_.load() / 1e3);
+              load_us_.load() / 1e3, lost_why_.empty() ? "" : ": ", lost_why_.c_str());
     unregister_session(opt_.sessions_dir, getpid());
     return failed_.load() ? 1 : status;
   }
@@ -256,7 +276,8 @@ class Session : public ClientCallbacks {
   void hostile(const std::string& why) {
     if (!failed_.exchange(true)) {
       log::error("closing the connection from %s (%s): %s", opt_.peer.c_str(), opt_.identity.c_str(), why.c_str());
-      ::shutdown(fd_, SHUT_RDWR);
+      if (ch_) ch_->close("the client sent something malformed: " + why);
+      else ::shutdown(fd_, SHUT_RDWR);
     }
   }
 
@@ -270,7 +291,7 @@ class Session : public ClientCallbacks {
                     {const_cast<uint8_t*>(body.data()), body.size()},
                     {const_cast<uint8_t*>(bulk.data()), bulk.size()}};
     std::lock_guard<std::mutex> lock(write_mu_);
-    if (!net::writev_full(fd_, iov, bulk.empty() ? 3 : 4)) failed_.store(true);
+    if (!write_iov(iov, bulk.empty() ? 3 : 4)) failed_.store(true);
   }
 
   // Sends a large reply from the session's writer thread, so the worker can produce the next one
@@ -337,7 +358,7 @@ class Session : public ClientCallbacks {
     proto::FrameHeader h = proto::make_header(proto::kOpDeviceOutput, 0, 0, 0, text.size());
     iovec iov[2] = {{&h, sizeof h}, {text.data(), text.size()}};
     std::lock_guard<std::mutex> lock(write_mu_);
-    if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
+    if (!write_iov(iov, 2)) failed_.store(true);
     return !failed_.load();
   }
   DeviceOutput& output() { return output_; }
@@ -353,7 +374,7 @@ class Session : public ClientCallbacks {
     proto::FrameHeader h = proto::make_header(proto::kOpMappedUpdate, 0, 0, 0, payload.size());
     iovec iov[2] = {{&h, sizeof h}, {const_cast<uint8_t*>(payload.data()), payload.size()}};
     std::lock_guard<std::mutex> lock(write_mu_);
-    if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
+    if (!write_iov(iov, 2)) failed_.store(true);
     return !failed_.load();
   }
 
@@ -378,7 +399,7 @@ class Session : public ClientCallbacks {
     proto::FrameHeader h = proto::make_header(op, 0, 0, 0, head_len + n);
     iovec iov[3] = {{&h, sizeof h}, {const_cast<void*>(head), head_len}, {const_cast<void*>(data), n}};
     std::lock_guard<std::mutex> lock(write_mu_);
-    if (!net::writev_full(fd_, iov, 3)) failed_.store(true);
+    if (!write_iov(iov, 3)) failed_.store(true);
     return !failed_.load();
   }
 
@@ -421,6 +442,46 @@ class Session : public ClientCallbacks {
     }
   }
 
+  // Writes one frame (iov[0] is its header, the rest its payload), write_mu_ held: into the
+  // channel when there is one (a broken connection is not an error there: the frame goes out
+  // after the resume), else straight to the socket.
+  bool write_iov(iovec* iov, int count) {
+    if (!ch_) return net::writev_full(fd_, iov, count);
+    proto::FrameHeader h;
+    std::memcpy(&h, iov[0].iov_base, sizeof h);
+    return ch_->send(h.op, h.flags, h.request_id, h.thread_id, iov + 1, count - 1, true) == proto::Status::kOk;
+  }
+
+  // Puts the channel on the connection and opens the door resuming clients come back through.
+  bool start_channel() {
+    proto::ChannelOptions o = proto::ChannelOptions::from_env();
+    o.resume_window = opt_.grace;
+    o.peer = "client " + opt_.identity;
+    ch_ = std::make_unique<proto::Channel>(proto::Side::kServer, opt_.session, opt_.token, o);
+    proto::set_liveness(fd_);  // a client gone without a word is noticed by the kernel too
+    if (!ch_->start(proto::socket_transport(fd_))) {
+      log::warn("the connection from %s closed right after the handshake", opt_.peer.c_str());
+      return false;
+    }
+    std::string err;
+    if (opt_.door_dir.empty()) return true;
+    if (!door_.open(opt_.door_dir, opt_.session,
+                    [this](int fd, const proto::ResumeHello& hello) {
+                      std::string why;
+                      std::string peer = net::peer_name(fd);
+                      net::set_nodelay(fd);
+                      proto::set_liveness(fd);
+                      if (ch_->accept_resume(proto::socket_transport(fd), hello, &why))
+                        log::info("session for %s resumed from %s", opt_.identity.c_str(), peer.c_str());
+                      else
+                        log::warn("a resume of the session for %s from %s was refused: %s", opt_.identity.c_str(),
+                                  peer.c_str(), why.c_str());
+                    },
+                    &err))
+      log::warn("%s; this session cannot be resumed after its connection breaks", err.c_str());
+    return true;
+  }
+
   void notify(uint64_t id, int32_t status, uint32_t run) {
     std::vector<uint8_t> payload;
     Writer w(&payload);
@@ -428,7 +489,7 @@ class Session : public ClientCallbacks {
     proto::FrameHeader h = proto::make_header(proto::kOpCallback, 0, 0, 0, payload.size());
     iovec iov[2] = {{&h, sizeof h}, {payload.data(), payload.size()}};
     std::lock_guard<std::mutex> lock(write_mu_);
-    if (!net::writev_full(fd_, iov, 2)) failed_.store(true);
+    if (!write_iov(iov, 2)) failed_.store(true);
   }
 
   void callback_done(uint64_t id) {
@@ -455,6 +516,9 @@ class Session : public ClientCallbacks {
 
   int fd_;
   SessionOptions opt_;
+  std::unique_ptr<proto::Channel> ch_;  // with kCapChannel: every frame goes through it
+  proto::SessionDoor door_;
+  std::string lost_why_;  // why the channel ended the session
   HandleMap handles_;
   MappedMemory mapped_;
   DeviceOutput output_;

@@ -10,7 +10,10 @@
 // which closes this connection and nothing else.
 #pragma once
 
+#include <chrono>
 #include <string>
+
+#include "protocol/handshake.h"
 
 #include "gen/driver_table.gen.h"
 
@@ -23,6 +26,15 @@ struct SessionOptions {
   // Where live sessions are listed (one file per session process, named by its pid; kOpSessions
   // reads them); empty: not listed.
   std::string sessions_dir;
+  // The reliable channel (protocol/channel.h), when the handshake agreed kCapChannel: the
+  // session's id and the token (the session secret mixes both), how long a broken connection is
+  // waited for, and where resuming clients are handed over (protocol/session_dir.h; empty: the
+  // session survives breaks only while its client reconnects through... nothing: it ends).
+  bool channel = false;
+  proto::SessionId session{};
+  std::string token;
+  std::chrono::seconds grace{600};
+  std::string door_dir;
 };
 
 // The session process's entry in the sessions directory: written at start, removed at exit.

@@ -31,6 +31,19 @@ ok(cu.cuCtxSetCurrent(ctx), "SetCurrent")
 """
 
 
+def wait_for_port(port, timeout=10):
+    """True once something accepts connections on the loopback port (each check is a connection
+    that sends nothing, which servers log as a port check)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -38,8 +51,8 @@ def free_port():
 
 
 class Server:
-    def __init__(self, token=None, extra_args=()):
-        self.port = free_port()
+    def __init__(self, token=None, extra_args=(), port=None):
+        self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
         self.log_path = BUILD / f"rgpu-server-{self.port}.log"
         # Tests keep out of the user's module cache unless they give --cache-dir themselves.
@@ -53,14 +66,8 @@ class Server:
             args += ["--token-file", str(token_file)]
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("rgpu-server did not start: " + self.log_path.read_text())
+        if not wait_for_port(self.port):
+            raise RuntimeError("rgpu-server did not start: " + self.log_path.read_text())
 
     def alive(self):
         return self.proc.poll() is None

@@ -30,7 +30,8 @@ def test_trace_names_every_call(server, tmp_path):
 
 def test_unreachable_server_is_explained(tmp_path):
     from conftest import free_port
-    r = run_client([PROGRAM, IMAGE], f"127.0.0.1:{free_port()}")
+    # Connecting retries with backoff for RGPU_CONNECT_TIMEOUT (test_reconnect.py has the rest).
+    r = run_client([PROGRAM, IMAGE], f"127.0.0.1:{free_port()}", env_extra={"RGPU_CONNECT_TIMEOUT": "1"})
     assert r.returncode != 0
     assert "cannot reach rgpu-server at 127.0.0.1:" in r.stderr
     assert "is the server running?" in r.stderr

@@ -1,0 +1,202 @@
+// What the channel (protocol/channel.h) costs over loopback TCP, against raw frames
+// (protocol/frame.h) on the same machine in the same run: a small synchronous round trip (a
+// 64-byte request, a 16-byte answer, as a small driver call), and one-way throughput of
+// 4 KiB frames sent in 256 KiB batches (as launches and copies are). Issue 16's budget: at most
+// 2 µs more per synchronous call, at most 2% less one-way throughput. Raw round trips are measured
+// twice: with FrameReader (which busy-polls before blocking) and with plain blocking reads.
+//   build/bin/channel_bench --benchmark_out=FILE.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/net.h"
+#include "protocol/channel.h"
+#include "protocol/frame.h"
+
+namespace {
+
+using namespace rgpu;
+using namespace rgpu::proto;
+
+constexpr size_t kRequest = 64, kAnswer = 16, kOneWay = 4096, kBatch = 256 << 10;
+constexpr uint16_t kOpEcho = 300, kOpSink = 301;
+
+// A connected loopback TCP pair: (client fd, server fd).
+std::pair<int, int> loopback_pair() {
+  std::string err;
+  int l = net::listen_tcp({"127.0.0.1", 0}, &err);
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
+  int c = net::connect_tcp({"127.0.0.1", ntohs(a.sin_port)}, &err);
+  int s = ::accept(l, nullptr, nullptr);
+  ::close(l);
+  net::set_nodelay(s);
+  return {c, s};
+}
+
+// The server side for raw frames: answers kOpEcho, swallows kOpSink, ends at EOF.
+void raw_server(int fd) {
+  FrameHeader h;
+  std::vector<uint8_t> p;
+  std::string why;
+  std::vector<uint8_t> answer(kAnswer, 1);
+  FrameReader reader(fd, kMaxPayload);
+  Bytes payload;
+  while (reader.next(&h, &payload, &why) == ReadResult::kOk) {
+    if (h.op == kOpEcho && !write_frame(fd, h.op, kReply, h.request_id, 0, answer.data(), answer.size())) return;
+  }
+}
+
+// The same with blocking reads (read_frame: header, then payload), the way the channel waits:
+// FrameReader busy-polls 50 µs before it blocks, which on a loaded 2-core machine costs more than
+// it saves (issue 16, item 9), so the spinning baseline alone would flatter the channel.
+void raw_blocking_server(int fd) {
+  FrameHeader h;
+  std::vector<uint8_t> payload;
+  std::string why;
+  std::vector<uint8_t> answer(kAnswer, 1);
+  while (read_frame(fd, kMaxPayload, &h, &payload, &why) == ReadResult::kOk) {
+    if (h.op == kOpEcho && !write_frame(fd, h.op, kReply, h.request_id, 0, answer.data(), answer.size())) return;
+  }
+}
+
+void BM_RoundTripRawFramesBlocking(benchmark::State& state) {
+  auto [c, s] = loopback_pair();
+  std::thread server(raw_blocking_server, s);
+  std::vector<uint8_t> req(kRequest, 2);
+  FrameHeader h;
+  std::vector<uint8_t> payload;
+  std::string why;
+  uint32_t id = 0;
+  for (auto _ : state) {
+    write_frame(c, kOpEcho, 0, ++id, 0, req.data(), req.size());
+    if (read_frame(c, kMaxPayload, &h, &payload, &why) != ReadResult::kOk) state.SkipWithError(why.c_str());
+  }
+  ::shutdown(c, SHUT_RDWR);
+  server.join();
+  ::close(c);
+  ::close(s);
+}
+
+void channel_server(Channel* ch) {
+  std::vector<uint8_t> answer(kAnswer, 1);
+  iovec part{answer.data(), answer.size()};
+  FrameHeader h;
+  Bytes payload;
+  while (ch->receive_frame(&h, &payload, Wait::kPassive) == Status::kOk) {
+    if (h.op == kOpEcho && ch->send(h.op, kReply, h.request_id, 0, &part, 1, true) != Status::kOk) return;
+  }
+}
+
+void BM_RoundTripRawFrames(benchmark::State& state) {
+  auto [c, s] = loopback_pair();
+  std::thread server(raw_server, s);
+  std::vector<uint8_t> req(kRequest, 2);
+  FrameReader reader(c, kMaxPayload);
+  FrameHeader h;
+  Bytes payload;
+  std::string why;
+  uint32_t id = 0;
+  for (auto _ : state) {
+    write_frame(c, kOpEcho, 0, ++id, 0, req.data(), req.size());
+    if (reader.next(&h, &payload, &why) != ReadResult::kOk) state.SkipWithError(why.c_str());
+  }
+  ::shutdown(c, SHUT_RDWR);
+  server.join();
+  ::close(c);
+  ::close(s);
+}
+
+// Both ends of a channel session over one loopback connection.
+struct ChannelPair {
+  SessionId id{};
+  Channel client{Side::kClient, id, "", ChannelOptions{}};
+  Channel server{Side::kServer, id, "", ChannelOptions{}};
+  std::thread server_thread;
+  ChannelPair() {
+    auto [c, s] = loopback_pair();
+    client.start(socket_transport(c));
+    server.start(socket_transport(s));
+    server_thread = std::thread(channel_server, &server);
+  }
+  ~ChannelPair() {
+    client.close();
+    server.close();
+    server_thread.join();
+  }
+};
+
+void BM_RoundTripChannel(benchmark::State& state) {
+  ChannelPair p;
+  std::vector<uint8_t> req(kRequest, 2);
+  iovec part{req.data(), req.size()};
+  FrameHeader h;
+  Bytes payload;
+  uint32_t id = 0;
+  for (auto _ : state) {
+    p.client.send(kOpEcho, 0, ++id, 0, &part, 1, true);
+    if (p.client.receive_frame(&h, &payload, Wait::kAwaiting) != Status::kOk) state.SkipWithError("lost");
+  }
+}
+
+void BM_OneWayRawFrames(benchmark::State& state) {
+  auto [c, s] = loopback_pair();
+  std::thread server(raw_server, s);
+  std::vector<uint8_t> data(kOneWay, 3), batch;
+  batch.reserve(kBatch + kOneWay + 64);
+  FrameReader reader(c, kMaxPayload);
+  for (auto _ : state) {
+    FrameHeader fh = make_header(kOpSink, kNoReply, 0, 0, data.size());
+    batch.insert(batch.end(), reinterpret_cast<uint8_t*>(&fh), reinterpret_cast<uint8_t*>(&fh) + sizeof fh);
+    batch.insert(batch.end(), data.begin(), data.end());
+    if (batch.size() >= kBatch) {
+      net::write_full(c, batch.data(), batch.size());
+      batch.clear();
+    }
+  }
+  // Everything sent has been read: one round trip behind it.
+  FrameHeader h;
+  Bytes payload;
+  std::string why;
+  net::write_full(c, batch.data(), batch.size());
+  write_frame(c, kOpEcho, 0, 1, 0, nullptr, 0);
+  reader.next(&h, &payload, &why);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kOneWay);
+  ::shutdown(c, SHUT_RDWR);
+  server.join();
+  ::close(c);
+  ::close(s);
+}
+
+void BM_OneWayChannel(benchmark::State& state) {
+  ChannelPair p;
+  std::vector<uint8_t> data(kOneWay, 3);
+  iovec part{data.data(), data.size()};
+  for (auto _ : state) {
+    p.client.send(kOpSink, kNoReply, 0, 0, &part, 1, false);
+    if (p.client.unflushed() >= kBatch) p.client.flush();
+  }
+  p.client.send(kOpEcho, 0, 1, 0, nullptr, 0, true);
+  FrameHeader h;
+  Bytes payload;
+  p.client.receive_frame(&h, &payload, Wait::kAwaiting);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kOneWay);
+}
+
+// Interleaved, so both kinds see the same machine load.
+BENCHMARK(BM_RoundTripRawFrames)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+BENCHMARK(BM_RoundTripRawFramesBlocking)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+BENCHMARK(BM_RoundTripChannel)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+BENCHMARK(BM_OneWayRawFrames)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+BENCHMARK(BM_OneWayChannel)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+
+}  // namespace
+
+BENCHMARK_MAIN();

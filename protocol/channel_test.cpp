@@ -1,0 +1,429 @@
+// Tests of protocol/channel.h, each run over the in-memory pair and over loopback TCP: exactly-once
+// in-order delivery across cuts at random points, the replay bound, heartbeats, a refused resume,
+// duplicates dropped. Every wait is bounded; the tests end by themselves.
+#include "protocol/channel.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <list>
+#include <random>
+#include <thread>
+
+#include "common/crypto.h"
+#include "protocol/frame.h"
+#include "common/net.h"
+
+namespace rgpu::proto {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Breaks the connection after `budget` bytes written through it (part of a frame, often).
+class CuttingTransport : public Transport {
+ public:
+  CuttingTransport(std::unique_ptr<Transport> inner, size_t budget) : inner_(std::move(inner)), budget_(budget) {}
+  bool write(const iovec* iov, int count) override {
+    for (int i = 0; i < count; ++i) {
+      size_t n = iov[i].iov_len;
+      if (n >= budget_) {
+        iovec part{iov[i].iov_base, budget_};
+        if (budget_) inner_->write(&part, 1);
+        budget_ = 0;
+        inner_->shutdown();
+        return false;
+      }
+      if (!inner_->write(&iov[i], 1)) return false;
+      budget_ -= n;
+    }
+    return true;
+  }
+  ssize_t read_some(void* buf, size_t n, std::chrono::milliseconds t) override { return inner_->read_some(buf, n, t); }
+  void shutdown() override { inner_->shutdown(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  size_t budget_;
+};
+
+enum class Kind { kMemory, kTcp };
+
+// Makes connected transport pairs of one kind: (client end, server end).
+class Links {
+ public:
+  explicit Links(Kind kind) : kind_(kind) {
+    if (kind_ == Kind::kTcp) {
+      std::string err;
+      listen_fd_ = net::listen_tcp({"127.0.0.1", 0}, &err);
+      EXPECT_GE(listen_fd_, 0) << err;
+      sockaddr_in a{};
+      socklen_t len = sizeof a;
+      getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+      port_ = ntohs(a.sin_port);
+    }
+  }
+  ~Links() {
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+  }
+  std::pair<std::unique_ptr<Transport>, std::unique_ptr<Transport>> make() {
+    if (kind_ == Kind::kMemory) return memory_pair(256 << 10);
+    std::string err;
+    int c = connect_before({"127.0.0.1", port_}, Clock::now() + 5s, &err);
+    EXPECT_GE(c, 0) << err;
+    int s = ::accept(listen_fd_, nullptr, nullptr);
+    EXPECT_GE(s, 0);
+    set_liveness(c);
+    return {socket_transport(c), socket_transport(s)};
+  }
+
+ private:
+  Kind kind_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+ChannelOptions test_options(const char* peer) {
+  ChannelOptions o;
+  o.peer = peer;
+  o.heartbeat = 200ms;
+  o.resume_window = 10s;
+  o.replay_max_bytes = 1 << 20;
+  return o;
+}
+
+SessionId some_session() {
+  SessionId id;
+  crypto::random_bytes(id.data(), id.size());
+  return id;
+}
+
+// A client and a server channel joined by links; the client redials through the same links, each
+// new connection optionally cut after a random number of bytes, and the server side accepts the
+// resume on a thread of its own (as rgpu-server's listener will).
+class Session {
+ public:
+  Session(Kind kind, ChannelOptions copt, ChannelOptions sopt, uint64_t seed = 0, size_t max_cut = 0)
+      : links_(kind), id_(some_session()), rng_(seed), max_cut_(max_cut),
+        client(Side::kClient, id_, "tok", copt), server(Side::kServer, id_, "tok", sopt) {
+    auto [c, s] = links_.make();
+    // The first connection is cut only after both openings crossed it: a break before the session
+    // secret is agreed cannot be resumed (the handshake is simply run again then).
+    client.start(std::move(c));
+    server.start(std::move(s));
+    if (max_cut_) {
+      FrameHeader h;
+      EXPECT_EQ(client.receive(&h, Wait::kAwaiting, 20ms), Status::kTimeout);  // reads the server's opening
+      EXPECT_EQ(server.receive(&h, Wait::kPassive, 20ms), Status::kTimeout);
+      client.break_connection("the test cuts the first connection");
+    }
+    client.set_redial([this](Clock::time_point, std::string*) {
+      auto [c2, s2] = links_.make();
+      std::lock_guard<std::mutex> lk(mu_);
+      acceptors_.emplace_back([this, s = std::shared_ptr<Transport>(std::move(s2))]() mutable {
+        ResumeHello hello;
+        std::string why;
+        if (!read_resume_hello(*s, &hello, &why)) return;
+        struct Borrowed : Transport {
+          std::shared_ptr<Transport> t;
+          bool write(const iovec* iov, int n) override { return t->write(iov, n); }
+          ssize_t read_some(void* b, size_t n, std::chrono::milliseconds to) override { return t->read_some(b, n, to); }
+          void shutdown() override { t->shutdown(); }
+        };
+        auto b = std::make_unique<Borrowed>();
+        b->t = s;
+        server.accept_resume(std::move(b), hello, &why);
+      });
+      return cut(std::move(c2));
+    });
+  }
+  ~Session() {
+    client.close();
+    server.close();
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& t : acceptors_) t.join();
+  }
+  std::unique_ptr<Transport> cut(std::unique_ptr<Transport> t) {
+    if (!max_cut_) return t;
+    std::lock_guard<std::mutex> lk(rng_mu_);
+    return std::make_unique<CuttingTransport>(std::move(t), 1 + rng_() % max_cut_);
+  }
+
+  Links links_;
+  SessionId id_;
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
+  size_t max_cut_;
+  std::mutex mu_;
+  std::list<std::thread> acceptors_;
+  Channel client;
+  Channel server;
+};
+
+// Frame i's payload: its number, then i-dependent bytes, sizes from 0 to about 20 KiB.
+std::vector<uint8_t> payload_of(uint32_t i) {
+  std::vector<uint8_t> p((i * 7919u) % 20000u + 4);
+  std::memcpy(p.data(), &i, 4);
+  for (size_t k = 4; k < p.size(); ++k) p[k] = static_cast<uint8_t>(i + k);
+  return p;
+}
+
+Status send_vec(Channel& ch, uint16_t op, uint32_t id, const std::vector<uint8_t>& p, bool flush) {
+  iovec part{const_cast<uint8_t*>(p.data()), p.size()};
+  return ch.send(op, 0, id, 0, &part, 1, flush);
+}
+
+class ChannelTest : public ::testing::TestWithParam<Kind> {};
+
+// The client sends N frames; the server answers each with its payload reversed. Every frame and
+// answer arrives once, in order, byte-exact, however the connections were cut.
+void run_exchange(Session& s, uint32_t n) {
+  std::thread server([&] {
+    for (uint32_t i = 0; i < n; ++i) {
+      FrameHeader h;
+      Bytes p;
+      ASSERT_EQ(s.server.receive_frame(&h, &p, Wait::kPassive), Status::kOk) << s.server.why();
+      ASSERT_EQ(h.request_id, i);
+      std::vector<uint8_t> want = payload_of(i);
+      ASSERT_EQ(std::vector<uint8_t>(p.begin(), p.end()), want) << "frame " << i;
+      std::reverse(want.begin(), want.end());
+      ASSERT_EQ(send_vec(s.server, 300, i, want, true), Status::kOk);
+    }
+  });
+  std::thread sender([&] {
+    for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(send_vec(s.client, 300, i, payload_of(i), i % 3 == 0), Status::kOk);
+    ASSERT_EQ(s.client.flush(), Status::kOk);
+  });
+  for (uint32_t i = 0; i < n; ++i) {
+    FrameHeader h;
+    Bytes p;
+    Status st = s.client.receive_frame(&h, &p, Wait::kAwaiting, 20s);
+    std::vector<uint8_t> want = payload_of(i);
+    std::reverse(want.begin(), want.end());
+    if (st != Status::kOk || h.request_id != i || std::vector<uint8_t>(p.begin(), p.end()) != want) {
+      ADD_FAILURE() << "answer " << i << ": status " << int(st) << " id " << h.request_id << " " << s.client.why();
+      s.client.close();  // unblocks the threads
+      s.server.close();
+      break;
+    }
+  }
+  sender.join();
+  server.join();
+}
+
+TEST_P(ChannelTest, DeliversEveryFrameOnceInOrderWithoutCuts) {
+  Session s(GetParam(), test_options("server"), test_options("client"));
+  run_exchange(s, 200);
+  EXPECT_EQ(s.client.stats().resumes, 0u);
+  EXPECT_EQ(s.server.stats().duplicates_dropped, 0u);
+}
+
+TEST_P(ChannelTest, DeliversEveryFrameOnceInOrderAcrossCutsAtRandomPoints) {
+  const int seeds = GetParam() == Kind::kMemory ? 30 : 10;
+  for (int seed = 1; seed <= seeds; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    // Every connection breaks after up to 200 KB: about a dozen cuts per run, mid-frame mostly.
+    Session s(GetParam(), test_options("server"), test_options("client"), seed, 200000);
+    run_exchange(s, 150);
+    EXPECT_GT(s.client.stats().resumes, 0u);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(ChannelTest, AWriterPastTheReplayBoundWaitsUntilAcknowledged) {
+  ChannelOptions c = test_options("server");
+  c.replay_max_bytes = 64 << 10;
+  Session s(GetParam(), c, test_options("client"));
+  std::atomic<int> sent{0};
+  std::thread writer([&] {
+    std::vector<uint8_t> p(16 << 10, 7);
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_EQ(send_vec(s.client, 301, i, p, true), Status::kOk);
+      ++sent;
+    }
+  });
+  std::this_thread::sleep_for(300ms);  // nobody reads on the server: the writer must be held
+  EXPECT_LT(sent.load(), 40);
+  EXPECT_LE(s.client.stats().replay_bytes, (64u << 10) + (16u << 10) + 64u);
+  for (int i = 0; i < 40; ++i) {
+    FrameHeader h;
+    Bytes p;
+    ASSERT_EQ(s.server.receive_frame(&h, &p, Wait::kPassive, 5s), Status::kOk);
+    ASSERT_EQ(h.request_id, static_cast<uint32_t>(i));
+  }
+  writer.join();
+  EXPECT_EQ(sent.load(), 40);
+  EXPECT_GT(s.client.stats().ack_waits, 0u);
+  EXPECT_LE(s.client.stats().replay_high_water, (64u << 10) + (16u << 10) + 64u);
+}
+
+TEST_P(ChannelTest, HeartbeatsFindASilentPeerWithinThreeIntervals) {
+  Links links(GetParam());
+  auto [c, s] = links.make();
+  ChannelOptions o = test_options("server");
+  o.heartbeat = 100ms;
+  Channel client(Side::kClient, some_session(), "", o);
+  client.start(std::move(c));
+  // The server end stays open and says nothing: a black hole (no channel opening, no pongs).
+  auto start = Clock::now();
+  FrameHeader h;
+  EXPECT_EQ(client.receive(&h, Wait::kAwaiting, 5s), Status::kLost);
+  auto took = Clock::now() - start;
+  EXPECT_GE(took, 250ms);
+  EXPECT_LE(took, 900ms);
+  EXPECT_GE(client.stats().heartbeats_sent, 2u);
+  s.reset();
+}
+
+TEST_P(ChannelTest, APeerThatAnswersHeartbeatsIsNotGoneWhileItWorks) {
+  ChannelOptions o = test_options("server");
+  o.heartbeat = 50ms;
+  Session s(GetParam(), o, test_options("client"));
+  std::thread server([&] {
+    FrameHeader h;
+    Bytes p;
+    ASSERT_EQ(s.server.receive_frame(&h, &p, Wait::kPassive), Status::kOk);
+    // A long call: its reply comes after 8 heartbeat intervals; the reading thread answers pings.
+    std::thread reader([&] {
+      FrameHeader h2;
+      EXPECT_EQ(s.server.receive(&h2, Wait::kPassive, 2s), Status::kTimeout);
+    });
+    std::this_thread::sleep_for(400ms);
+    reader.join();
+    ASSERT_EQ(send_vec(s.server, 302, h.request_id, {1, 2, 3}, true), Status::kOk);
+  });
+  ASSERT_EQ(send_vec(s.client, 302, 9, {4}, true), Status::kOk);
+  FrameHeader h;
+  Bytes p;
+  EXPECT_EQ(s.client.receive_frame(&h, &p, Wait::kAwaiting, 5s), Status::kOk) << s.client.why();
+  EXPECT_EQ(h.request_id, 9u);
+  EXPECT_EQ(s.client.stats().resumes, 0u);
+  server.join();
+}
+
+TEST_P(ChannelTest, AResumeWithAWrongProofIsRefusedAndTheSessionUntouched) {
+  Session s(GetParam(), test_options("server"), test_options("client"));
+  run_exchange(s, 5);  // both sides now hold the secret
+  auto [c, sv] = s.links_.make();
+  std::string why;
+  std::thread accept([&, t = std::move(sv)]() mutable {
+    ResumeHello hello;
+    ASSERT_TRUE(read_resume_hello(*t, &hello, &why));
+    EXPECT_FALSE(s.server.accept_resume(std::move(t), hello, &why));
+  });
+  // An attacker who saw the session id, without the secret.
+  Writer w;
+  ResumeHello hello{s.id_, {}};
+  encode(hello, &w);
+  FrameHeader h = make_header(kOpResume, 0, 0, 0, w.size());
+  iovec iov[2] = {{&h, sizeof h}, {w.buf().data(), w.size()}};
+  ASSERT_TRUE(c->write(iov, 2));
+  uint8_t buf[4096];
+  size_t got = 0;
+  ssize_t r;
+  while ((r = c->read_some(buf + got, sizeof buf - got, 2000ms)) > 0) {
+    got += static_cast<size_t>(r);
+    if (got >= sizeof(FrameHeader) + 72) break;
+  }
+  ResumeProof forged;
+  forged.received = 5;
+  Writer pw;
+  encode(forged, &pw);
+  FrameHeader ph = make_header(kOpResumeProof, 0, 0, 0, pw.size());
+  iovec piov[2] = {{&ph, sizeof ph}, {pw.buf().data(), pw.size()}};
+  ASSERT_TRUE(c->write(piov, 2));
+  FrameHeader answer{};
+  got = 0;
+  while (got < sizeof answer && (r = c->read_some(reinterpret_cast<uint8_t*>(&answer) + got, sizeof answer - got, 2000ms)) > 0)
+    got += static_cast<size_t>(r);
+  accept.join();
+  EXPECT_EQ(answer.op, kOpRefused);
+  EXPECT_NE(why.find("proof is wrong"), std::string::npos) << why;
+  // The real client's session goes on as if nothing happened.
+  EXPECT_FALSE(s.server.lost());
+  run_exchange(s, 5);
+  EXPECT_EQ(s.server.stats().resumes, 0u);
+}
+
+TEST_P(ChannelTest, DuplicatesAreDroppedBySequenceNumber) {
+  Links links(GetParam());
+  auto [peer, mine] = links.make();
+  Channel server(Side::kServer, some_session(), "", test_options("client"));
+  server.start(std::move(mine));
+  // A peer that sends frame 2 twice (as a resend would).
+  std::vector<uint8_t> stream;
+  auto add = [&](uint64_t seq, uint16_t op, const std::vector<uint8_t>& p) {
+    ChannelHeader ch{seq, 0};
+    FrameHeader fh = make_header(op, 0, static_cast<uint32_t>(seq), 0, p.size());
+    stream.insert(stream.end(), reinterpret_cast<uint8_t*>(&ch), reinterpret_cast<uint8_t*>(&ch) + sizeof ch);
+    stream.insert(stream.end(), reinterpret_cast<uint8_t*>(&fh), reinterpret_cast<uint8_t*>(&fh) + sizeof fh);
+    stream.insert(stream.end(), p.begin(), p.end());
+  };
+  Writer open;
+  encode(ChannelOpen{kChannelVersion, crypto::x25519_keypair().public_key, 60}, &open);
+  add(0, kOpChannelOpen, open.buf());
+  add(1, 300, {1});
+  add(2, 300, {2, 2});
+  add(2, 300, {2, 2});
+  add(1, 300, {1});
+  add(3, 300, {3, 3, 3});
+  iovec iov{stream.data(), stream.size()};
+  ASSERT_TRUE(peer->write(&iov, 1));
+  for (uint32_t i = 1; i <= 3; ++i) {
+    FrameHeader h;
+    Bytes p;
+    ASSERT_EQ(server.receive_frame(&h, &p, Wait::kPassive, 2s), Status::kOk) << server.why();
+    EXPECT_EQ(h.request_id, i);
+    EXPECT_EQ(p.size(), i);
+  }
+  EXPECT_EQ(server.stats().duplicates_dropped, 2u);
+  // A gap is malformed: the session ends, saying why.
+  stream.clear();
+  add(5, 300, {5});
+  iov = {stream.data(), stream.size()};
+  ASSERT_TRUE(peer->write(&iov, 1));
+  FrameHeader h;
+  EXPECT_EQ(server.receive(&h, Wait::kPassive, 2s), Status::kLost);
+  EXPECT_NE(server.why().find("missing"), std::string::npos) << server.why();
+}
+
+INSTANTIATE_TEST_SUITE_P(OverBothTransports, ChannelTest, ::testing::Values(Kind::kMemory, Kind::kTcp),
+                         [](const auto& info) { return info.param == Kind::kMemory ? "Memory" : "Tcp"; });
+
+TEST(Backoff, DoublesFromAQuarterSecondToTenWithJitter) {
+  Backoff b(250ms, 10000ms, 42);
+  long long nominal = 250;
+  for (int i = 0; i < 10; ++i) {
+    auto w = b.next().count();
+    EXPECT_GE(w, nominal / 2);
+    EXPECT_LE(w, nominal);
+    nominal = std::min(nominal * 2, 10000ll);
+  }
+}
+
+TEST(Dial, GivesUpWithinTheTotalTimeNamingAddressCauseAndFix) {
+  // A port nobody listens on (bound, then closed).
+  std::string err;
+  int fd = net::listen_tcp({"127.0.0.1", 0}, &err);
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  net::Address addr{"127.0.0.1", ntohs(a.sin_port)};
+  DialOptions o;
+  o.total = 1200ms;
+  auto start = Clock::now();
+  EXPECT_EQ(dial(addr, o, nullptr, &err), -1);
+  auto took = Clock::now() - start;
+  EXPECT_GE(took, 1000ms);
+  EXPECT_LE(took, 2500ms);
+  EXPECT_NE(err.find(addr.str()), std::string::npos) << err;
+  EXPECT_NE(err.find("refused"), std::string::npos) << err;
+  EXPECT_NE(err.find("RGPU_SERVER"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace rgpu::proto

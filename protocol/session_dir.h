@@ -1,0 +1,67 @@
+// Where a resuming client finds its session again (issue 16, "restart without loss").
+//
+// Each session runs in a process of its own (protocol/accept_loop.h), and that process outlives
+// the listening parent. A client whose connection broke dials the server's port again and sends
+// kOpResume (protocol/channel.h) instead of Hello; whichever process accepts that connection (a
+// spare of this rgpu-server, or of a new one started after a crash or an upgrade) hands the
+// socket to the session's own process, which runs the resume proof on it.
+//
+// The hand-over goes through a directory per listening port, `<runtime dir>/<port>/`, mode 0700:
+// every live session process listens on a Unix socket there named by its session id in hex, and
+// takes connections passed to it with SCM_RIGHTS, each with the client's ResumeHello. A socket
+// that no process listens on (its session died) is stale: connecting to it is refused, and it is
+// removed (clean_stale at start, and by the hand-over that finds it).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "protocol/channel.h"
+
+namespace rgpu::proto {
+
+// The runtime directory when none is given: $XDG_RUNTIME_DIR/rgpu, else /run/rgpu when it can be
+// made, else /tmp/rgpu-UID.
+std::string default_runtime_dir();
+
+// Makes <runtime_dir>/<port> (and its parents), mode 0700, and removes stale session sockets in
+// it. False with *err naming the path and the cause.
+bool prepare_session_dir(const std::string& runtime_dir, uint16_t port, std::string* dir, std::string* err);
+// Removes the sockets in dir that no process listens on any more; returns how many.
+int clean_stale(const std::string& dir);
+
+// A session id as its socket's name: 32 hex digits.
+std::string session_hex(const SessionId& id);
+
+// Hands a resuming client's connection (fd, whose kOpResume frame has been read: hello) to the
+// process of that session. The caller keeps fd and closes it either way. False with *why when no
+// live process holds that session (the caller tells the client: its session is gone).
+bool hand_over(const std::string& dir, int fd, const ResumeHello& hello, std::string* why);
+
+// The session process's end: a Unix socket at <dir>/<session hex>, and a thread that gives each
+// handed-over connection to on_resume (which owns the fd from then on).
+class SessionDoor {
+ public:
+  using OnResume = std::function<void(int fd, const ResumeHello& hello)>;
+  SessionDoor() = default;
+  ~SessionDoor();
+  SessionDoor(const SessionDoor&) = delete;
+  SessionDoor& operator=(const SessionDoor&) = delete;
+
+  // False with *err when the socket cannot be made (the session then runs, but cannot be resumed
+  // through another process).
+  bool open(const std::string& dir, const SessionId& session, OnResume on_resume, std::string* err);
+  // Stops taking connections and removes the socket.
+  void close();
+
+ private:
+  void serve();
+  std::string path_;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};  // close() writes to wake_[1] so serve() leaves poll
+  OnResume on_resume_;
+  std::thread thread_;
+};
+
+}  // namespace rgpu::proto

@@ -1,0 +1,203 @@
+"""Sessions that survive the network (issue 16), on the driver path: a driver-API program through
+rgpu-faultproxy, which breaks its connection at chosen or random points, must finish with the
+results and the server-side call count of an unbroken run; a stalled or black-holed link is
+noticed within the heartbeat bound; a restarted rgpu-server hands reconnecting clients to their
+sessions; a session whose client never comes back ends at the grace with a clear error."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import BUILD, IMAGE, Server, free_port, run_client, wait_for_port
+
+PROGRAM = str(BUILD / "bin/reconnect_test")
+PROXY = str(BUILD / "bin/rgpu-faultproxy")
+
+
+class Proxy:
+    def __init__(self, target, *args):
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([PROXY, "--listen", self.addr, "--target", target, *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for_port(self.port)
+        # The check above was a connection of its own: faulty ones are counted from the next.
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(5)
+
+
+@pytest.fixture
+def runtime_dir():
+    # Short: a session socket's path must fit a Unix socket address (108 bytes).
+    d = tempfile.mkdtemp(prefix="rgpu-rt-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def calls_served(server):
+    """The call counts of the sessions the server's log says ended, in order."""
+    return [int(n) for n in re.findall(r"session for .* ended after (\d+) calls", server.text())]
+
+
+def wait_for_ended_sessions(server, count, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline and len(calls_served(server)) < count:
+        time.sleep(0.1)
+    return calls_served(server)
+
+
+def totals(r):
+    line = [l for l in r.stdout.splitlines() if l.startswith("rounds ")]
+    assert line, r.stdout + r.stderr
+    return line[0]
+
+
+def test_driver_program_survives_20_cuts_at_random_points_exactly_once(runtime_dir):
+    server = Server(extra_args=["--runtime-dir", runtime_dir])
+    try:
+        clean = run_client([PROGRAM, IMAGE, "40"], server)
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        # The proxy's own readiness probe is its connection 1: the next 20 are cut.
+        proxy = Proxy(server.addr, "--fault", "cut", "--after-bytes", "2000", "--after-bytes-max", "400000",
+                      "--connections", "21", "--seed", "7")
+        try:
+            cut = run_client([PROGRAM, IMAGE, "40"], proxy.addr, timeout=300)
+        finally:
+            proxy.stop()
+        assert cut.returncode == 0, cut.stdout + cut.stderr
+        assert totals(cut) == totals(clean)
+        assert cut.stderr.count("reconnecting") >= 20, cut.stderr
+        calls = wait_for_ended_sessions(server, 2)
+        # Every call ran exactly once: the server counted as many as in the unbroken run.
+        assert len(calls) == 2 and calls[0] == calls[1], (calls, server.text())
+        assert server.text().count("resumed from") >= 20
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("fault", ["reset", "half-close"])
+def test_driver_program_survives_resets_and_half_closes(runtime_dir, fault):
+    server = Server(extra_args=["--runtime-dir", runtime_dir])
+    proxy = Proxy(server.addr, "--fault", fault, "--after-bytes", "5000", "--after-bytes-max", "2000000",
+                  "--connections", "6", "--seed", "3")
+    try:
+        r = run_client([PROGRAM, IMAGE, "20"], proxy.addr, env_extra={"RGPU_HEARTBEAT": "1"}, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "rounds 20" in r.stdout
+        assert "reconnecting" in r.stderr
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("fault", ["stall", "blackhole"])
+def test_a_silent_link_is_noticed_within_the_heartbeat_bound(runtime_dir, fault):
+    server = Server(extra_args=["--runtime-dir", runtime_dir])
+    # The first connection after the probe goes silent after 1 MB; the reconnect goes through.
+    proxy = Proxy(server.addr, "--fault", fault, "--after-bytes", "1000000", "--connections", "2")
+    try:
+        start = time.time()
+        r = run_client([PROGRAM, IMAGE, "10"], proxy.addr, env_extra={"RGPU_HEARTBEAT": "1"}, timeout=120)
+        took = time.time() - start
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "rounds 10" in r.stdout
+        assert "reconnecting" in r.stderr, r.stderr
+        # 3 silent heartbeats of 1 s, then a reconnect on loopback: well under 15 s in all.
+        assert took < 15, (took, r.stderr)
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+def test_a_restarted_server_hands_the_reconnecting_client_its_session(runtime_dir):
+    port = free_port()
+    args = ["--runtime-dir", runtime_dir]
+    first = Server(extra_args=args, port=port)
+    # The client's only connection breaks after 3 MB; by then the first server is dead (kill -9)
+    # and a second one listens on the same port.
+    proxy = Proxy(first.addr, "--fault", "cut", "--after-bytes", "3000000", "--connections", "2")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(BUILD / "lib"), RGPU_SERVER=proxy.addr)
+    client = subprocess.Popen([PROGRAM, IMAGE, "30"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    second = None
+    try:
+        deadline = time.time() + 20
+        while "started" not in first.text() and time.time() < deadline:
+            time.sleep(0.05)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(5)
+        # The old server's spare ends with it (a moment later): until then the port is taken.
+        for _ in range(50):
+            second = Server(extra_args=args, port=port)
+            time.sleep(0.2)
+            if second.alive():
+                break
+            second.log.close()
+            second = None
+        assert second, "a second rgpu-server could not listen on the port"
+        out, err = client.communicate(timeout=120)
+        assert client.returncode == 0, out + err
+        assert "rounds 30" in out
+        assert "reconnecting" in err, err
+        assert "resumes session" in second.text(), second.text()
+    finally:
+        if client.poll() is None:
+            client.kill()
+        proxy.stop()
+        first.log.close()
+        if second:
+            second.stop()
+
+
+def test_a_session_whose_client_never_returns_ends_at_the_grace(runtime_dir):
+    server = Server(extra_args=["--runtime-dir", runtime_dir, "--session-grace", "2"])
+    # The client's connection is cut after 1 MB, and every later one is closed at once: the
+    # session cannot be resumed.
+    proxy = Proxy(server.addr, "--fault", "cut", "--after-bytes", "1000000", "--connections", "2",
+                  "--max-connections", "2")
+    try:
+        start = time.time()
+        r = run_client([PROGRAM, IMAGE, "10"], proxy.addr, timeout=120)
+        assert r.returncode != 0
+        assert "lost the session on rgpu-server" in r.stderr, r.stderr
+        assert time.time() - start < 30
+        # The server ended the session, saying why.
+        deadline = time.time() + 10
+        while "did not come back within 2 s" not in server.text() and time.time() < deadline:
+            time.sleep(0.1)
+        assert "did not come back within 2 s" in server.text(), server.text()
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+def test_connect_retries_until_the_server_is_up():
+    port = free_port()
+    env = dict(os.environ, LD_LIBRARY_PATH=str(BUILD / "lib"), RGPU_SERVER=f"127.0.0.1:{port}")
+    client = subprocess.Popen([PROGRAM, IMAGE, "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    time.sleep(1.5)
+    server = Server(port=port)
+    try:
+        out, err = client.communicate(timeout=60)
+        assert client.returncode == 0, out + err
+        assert "trying again" in err, err
+    finally:
+        server.stop()
+
+
+def test_unreachable_server_gives_up_at_the_connect_timeout():
+    start = time.time()
+    r = run_client([PROGRAM, IMAGE, "1"], f"127.0.0.1:{free_port()}", env_extra={"RGPU_CONNECT_TIMEOUT": "2"})
+    took = time.time() - start
+    assert r.returncode != 0
+    assert "cannot reach rgpu-server at 127.0.0.1:" in r.stderr, r.stderr
+    assert "is the server running?" in r.stderr
+    assert 1.5 < took < 15, took

@@ -1,0 +1,194 @@
+// Fuzz target for the channel (protocol/channel.h): every decoder it adds reads hostile bytes.
+// The first input byte picks what is fed the rest:
+//   0-3  the channel's decoders (ChannelOpen, ResumeHello, ResumeChallenge, ResumeProof): what
+//        decodes must re-encode to the same bytes (tests/fuzz/wire_fuzz.h's round trip);
+//   4    a server channel's receive path: the rest is the peer's whole stream after the
+//        handshake (channel headers, frames, heartbeats, the opening), then end of stream;
+//   5    the client side: the same stream, read while waiting for a reply (Wait::kAwaiting);
+//   6    a server's resume exchange: a session with its secret set up, then the rest as a resuming
+//        client's messages (kOpResume is read with read_resume_hello, then accept_resume).
+// Each run must end (no resume window, short heartbeats, end of stream at the latest) without a
+// crash, and every lost session must say why.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "common/crypto.h"
+#include "common/wire.h"
+#include "protocol/channel.h"
+#include "protocol/frame.h"
+#include "tests/fuzz/wire_fuzz.h"
+
+namespace {
+
+using namespace rgpu;
+using namespace rgpu::proto;
+
+bool decode_encode(uint8_t k, Reader& r, Writer* out) {
+  switch (k) {
+    case 0: {
+      ChannelOpen m;
+      if (!decode(r, &m)) return false;
+      encode(m, out);
+      return true;
+    }
+    case 1: {
+      ResumeHello m;
+      if (!decode(r, &m)) return false;
+      encode(m, out);
+      return true;
+    }
+    case 2: {
+      ResumeChallenge m;
+      if (!decode(r, &m)) return false;
+      encode(m, out);
+      return true;
+    }
+    case 3: {
+      ResumeProof m;
+      if (!decode(r, &m)) return false;
+      encode(m, out);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+ChannelOptions fuzz_options() {
+  ChannelOptions o;
+  o.heartbeat = std::chrono::milliseconds(5);
+  o.silent_heartbeats = 2;
+  o.resume_window = std::chrono::milliseconds(1);  // zero would mean the default (60 s)
+  o.replay_max_bytes = 1 << 20;
+  o.peer = "fuzz peer";
+  return o;
+}
+
+void write_all(Transport& t, const uint8_t* data, size_t size) {
+  iovec iov{const_cast<uint8_t*>(data), size};
+  if (size) t.write(&iov, 1);
+}
+
+// Reads frames until the session ends; the stream's end (or anything malformed) must end it.
+void drain(Channel& ch, Wait wait) {
+  for (int i = 0; i < 100000; ++i) {
+    FrameHeader h;
+    Bytes payload;
+    Status s = ch.receive_frame(&h, &payload, wait, std::chrono::milliseconds(200));
+    if (s == Status::kLost) {
+      if (ch.why().empty()) std::abort();  // every lost session says why
+      return;
+    }
+    if (s == Status::kOk && payload.size() != h.length) std::abort();
+  }
+}
+
+SessionId fixed_session() {
+  SessionId id;
+  std::memset(id.data(), 7, id.size());
+  return id;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const uint8_t k = data[0];
+  if (k < 4) return fuzz::wire_round_trip(data, size, decode_encode);
+  ++data;
+  --size;
+  if (size > (1u << 20)) size = 1u << 20;
+  if (k == 4 || k == 5) {
+    auto [mine, peer] = memory_pair(4 << 20);
+    Channel ch(k == 4 ? Side::kServer : Side::kClient, fixed_session(), "", fuzz_options());
+    ch.start(std::move(mine));
+    write_all(*peer, data, size);
+    peer->shutdown();
+    drain(ch, k == 4 ? Wait::kPassive : Wait::kAwaiting);
+    return 0;
+  }
+  if (k == 6) {
+    // A server session that agreed its secret with a real client, then a hostile resume.
+    auto [s_end, c_end] = memory_pair(1 << 20);
+    ChannelOptions o = fuzz_options();
+    o.resume_window = std::chrono::milliseconds(50);
+    Channel server(Side::kServer, fixed_session(), "", o);
+    Channel client(Side::kClient, fixed_session(), "", o);
+    server.start(std::move(s_end));
+    client.start(std::move(c_end));
+    FrameHeader h;
+    client.receive(&h, Wait::kPassive, std::chrono::milliseconds(20));
+    server.receive(&h, Wait::kPassive, std::chrono::milliseconds(20));
+    auto [mine, attacker] = memory_pair(1 << 20);
+    write_all(*attacker, data, size);
+    attacker->shutdown();
+    ResumeHello hello;
+    std::string why;
+    if (read_resume_hello(*mine, &hello, &why, std::chrono::milliseconds(100))) {
+      // Without the secret no proof can be right: the session must stay as it was.
+      if (server.accept_resume(std::move(mine), hello, &why)) std::abort();
+      if (why.empty() || server.lost()) std::abort();
+    }
+    return 0;
+  }
+  return 0;
+}
+
+void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
+  fuzz::Seeds seed(out);
+  {
+    Writer w;
+    encode(ChannelOpen{kChannelVersion, crypto::x25519_keypair().public_key, 600}, &w);
+    seed(0, w);
+  }
+  {
+    Writer w;
+    encode(ResumeHello{fixed_session(), {}}, &w);
+    seed(1, w);
+  }
+  {
+    Writer w;
+    encode(ResumeChallenge{}, &w);
+    seed(2, w);
+  }
+  {
+    Writer w;
+    encode(ResumeProof{}, &w);
+    seed(3, w);
+  }
+  // Streams: an opening, numbered frames (one resent), heartbeats both ways.
+  Writer stream;
+  auto add = [&](uint64_t seq, uint64_t ack, uint16_t op, uint16_t flags, const std::vector<uint8_t>& p) {
+    ChannelHeader ch{seq, ack};
+    FrameHeader fh = make_header(op, flags, static_cast<uint32_t>(seq), 0, p.size());
+    stream.append(&ch, sizeof ch);
+    stream.append(&fh, sizeof fh);
+    stream.append(p.data(), p.size());
+  };
+  Writer open;
+  encode(ChannelOpen{kChannelVersion, crypto::x25519_keypair().public_key, 600}, &open);
+  add(0, 0, kOpChannelOpen, 0, open.buf());
+  add(1, 0, 300, 0, {1, 2, 3});
+  add(0, 0, kOpHeartbeat, 0, {});
+  add(2, 0, 300, kNoReply, std::vector<uint8_t>(100, 9));
+  add(2, 0, 300, kNoReply, std::vector<uint8_t>(100, 9));
+  add(0, 0, kOpHeartbeat, kReply, {});
+  add(3, 0, 300, 0, {});
+  seed(4, stream);
+  seed(5, stream);
+  // A resume: kOpResume naming the session, then a (wrong) proof.
+  Writer resume;
+  Writer hello;
+  encode(ResumeHello{fixed_session(), {}}, &hello);
+  FrameHeader h1 = make_header(kOpResume, 0, 0, 0, hello.size());
+  resume.append(&h1, sizeof h1);
+  resume.append(hello.buf().data(), hello.size());
+  Writer proof;
+  encode(ResumeProof{{}, 0}, &proof);
+  FrameHeader h2 = make_header(kOpResumeProof, 0, 0, 0, proof.size());
+  resume.append(&h2, sizeof h2);
+  resume.append(proof.buf().data(), proof.size());
+  seed(6, resume);
+}
