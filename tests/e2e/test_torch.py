@@ -61,3 +61,28 @@ def test_torch_kernels_launch_with_layouts_read_from_its_images(tmp_path, monkey
             assert op not in waited, waited
     finally:
         server.stop()
+
+
+def test_stock_torch_survives_5_cuts_of_its_connection(tmp_path):
+    """Issue 16: PyTorch through the shim, its connection cut up to 5 times at random points (the
+    torch_on_fake.py checks: byte-exact round trips, pinned copies, events); every check passes."""
+    import shutil
+    import tempfile
+    from test_reconnect import PROXY, Proxy
+
+    py = torch_python()
+    runtime = tempfile.mkdtemp(prefix="rgpu-rt-")
+    server = Server(extra_args=["--runtime-dir", runtime])
+    # The proxy's readiness probe is its connection 1; the next 5 are cut.
+    proxy = Proxy(server.addr, "--fault", "cut", "--after-bytes", "20000", "--after-bytes-max", "400000",
+                  "--connections", "6", "--seed", "11")
+    try:
+        r = run_client([py, str(HERE / "torch_on_fake.py")], proxy.addr, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "FAIL" not in r.stdout
+        # The five cut points are seeded; the program's traffic reaches at least three of them.
+        assert r.stderr.count("reconnecting") >= 3, r.stderr
+    finally:
+        proxy.stop()
+        server.stop()
+        shutil.rmtree(runtime, ignore_errors=True)
