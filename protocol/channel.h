@@ -234,6 +234,7 @@ class Channel {
   // first; frames past first_unwritten_/its `written` offset are queued and not yet written.
   std::deque<std::shared_ptr<Block>> blocks_;
   std::vector<std::shared_ptr<Block>> spare_;  // acknowledged blocks kept for reuse
+  size_t spare_bytes_ = 0;
   size_t first_unwritten_ = 0;
   size_t replay_bytes_ = 0, unflushed_ = 0;
   uint64_t next_seq_ = 1;
