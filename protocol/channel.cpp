@@ -252,6 +252,7 @@ void Channel::break_locked(uint64_t gen, const std::string& why) {
   connected_ = false;
   broken_at_ = Clock::now();
   transport_->shutdown();
+  if (options_.on_connection) options_.on_connection(false);
   if (side_ == Side::kClient) {
     log::warn("%s with %s; reconnecting", why.c_str(), options_.peer.c_str());
   } else {
@@ -1053,6 +1054,7 @@ bool Channel::install(std::unique_lock<std::mutex>& lk, std::shared_ptr<Transpor
   connected_ = true;
   ++stats_.resumes;
   last_rx_ = Clock::now();
+  if (options_.on_connection) options_.on_connection(true);
   writer_active_ = false;
   cv_.notify_all();
   log::info("resumed the session with %s (%zu bytes to resend)", options_.peer.c_str(), unflushed_);

@@ -64,6 +64,10 @@ struct ChannelOptions {
   uint32_t max_payload = kMaxPayload;
   // Names the peer in messages: "rgpu-server at 10.0.0.2:9713", "client alice@laptop pid=42".
   std::string peer = "peer";
+  // Called when the connection breaks (false) and when a resume restores it (true), with the
+  // channel's lock held: keep it short, and never call the channel from it (the server's session
+  // list shows disconnected sessions through it).
+  std::function<void(bool connected)> on_connection;
 
   // The defaults above with RGPU_REPLAY_MAX_MB, RGPU_HEARTBEAT and RGPU_RECONNECT applied.
   static ChannelOptions from_env();

@@ -457,6 +457,10 @@ class Session : public ClientCallbacks {
     proto::ChannelOptions o = proto::ChannelOptions::from_env();
     o.resume_window = opt_.grace;
     o.peer = "client " + opt_.identity;
+    o.on_connection = [this](bool connected) {
+      const long long ends = connected ? 0 : static_cast<long long>(time(nullptr)) + opt_.grace.count();
+      write_session_entry(opt_.sessions_dir, opt_.identity, opt_.peer, start_time_, ends);
+    };
     ch_ = std::make_unique<proto::Channel>(proto::Side::kServer, opt_.session, opt_.token, o);
     proto::set_liveness(fd_);  // a client gone without a word is noticed by the kernel too
     if (!ch_->start(proto::socket_transport(fd_))) {
@@ -516,6 +520,7 @@ class Session : public ClientCallbacks {
 
   int fd_;
   SessionOptions opt_;
+  const long long start_time_ = static_cast<long long>(time(nullptr));
   std::unique_ptr<proto::Channel> ch_;  // with kCapChannel: every frame goes through it
   proto::SessionDoor door_;
   std::string lost_why_;  // why the channel ended the session
@@ -649,14 +654,22 @@ namespace {
 std::string g_sessions_dir;  // this session process's SessionOptions::sessions_dir
 }  // namespace
 
-void register_session(const std::string& dir, const std::string& identity, const std::string& peer) {
+void write_session_entry(const std::string& dir, const std::string& identity, const std::string& peer,
+                         long long start, long long grace_ends) {
   if (dir.empty()) return;
+  // Written whole under another name and renamed: kOpSessions never reads half an entry.
   std::string path = dir + "/" + std::to_string(getpid());
-  if (FILE* f = std::fopen(path.c_str(), "w")) {
+  std::string tmp = dir + "/." + std::to_string(getpid());
+  if (FILE* f = std::fopen(tmp.c_str(), "w")) {
     // identity and peer hold no tabs or newlines (the handshake's identity is printable text).
-    std::fprintf(f, "%s\t%s\t%lld\n", identity.c_str(), peer.c_str(), static_cast<long long>(time(nullptr)));
+    std::fprintf(f, "%s\t%s\t%lld\t%lld\n", identity.c_str(), peer.c_str(), start, grace_ends);
     std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
   }
+}
+
+void register_session(const std::string& dir, const std::string& identity, const std::string& peer) {
+  write_session_entry(dir, identity, peer, static_cast<long long>(time(nullptr)), 0);
 }
 
 void unregister_session(const std::string& dir, int pid) {
@@ -682,8 +695,15 @@ void sessions(Dispatch& d) {
       std::string text(line);
       size_t a = text.find('\t'), b = a == std::string::npos ? a : text.find('\t', a + 1);
       if (b == std::string::npos) continue;
-      list.push_back({static_cast<uint32_t>(pid), text.substr(0, a), text.substr(a + 1, b - a - 1),
-                      std::strtoull(text.c_str() + b + 1, nullptr, 10), static_cast<pid_t>(pid) == getpid()});
+      size_t c = text.find('\t', b + 1);
+      std::string peer = text.substr(a + 1, b - a - 1);
+      // A session whose connection broke: how long it waits for its client (protocol/channel.h).
+      long long ends = c == std::string::npos ? 0 : std::atoll(text.c_str() + c + 1);
+      if (ends > 0)
+        peer += log::format(" (disconnected; ends in %lld s unless its client comes back)",
+                            std::max(0ll, ends - static_cast<long long>(time(nullptr))));
+      list.push_back({static_cast<uint32_t>(pid), text.substr(0, a), peer, std::strtoull(text.c_str() + b + 1, nullptr, 10),
+                      static_cast<pid_t>(pid) == getpid()});
     }
     closedir(dir);
   }

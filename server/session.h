@@ -39,6 +39,9 @@ struct SessionOptions {
 
 // The session process's entry in the sessions directory: written at start, removed at exit.
 void register_session(const std::string& dir, const std::string& identity, const std::string& peer);
+// Rewrites it: grace_ends is the unix time a disconnected session ends at (0: connected).
+void write_session_entry(const std::string& dir, const std::string& identity, const std::string& peer,
+                         long long start, long long grace_ends);
 void unregister_session(const std::string& dir, int pid);
 
 // Serves the connection until the client leaves or misbehaves. Returns the process exit status.

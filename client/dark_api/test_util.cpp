@@ -35,8 +35,11 @@ bool connect_to_fake_server() {
       static server::DriverTable table;
       server::load_driver_table(lib, &table);
       proto::ServerHandshakeResult hs;
-      if (!proto::server_handshake(fd, "", &hs, &err)) _exit(1);
-      _exit(server::run_session(fd, {&table, "test", hs.identity}));
+      if (!proto::server_handshake(fd, "", &hs, &err, proto::kOurCapabilities | proto::kCapChannel)) _exit(1);
+      server::SessionOptions options{&table, "test", hs.identity};
+      options.channel = (hs.capabilities & proto::kCapChannel) != 0;
+      options.session = hs.session;
+      _exit(server::run_session(fd, options));
     }
     close(lfd);
     static pid_t server_pid = pid;

@@ -201,3 +201,63 @@ def test_unreachable_server_gives_up_at_the_connect_timeout():
     assert "cannot reach rgpu-server at 127.0.0.1:" in r.stderr, r.stderr
     assert "is the server running?" in r.stderr
     assert 1.5 < took < 15, took
+
+
+UPLOADS = """
+import resource
+buf = ctypes.create_string_buffer(8 << 20)
+d = ctypes.c_uint64()
+ok(cu.cuMemAlloc_v2(ctypes.byref(d), 8 << 20), "alloc")
+stream = ctypes.c_void_p()
+ok(cu.cuStreamCreate(ctypes.byref(stream), 0), "stream")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for i in range(128):  # 1 GiB in 8 MiB one-way uploads
+    ok(cu.cuMemcpyHtoDAsync_v2(d, buf, 8 << 20, stream), "upload")
+ok(cu.cuStreamSynchronize(stream), "sync")
+print("grew_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_uploads_in_flight_across_cuts_stay_within_the_replay_bound(runtime_dir, tmp_path):
+    from conftest import SHIM_PREAMBLE
+    server = Server(extra_args=["--runtime-dir", runtime_dir])
+    proxy = Proxy(server.addr, "--fault", "cut", "--after-bytes", "100000000", "--after-bytes-max", "600000000",
+                  "--connections", "3", "--seed", "5")
+    script = tmp_path / "uploads.py"
+    script.write_text(SHIM_PREAMBLE + UPLOADS)
+    try:
+        r = run_client(["python3", str(script)], proxy.addr, timeout=300,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_REPLAY_MAX_MB": "32"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "reconnecting" in r.stderr, r.stderr
+        grew = int(r.stdout.split("grew_kib")[1].split()[0])
+        # The replay buffer (32 MiB) and the frames being written, not the gigabyte sent.
+        assert grew < 96 << 10, grew
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+def test_rgpu_smi_shows_a_disconnected_session_and_its_time_left(runtime_dir):
+    server = Server(extra_args=["--runtime-dir", runtime_dir, "--session-grace", "60"])
+    # The client's connection is cut after 1 MB and it cannot come back (later connections close).
+    proxy = Proxy(server.addr, "--fault", "cut", "--after-bytes", "1000000", "--connections", "2",
+                  "--max-connections", "2")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(BUILD / "lib"), RGPU_SERVER=proxy.addr)
+    client = subprocess.Popen([PROGRAM, IMAGE, "10"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        deadline = time.time() + 30
+        while "keeping the session for 60 s" not in server.text() and time.time() < deadline:
+            time.sleep(0.1)
+        r = run_client([str(BUILD / "bin/rgpu-smi")], server)
+        assert r.returncode == 0, r.stdout + r.stderr
+        line = [l for l in r.stdout.splitlines() if "reconnect_test" in l]
+        assert line and "disconnected; ends in" in line[0], r.stdout
+        left = int(line[0].split("ends in ")[1].split()[0])
+        assert 50 <= left <= 60, line[0]
+    finally:
+        client.kill()
+        client.communicate()
+        proxy.stop()
+        server.stop()

@@ -35,11 +35,13 @@ int main() {
 #define C(x) constant(#x, static_cast<unsigned long long>(x))
   C(kMagic), C(kProtocolVersion), C(kHeaderSize), C(kMaxPayload), C(kMaxHandshakePayload);
   C(kReply), C(kNoReply);
-  C(kCapDeferredErrors), C(kCapClientHandles), C(kCapBulkSink), C(kCapPushedSnapshot), C(kOurCapabilities);
+  C(kCapDeferredErrors), C(kCapClientHandles), C(kCapBulkSink), C(kCapPushedSnapshot), C(kCapChannel), C(kOurCapabilities);
   C(kOpInvalid), C(kOpHello), C(kOpChallenge), C(kOpAuth), C(kOpWelcome), C(kOpRefused), C(kOpSnapshot);
   C(kOpGoodbye), C(kOpCallback), C(kOpCallbackDone), C(kOpModuleByHash), C(kOpToolsContextObject);
   C(kOpModuleFunctions), C(kOpMappedAlloc), C(kOpMappedFree), C(kOpMappedWrite), C(kOpMappedUpdate);
   C(kOpDeviceOutput), C(kOpAsyncData), C(kOpExportTableInfo), C(kOpSessions), C(kOpMappedCopy);
+  C(kOpChannelOpen), C(kOpHeartbeat), C(kOpResume), C(kOpResumeChallenge), C(kOpResumeProof), C(kOpResumed),
+      C(kChannelVersion);
   C(kOpManagedAlloc), C(kOpParamLayout), C(kOpFuncAttributes), C(kOpClusterOccupancyTable), C(kOpAllocAhead);
   C(kOpAllocMany), C(kOpClusterTopology), C(kFirstCudaOp), C(kFirstNvmlOp);
   C(kNvmlMaxArray), C(kMaxParamLayout), C(kMaxFuncAttributes), C(kMaxClusterTable), C(kMaxClusterTopology);
