@@ -148,7 +148,7 @@ std::string torch_version() {
   return log::format("%d.%d.%d", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
 }
 
-Session::Session(SessionOptions opt) : opt_(std::move(opt)) {
+Session::Session(SessionOptions opt) : opt_(std::move(opt)), inductor_(opt_.python) {
   if (opt_.torch_version.empty()) opt_.torch_version = torch_version();
 }
 

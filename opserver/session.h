@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "opserver/graph.h"
+#include "opserver/inductor.h"
 #include "protocol/frame.h"
 #include "protocol/torch_wire.h"
 
@@ -58,6 +59,11 @@ struct SessionOptions {
   // Most elements a tensor view may have (views with zero strides can name far more elements
   // than their storage holds); the fuzz target lowers it so that no input is merely slow.
   uint64_t max_view_elements = 1ull << 62;
+  // Compiled graphs run Inductor's code (opserver/inductor.h), generated in the Python of this
+  // python's environment, instead of their ops one by one (`--compile inductor`). Off here, so the
+  // fuzz target never starts Python.
+  bool inductor = false;
+  std::string python;
 };
 
 // The end of a frame's payload that is still on the socket when Session::handle() is called:
@@ -117,6 +123,11 @@ class Session {
   // kTorchGraph and kTorchGraphRun (opserver/graph.cpp).
   void graph_define(Reader& r);
   void graph_run(Reader& r);
+  // A run's results (one per graph output; only those in `wanted` are computed) from Inductor's
+  // code: false when the graph runs op by op (graph_run_ops) instead.
+  bool graph_run_inductor(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>* out);
+  std::vector<c10::IValue> graph_run_ops(const Graph& g, const std::vector<c10::IValue>& inputs,
+                                         const std::vector<bool>& wanted);
   c10::IValue graph_arg(const GraphValue& v, const c10::TypePtr& type, const std::vector<c10::IValue>& inputs,
                         const std::vector<torch::jit::Stack>& results, const std::string& where);
   // Binds an op's fresh output to the storage id the client minted for it; op_device is the
@@ -142,6 +153,8 @@ class Session {
   std::unordered_map<const c10::StorageImpl*, uint64_t> ids_by_impl_;
   std::unordered_map<std::string, c10::OperatorHandle> ops_;
   std::unordered_map<uint64_t, Graph> graphs_;
+  Inductor inductor_;
+  bool told_no_python_ = false;  // logged that Python did not start (once a session)
   bool hello_done_ = false;
   uint8_t deferred_kind_ = torchwire::kErrRuntime;
   bool has_deferred_ = false;
