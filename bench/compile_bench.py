@@ -11,7 +11,8 @@ and how long that took); --server-arg passes it arguments (--compile none: the o
 Each compiled run is a new client, so a new session that compiles its graphs again (after Inductor's
 on-disk cache, seconds); the warm-up steps hold that. Writes DIR/<mode>-<pair>.json (train_bench's
 output) and DIR/summary.json: per mode the median step times of its runs and their median, and
-the ratios of the medians."""
+the ratios of the medians. Every process runs --threads OpenMP threads (default 1), and Inductor's
+on-disk cache is DIR/inductor-cache unless TORCHINDUCTOR_CACHE_DIR is set."""
 import argparse
 import json
 import os
@@ -62,9 +63,17 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--modes", default=",".join(MODES), help="a comma-separated subset of " + ", ".join(MODES))
     ap.add_argument("--server-arg", action="append", default=[], help="an argument for the rgpu-opserver this starts")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="OMP_NUM_THREADS of every process, server and clients (default 1: on a 2-core machine the "
+                         "client and the server each have a core; local runs get the same one thread)")
     a = ap.parse_args()
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    # Inductor's on-disk cache of this run alone, shared by the server's Inductor and the local one:
+    # code another run generated for another thread count is not reused (its num_threads clauses
+    # made a one-thread process run two threads).
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str((out / "inductor-cache").resolve()))
     modes = a.modes.split(",")
     server, addr = start_opserver(a.device, out / "opserver.log", a.server_arg)
     env = dict(os.environ, RGPU_OPSERVER=addr)
@@ -93,7 +102,7 @@ def main():
         server.wait(timeout=30)
     medians = {m: statistics.median(v) for m, v in steps.items()}
     summary = {"model": a.model, "device": a.device, "steps": a.steps, "warmup": a.warmup, "pairs": a.pairs,
-               "server_args": a.server_arg, "step_ms": steps, "step_ms_median": medians}
+               "threads": a.threads, "server_args": a.server_arg, "step_ms": steps, "step_ms_median": medians}
     ratios = {}
     for x, y in (("rgpu_compiled", "rgpu_eager"), ("rgpu_compiled", "local_inductor"), ("rgpu_eager", "local_eager"),
                  ("local_inductor", "local_eager")):

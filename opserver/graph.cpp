@@ -225,11 +225,17 @@ void Session::graph_run(Reader& r) {
     }
   }
   std::vector<c10::IValue> results;
-  if (!graph_run_inductor(id, it->second, inputs, &results)) {
+  if (g.mode == Graph::Mode::kUndecided) decide_mode(id, g, inputs);  // compiles: not in the run's time
+  auto began = std::chrono::steady_clock::now();
+  if (graph_run_inductor(id, g, inputs, &results)) {
+    ++g.inductor_runs;
+  } else {
     std::vector<bool> wanted(nout);
     for (size_t k = 0; k < nout; ++k) wanted[k] = outs[k].has_value();
     results = graph_run_ops(g, inputs, wanted);
+    ++g.op_runs;
   }
+  g.run_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   if (results.size() != nout)
     throw std::runtime_error(log::format("compiled graph %llu gave %zu results, not %u", (unsigned long long)id, results.size(), nout));
   // Bound as kTorchCall binds its results: a result whose layout differs from what the client
@@ -237,7 +243,22 @@ void Session::graph_run(Reader& r) {
   for (size_t k = 0; k < nout; ++k) {
     if (!outs[k]) continue;
     if (!results[k].isTensor()) throw std::runtime_error(log::format("graph result %zu is not a tensor", k));
-    bind(outs[k]->first, outs[k]->second, results[k].toTensor(), op_device);
+    if (!bind(outs[k]->first, outs[k]->second, results[k].toTensor(), op_device)) ++g.copied_results;
+  }
+}
+
+void Session::log_graph_summary() const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, g] : graphs_)
+    if (g.inductor_runs + g.op_runs) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t id : ids) {
+    const Graph& g = graphs_.at(id);
+    uint64_t runs = g.inductor_runs + g.op_runs;
+    log::info("graph %llu: %llu runs (%llu by Inductor, %llu op by op), %.2f ms of host time a run, %.1f results a run "
+              "copied (laid out otherwise than the client recorded, or a view of a storage it holds already) (%zu ops)",
+              (unsigned long long)id, (unsigned long long)runs, (unsigned long long)g.inductor_runs,
+              (unsigned long long)g.op_runs, 1000 * g.run_seconds / runs, double(g.copied_results) / runs, g.nodes.size());
   }
 }
 
@@ -286,34 +307,35 @@ std::vector<int64_t> input_signature(const std::vector<c10::IValue>& inputs) {
 
 }  // namespace
 
+void Session::decide_mode(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs) {
+  g.mode = Graph::Mode::kOpByOp;
+  if (!opt_.inductor) return;
+  // Inductor compiles without the bounds checks these skip (eager's kernels keep them).
+  for (const GraphNode& n : g.nodes) {
+    if (n.name.rfind("aten::_unsafe_", 0) == 0 && n.name.find("index") != std::string::npos) {
+      log::warn("graph %llu runs op by op: it holds %s, which Inductor compiles without bounds checks",
+                (unsigned long long)id, n.full.c_str());
+      return;
+    }
+  }
+  std::string why;
+  auto began = std::chrono::steady_clock::now();
+  g.program = inductor_.compile(id, g, inputs, [this](int index) { return device(index); }, &why);
+  if (!g.program) {
+    // One line per graph Inductor refused; one per session when Python itself did not start.
+    if (!inductor_.python_failed() || !told_no_python_)
+      log::warn("graph %llu runs op by op: %s", (unsigned long long)id, why.c_str());
+    told_no_python_ = told_no_python_ || inductor_.python_failed();
+    return;
+  }
+  g.mode = Graph::Mode::kInductor;
+  g.signature = input_signature(inputs);
+  log::info("graph %llu: compiled by Inductor (%zu ops) in %.1f s", (unsigned long long)id, g.nodes.size(),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+}
+
 bool Session::graph_run_inductor(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs,
                                  std::vector<c10::IValue>* out) {
-  if (g.mode == Graph::Mode::kUndecided) {
-    g.mode = Graph::Mode::kOpByOp;
-    if (!opt_.inductor) return false;
-    // Inductor compiles without the bounds checks these skip (eager's kernels keep them).
-    for (const GraphNode& n : g.nodes) {
-      if (n.name.rfind("aten::_unsafe_", 0) == 0 && n.name.find("index") != std::string::npos) {
-        log::warn("graph %llu runs op by op: it holds %s, which Inductor compiles without bounds checks",
-                  (unsigned long long)id, n.full.c_str());
-        return false;
-      }
-    }
-    std::string why;
-    auto began = std::chrono::steady_clock::now();
-    g.program = inductor_.compile(id, g, inputs, [this](int index) { return device(index); }, &why);
-    if (!g.program) {
-      // One line per graph Inductor refused; one per session when Python itself did not start.
-      if (!inductor_.python_failed() || !told_no_python_)
-        log::warn("graph %llu runs op by op: %s", (unsigned long long)id, why.c_str());
-      told_no_python_ = told_no_python_ || inductor_.python_failed();
-      return false;
-    }
-    g.mode = Graph::Mode::kInductor;
-    g.signature = input_signature(inputs);
-    log::info("graph %llu: compiled by Inductor (%zu ops) in %.1f s", (unsigned long long)id, g.nodes.size(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
-  }
   if (g.mode != Graph::Mode::kInductor) return false;
   if (input_signature(inputs) != g.signature) {
     if (!g.told_other_inputs)

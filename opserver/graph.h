@@ -57,6 +57,11 @@ struct Graph {
   // inputs differ runs op by op: the generated code indexes its inputs as they were.
   std::vector<int64_t> signature;
   bool told_other_inputs = false;  // logged once that a run's inputs differ
+  // For the session's summary in the log (Session::log_graph_summary): runs each way, the host's
+  // time in them (the device may still be running), results copied into the storage the client
+  // minted (another layout than it recorded, or a view of a storage the session holds already).
+  uint64_t inductor_runs = 0, op_runs = 0, copied_results = 0;
+  double run_seconds = 0;
 };
 
 }  // namespace rgpu::opserver

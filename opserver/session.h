@@ -123,16 +123,20 @@ class Session {
   // kTorchGraph and kTorchGraphRun (opserver/graph.cpp).
   void graph_define(Reader& r);
   void graph_run(Reader& r);
-  // A run's results (one per graph output; only those in `wanted` are computed) from Inductor's
-  // code: false when the graph runs op by op (graph_run_ops) instead.
+  // At a graph's first run: Inductor's code for it (compiled now, with these inputs as example
+  // inputs), or op by op for good, said once in the log.
+  void decide_mode(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs);
+  // A run's results (one per graph output) from Inductor's code: false when this run goes op by
+  // op (graph_run_ops, which computes only the results in `wanted`) instead.
   bool graph_run_inductor(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>* out);
   std::vector<c10::IValue> graph_run_ops(const Graph& g, const std::vector<c10::IValue>& inputs,
                                          const std::vector<bool>& wanted);
   c10::IValue graph_arg(const GraphValue& v, const c10::TypePtr& type, const std::vector<c10::IValue>& inputs,
                         const std::vector<torch::jit::Stack>& results, const std::string& where);
   // Binds an op's fresh output to the storage id the client minted for it; op_device is the
-  // client's index of the device the op ran on (what a CPU server records for it).
-  void bind(const torchwire::TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device);
+  // client's index of the device the op ran on (what a CPU server records for it). False when
+  // the result was not adopted as it is (copied into the promised layout, or an empty scratch).
+  bool bind(const torchwire::TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device);
   // The client's index for a tensor on d produced by an op on op_device.
   int index_of(c10::Device d, int op_device) const;
 
@@ -155,6 +159,8 @@ class Session {
   std::unordered_map<uint64_t, Graph> graphs_;
   Inductor inductor_;
   bool told_no_python_ = false;  // logged that Python did not start (once a session)
+  // At the session's end (~Session): per graph, how its runs went (graph.cpp).
+  void log_graph_summary() const;
   bool hello_done_ = false;
   uint8_t deferred_kind_ = torchwire::kErrRuntime;
   bool has_deferred_ = false;
