@@ -255,8 +255,8 @@ void Session::log_graph_summary() const {
   for (uint64_t id : ids) {
     const Graph& g = graphs_.at(id);
     uint64_t runs = g.inductor_runs + g.op_runs;
-    log::info("graph %llu: %llu runs (%llu by Inductor, %llu op by op), %.2f ms of host time a run, %.1f results a run "
-              "copied (laid out otherwise than the client recorded, or a view of a storage it holds already) (%zu ops)",
+    log::info("graph %llu: %llu runs (%llu by Inductor, %llu op by op), %.2f ms of host time a run, %.1f results copied "
+              "a run (%zu ops)",
               (unsigned long long)id, (unsigned long long)runs, (unsigned long long)g.inductor_runs,
               (unsigned long long)g.op_runs, 1000 * g.run_seconds / runs, double(g.copied_results) / runs, g.nodes.size());
   }

@@ -219,7 +219,8 @@ def test_compile_none_runs_graphs_op_by_op():
     finally:
         server.stop()
     assert "compiled graphs op by op (--compile none)" in log, log
-    assert "Inductor" not in log, log  # Python never started
+    assert "Inductor started" not in log and "compiled by Inductor" not in log, log  # Python never started
+    assert len(re.findall(r"graph \d+: 2 runs \(0 by Inductor, 2 op by op\)", log)) == 2, log
 
 
 def test_a_server_whose_python_does_not_start_runs_graphs_op_by_op_saying_so_once(monkeypatch):
@@ -231,3 +232,4 @@ def test_a_server_whose_python_does_not_start_runs_graphs_op_by_op_saying_so_onc
         server.stop()
     lines = re.findall(r"graph \d+ runs op by op: .*", log)
     assert len(lines) == 1 and "/nonexistent/bin/python" in lines[0] and "RGPU_OPSERVER_PYTHON" in lines[0], log
+    assert len(re.findall(r"graph \d+: 2 runs \(0 by Inductor, 2 op by op\)", log)) == 2, log
