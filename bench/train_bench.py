@@ -2,7 +2,7 @@
 Run it once on the local GPU and once through rgpu (shim on LD_LIBRARY_PATH, RGPU_SERVER set);
 bench/run_train_bench.sh does both, at several added round-trip delays, and writes the table.
 
-  python bench/train_bench.py --model small|gpt2 --steps N --out result.json
+  python bench/train_bench.py --model small|gpt2|tiny --steps N --out result.json
 
 Prints and writes: median step time (after warm-up steps), the time from process start to the
 end of the first step (RGPU_BENCH_T0 = the launcher's clock when it started the process, in
@@ -27,6 +27,8 @@ def model_and_batch(kind):
     torch.manual_seed(0)
     if kind == "small":  # 6-layer nanoGPT-like: d=384, T=256, B=64 (gpu-machine.md baseline 37.6 ms)
         V, T, D, H, L, B = 65, 256, 384, 6, 6, 64
+    elif kind == "tiny":  # the same shape of model, small enough that a 2-core CPU steps it in tens of ms
+        V, T, D, H, L, B = 65, 64, 64, 4, 4, 8
     else:  # GPT-2 small: 124M, T=1024, B=8 (baseline 59.8 ms)
         V, T, D, H, L, B = 50304, 1024, 768, 12, 12, 8
 
@@ -99,7 +101,7 @@ def waits_between(before, after, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["small", "gpt2"], default="small")
+    ap.add_argument("--model", choices=["small", "gpt2", "tiny"], default="small")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", required=True)

@@ -78,6 +78,9 @@ constexpr Variable kVariables[] = {
     {"OMP_WAIT_POLICY", "", "unset: `PASSIVE` for `--device cpu`", kOpserver,
      "how idle OpenMP threads wait; `rgpu-opserver --device cpu` runs itself again with `PASSIVE` "
      "unless it is set, so that its threads sleep instead of spinning on the client's core"},
+    {"RGPU_OPSERVER_PYTHON", "", "unset: the `RGPU_TORCH_PYTHON` of the build", kOpserver,
+     "the python whose environment (venv, site-packages) the Inductor inside `rgpu-opserver` runs "
+     "in (`--compile inductor`); its torch must be the one the program links"},
     {"XDG_CACHE_HOME", "", "unset", kClient | kServer,
      "the on-disk caches live in `$XDG_CACHE_HOME/rgpu/` (the server's module cache is that "
      "directory itself)"},
@@ -152,6 +155,7 @@ void read_all() {
   s.has_visible_devices = is_set("CUDA_VISIBLE_DEVICES");
   s.omp_wait_policy = str("OMP_WAIT_POLICY");
   s.has_omp_wait_policy = is_set("OMP_WAIT_POLICY");
+  s.opserver_python = str("RGPU_OPSERVER_PYTHON");
   s.xdg_cache_home = str("XDG_CACHE_HOME");
   s.xdg_runtime_dir = str("XDG_RUNTIME_DIR");
   s.home = str("HOME");

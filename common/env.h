@@ -69,6 +69,7 @@ struct Settings {
   std::string visible_devices;              // CUDA_VISIBLE_DEVICES
   std::string omp_wait_policy;              // OMP_WAIT_POLICY (opserver/main.cpp)
   bool has_omp_wait_policy = false;         // OMP_WAIT_POLICY is set
+  std::string opserver_python;              // RGPU_OPSERVER_PYTHON (opserver/inductor.h); "": the build's
   std::string xdg_cache_home;               // XDG_CACHE_HOME (common/files.h, server/module_cache.h)
   std::string xdg_runtime_dir;              // XDG_RUNTIME_DIR (protocol/session_dir.h)
   std::string home;                         // HOME

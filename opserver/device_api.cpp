@@ -254,6 +254,7 @@ void Session::event(Reader& r, bool want_reply, Writer* w) {
 
 Session::~Session() {
   while (!events_.empty()) drop_event(events_.begin()->first);
+  log_graph_summary();
 }
 
 void Session::drop_event(uint64_t id) {

@@ -1,8 +1,14 @@
 // Compiled graphs (opserver/graph.h, protocol/torch_wire.h kTorchGraph, kTorchGraphRun): decoding
-// a graph once, checking every reference and operator, then running it node by node through the
-// dispatcher, each node's arguments built against its schema from constants, the run's inputs and
-// earlier results.
+// a graph once, checking every reference and operator; at its first run, compiling it with
+// Inductor (opserver/inductor.h) where the server does; then each run either calls Inductor's
+// code or runs the graph node by node through the dispatcher, each node's arguments built
+// against its schema from constants, the run's inputs and earlier results. Either way the results
+// are bound to the storage ids the client minted, in the layouts it recorded.
 #include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
 
 #include "common/log.h"
 #include "opserver/session.h"
@@ -202,7 +208,7 @@ void Session::graph_run(Reader& r) {
   if (it == graphs_.end())
     throw std::runtime_error(log::format("compiled graph %llu does not exist on the server (its definition failed)",
                                          (unsigned long long)id));
-  const Graph& g = it->second;
+  Graph& g = it->second;
   if (nin != g.ninputs || nout != g.outputs.size())
     throw std::runtime_error(log::format("compiled graph %llu takes %u inputs and gives %zu results; the run names %u and %u",
                                          (unsigned long long)id, g.ninputs, g.outputs.size(), nin, nout));
@@ -218,6 +224,136 @@ void Session::graph_run(Reader& r) {
       default: inputs.emplace_back(); break;
     }
   }
+  std::vector<c10::IValue> results;
+  if (g.mode == Graph::Mode::kUndecided) decide_mode(id, g, inputs);  // compiles: not in the run's time
+  auto began = std::chrono::steady_clock::now();
+  if (graph_run_inductor(id, g, inputs, &results)) {
+    ++g.inductor_runs;
+  } else {
+    std::vector<bool> wanted(nout);
+    for (size_t k = 0; k < nout; ++k) wanted[k] = outs[k].has_value();
+    results = graph_run_ops(g, inputs, wanted);
+    ++g.op_runs;
+  }
+  g.run_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  if (results.size() != nout)
+    throw std::runtime_error(log::format("compiled graph %llu gave %zu results, not %u", (unsigned long long)id, results.size(), nout));
+  // Bound as kTorchCall binds its results: a result whose layout differs from what the client
+  // recorded (Inductor chooses its own strides) is copied into the promised one (Session::bind).
+  for (size_t k = 0; k < nout; ++k) {
+    if (!outs[k]) continue;
+    if (!results[k].isTensor()) throw std::runtime_error(log::format("graph result %zu is not a tensor", k));
+    if (!bind(outs[k]->first, outs[k]->second, results[k].toTensor(), op_device)) ++g.copied_results;
+  }
+}
+
+void Session::log_graph_summary() const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, g] : graphs_)
+    if (g.inductor_runs + g.op_runs) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t id : ids) {
+    const Graph& g = graphs_.at(id);
+    uint64_t runs = g.inductor_runs + g.op_runs;
+    log::info("graph %llu: %llu runs (%llu by Inductor, %llu op by op), %.2f ms of host time a run, %.1f results copied "
+              "a run (%zu ops)",
+              (unsigned long long)id, (unsigned long long)runs, (unsigned long long)g.inductor_runs,
+              (unsigned long long)g.op_runs, 1000 * g.run_seconds / runs, double(g.copied_results) / runs, g.nodes.size());
+  }
+}
+
+namespace {
+
+// What Inductor's code for a graph depends on in its inputs (Graph::signature): per input its
+// kind, then for a tensor its dtype, device, sizes, strides, storage offset and storage size (the
+// bounds Inductor's compile checked views such as as_strided against: the generated code does not
+// check them again), whether its data is 16-byte aligned (the generated code may assume it was)
+// and which earlier input shares its storage; a number's value (Inductor specializes on it).
+std::vector<int64_t> input_signature(const std::vector<c10::IValue>& inputs) {
+  std::vector<int64_t> sig;
+  std::vector<const c10::StorageImpl*> storages;
+  for (const c10::IValue& x : inputs) {
+    if (x.isTensor()) {
+      const at::Tensor& t = x.toTensor();
+      sig.push_back(1);
+      sig.push_back(static_cast<int64_t>(t.scalar_type()));
+      sig.push_back(static_cast<int64_t>(t.device().type()));
+      sig.push_back(t.device().index());
+      sig.push_back(t.dim());
+      sig.insert(sig.end(), t.sizes().begin(), t.sizes().end());
+      sig.insert(sig.end(), t.strides().begin(), t.strides().end());
+      sig.push_back(t.storage_offset());
+      sig.push_back(static_cast<int64_t>(t.storage().nbytes()));
+      sig.push_back(reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0);
+      const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+      auto same = std::find(storages.begin(), storages.end(), impl);
+      sig.push_back(same == storages.end() ? -1 : same - storages.begin());
+      storages.push_back(impl);
+    } else if (x.isInt()) {
+      sig.insert(sig.end(), {2, x.toInt()});
+    } else if (x.isDouble()) {
+      double d = x.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      sig.insert(sig.end(), {3, bits});
+    } else if (x.isBool()) {
+      sig.insert(sig.end(), {4, x.toBool()});
+    } else {
+      sig.push_back(0);
+    }
+  }
+  return sig;
+}
+
+}  // namespace
+
+void Session::decide_mode(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs) {
+  g.mode = Graph::Mode::kOpByOp;
+  if (!opt_.inductor) return;
+  // Inductor compiles without the bounds checks these skip (eager's kernels keep them).
+  for (const GraphNode& n : g.nodes) {
+    if (n.name.rfind("aten::_unsafe_", 0) == 0 && n.name.find("index") != std::string::npos) {
+      log::warn("graph %llu runs op by op: it holds %s, which Inductor compiles without bounds checks",
+                (unsigned long long)id, n.full.c_str());
+      return;
+    }
+  }
+  std::string why;
+  auto began = std::chrono::steady_clock::now();
+  g.program = inductor_.compile(id, g, inputs, [this](int index) { return device(index); }, &why);
+  if (!g.program) {
+    // One line per graph Inductor refused; one per session when Python itself did not start.
+    if (!inductor_.python_failed() || !told_no_python_)
+      log::warn("graph %llu runs op by op: %s", (unsigned long long)id, why.c_str());
+    told_no_python_ = told_no_python_ || inductor_.python_failed();
+    return;
+  }
+  g.mode = Graph::Mode::kInductor;
+  g.signature = input_signature(inputs);
+  log::info("graph %llu: compiled by Inductor (%zu ops) in %.1f s", (unsigned long long)id, g.nodes.size(),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+}
+
+bool Session::graph_run_inductor(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs,
+                                 std::vector<c10::IValue>* out) {
+  if (g.mode != Graph::Mode::kInductor) return false;
+  if (input_signature(inputs) != g.signature) {
+    if (!g.told_other_inputs)
+      log::warn("graph %llu: a run's inputs differ (dtype, shape, strides, storage, device, alignment or aliasing) from those "
+                "Inductor compiled it for; such runs go op by op",
+                (unsigned long long)id);
+    g.told_other_inputs = true;
+    return false;
+  }
+  *out = inductor_.run(*g.program, inputs);
+  if (out->size() != g.outputs.size())
+    throw std::runtime_error(log::format("Inductor's code for graph %llu gave %zu results, the graph has %zu",
+                                         (unsigned long long)id, out->size(), g.outputs.size()));
+  return true;
+}
+
+std::vector<c10::IValue> Session::graph_run_ops(const Graph& g, const std::vector<c10::IValue>& inputs,
+                                                const std::vector<bool>& wanted) {
   std::vector<torch::jit::Stack> results(g.nodes.size());
   for (size_t k = 0; k < g.nodes.size(); ++k) {
     const GraphNode& n = g.nodes[k];
@@ -244,12 +380,11 @@ void Session::graph_run(Reader& r) {
       drop(a);
     }
   }
-  for (size_t k = 0; k < nout; ++k) {
-    if (!outs[k]) continue;
-    c10::IValue v = graph_arg(g.outputs[k], c10::TensorType::get(), inputs, results, log::format("graph result %zu", k));
-    if (!v.isTensor()) throw std::runtime_error(log::format("graph result %zu is not a tensor", k));
-    bind(outs[k]->first, outs[k]->second, v.toTensor(), op_device);
-  }
+  std::vector<c10::IValue> out(g.outputs.size());
+  for (size_t k = 0; k < out.size(); ++k)
+    if (k < wanted.size() && wanted[k])
+      out[k] = graph_arg(g.outputs[k], c10::TensorType::get(), inputs, results, log::format("graph result %zu", k));
+  return out;
 }
 
 }  // namespace rgpu::opserver

@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -40,10 +41,27 @@ struct GraphNode {
   uint32_t last_use = 0;  // the last node (or nnodes for the outputs) that reads this one
 };
 
+class InductorProgram;  // opserver/inductor.h
+
 struct Graph {
   uint32_t ninputs = 0;
   std::vector<GraphNode> nodes;
   std::vector<GraphValue> outputs;
+
+  // How its runs go (Session::graph_run), decided at the first: compiled by Inductor, or op by op
+  // for good (--compile none, no Python, Inductor refused it; said once in the log).
+  enum class Mode : uint8_t { kUndecided, kInductor, kOpByOp } mode = Mode::kUndecided;
+  std::shared_ptr<InductorProgram> program;
+  // What Inductor's code was generated for: each input's kind, dtype, device, sizes, strides,
+  // storage offset and size, alignment and aliasing (input_signature in graph.cpp). A run whose
+  // inputs differ runs op by op: the generated code indexes its inputs as they were.
+  std::vector<int64_t> signature;
+  bool told_other_inputs = false;  // logged once that a run's inputs differ
+  // For the session's summary in the log (Session::log_graph_summary): runs each way, the host's
+  // time in them (the device may still be running), results copied into the storage the client
+  // minted (another layout than it recorded, or a view of a storage the session holds already).
+  uint64_t inductor_runs = 0, op_runs = 0, copied_results = 0;
+  double run_seconds = 0;
 };
 
 }  // namespace rgpu::opserver

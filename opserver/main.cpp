@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
   double max_storage_gb = 1024;
   int devices = 0;
   bool no_cpu_reuse = false;
+  std::string compile = rgpu::opserver::inductor_built() ? "inductor" : "none";
   app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9720, loopback only)");
   app.add_option("--device", device, "where ops run: cuda (default) or cpu (tests, machines without a GPU)")
       ->check(CLI::IsMember({"cuda", "cpu"}));
@@ -81,6 +82,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-cpu-buffer-reuse", no_cpu_reuse,
                "--device cpu: allocate every buffer from malloc, as a local run does (default: freed buffers of 64 KiB "
                "and more are kept for reuse, cpu_allocator.cpp)");
+  app.add_option("--compile", compile,
+                 "how compiled graphs (torch.compile(backend=\"rgpu\")) run: inductor (the default where this program "
+                 "embeds Python: Inductor compiles each graph at its first run, opserver/inductor.h) or none (op by op)")
+      ->check(CLI::IsMember({"inductor", "none"}));
   app.add_option("--max-storage-gb", max_storage_gb, "largest single tensor storage a client may allocate, in GiB (default 1024)");
   app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   app.add_option("--pretend-torch-version", pretend_version, "report this torch version in the hello (tests of the version check)")
@@ -97,6 +102,15 @@ int main(int argc, char** argv) {
   rgpu::opserver::SessionOptions opt;
   opt.torch_version = pretend_version;
   opt.max_storage_bytes = static_cast<uint64_t>(max_storage_gb * (1ull << 30));
+  if (compile == "inductor" && !rgpu::opserver::inductor_built()) {
+    rgpu::log::error("--compile inductor: this rgpu-opserver was built without Python (%s); use --compile none, or "
+                     "rebuild with -DRGPU_TORCH_PYTHON= a python that has a shared libpython",
+                     rgpu::opserver::inductor_missing_reason());
+    return 2;
+  }
+  opt.inductor = compile == "inductor";
+  opt.python = rgpu::env::get().opserver_python.empty() ? rgpu::opserver::inductor_default_python()
+                                                         : rgpu::env::get().opserver_python;
   if (device == "cuda") {
     if (!load_torch_cuda(&err)) {
       rgpu::log::error("--device cuda: cannot load libtorch_cuda.so (%s); is this libtorch built with CUDA? "
@@ -133,9 +147,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* omp_wait = rgpu::env::get().has_omp_wait_policy ? rgpu::env::get().omp_wait_policy.c_str() : nullptr;
-  rgpu::log::info("listening on %s, torch %s on %s (%d device%s)%s%s%s", addr.str().c_str(),
+  std::string graphs = opt.inductor ? "compiled graphs by Inductor (python " + opt.python + ")"
+                       : rgpu::opserver::inductor_built()
+                           ? "compiled graphs op by op (--compile none)"
+                           : std::string("compiled graphs op by op (built without Python: ") +
+                                 rgpu::opserver::inductor_missing_reason() + ")";
+  rgpu::log::info("listening on %s, torch %s on %s (%d device%s)%s, %s%s%s", addr.str().c_str(),
                   rgpu::opserver::torch_version().c_str(), device.c_str(), opt.device_count,
-                  opt.device_count == 1 ? "" : "s", token.empty() ? ", no token" : ", token required",
+                  opt.device_count == 1 ? "" : "s", token.empty() ? ", no token" : ", token required", graphs.c_str(),
                   device == "cpu" && omp_wait ? ", OMP_WAIT_POLICY=" : "", device == "cpu" && omp_wait ? omp_wait : "");
 
   rgpu::proto::AcceptLoop loop;

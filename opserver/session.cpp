@@ -148,7 +148,7 @@ std::string torch_version() {
   return log::format("%d.%d.%d", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
 }
 
-Session::Session(SessionOptions opt) : opt_(std::move(opt)) {
+Session::Session(SessionOptions opt) : opt_(std::move(opt)), inductor_(opt_.python) {
   if (opt_.torch_version.empty()) opt_.torch_version = torch_version();
 }
 
@@ -353,7 +353,7 @@ int op_device_of(const std::vector<Value>& args, const std::function<int(uint64_
 
 }  // namespace
 
-void Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device) {
+bool Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device) {
   if (!result.defined()) throw CallError("the op returned no tensor where one was expected");
   if (result.layout() != at::kStrided) throw KindError(kErrNotImplemented, sparse_refusal("the op"));
   if (needed_bytes(spec) > nbytes) throw CallError("an output's layout does not fit its storage");
@@ -365,7 +365,7 @@ void Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& re
     Slot& s = storages_[spec.storage];
     s.storage = result.storage();
     ids_by_impl_[impl] = spec.storage;
-    return;
+    return true;
   }
   // The op made another layout (or returned an existing tensor): copy into the promised one.
   alloc(spec.storage, nbytes, result.device().type() == opt_.device.type() ? index_of(result.device(), op_device) : op_device);
@@ -373,8 +373,9 @@ void Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& re
   // (batch_norm's saved statistics in eval mode, embedding_bag's unused outputs): nothing to copy.
   uint64_t spec_numel, spec_last;
   view_extent(spec, &spec_numel, &spec_last);
-  if (!result.sizes().equals(spec.sizes) && (result.numel() == 0 || spec_numel == 0)) return;
+  if (!result.sizes().equals(spec.sizes) && (result.numel() == 0 || spec_numel == 0)) return false;
   tensor(spec).copy_(result);
+  return false;
 }
 
 void Session::call(Reader& r, bool want_reply, Writer* w) {

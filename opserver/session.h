@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "opserver/graph.h"
+#include "opserver/inductor.h"
 #include "protocol/frame.h"
 #include "protocol/torch_wire.h"
 
@@ -58,6 +59,11 @@ struct SessionOptions {
   // Most elements a tensor view may have (views with zero strides can name far more elements
   // than their storage holds); the fuzz target lowers it so that no input is merely slow.
   uint64_t max_view_elements = 1ull << 62;
+  // Compiled graphs run Inductor's code (opserver/inductor.h), generated in the Python of this
+  // python's environment, instead of their ops one by one (`--compile inductor`). Off here, so the
+  // fuzz target never starts Python.
+  bool inductor = false;
+  std::string python;
 };
 
 // The end of a frame's payload that is still on the socket when Session::handle() is called:
@@ -117,11 +123,20 @@ class Session {
   // kTorchGraph and kTorchGraphRun (opserver/graph.cpp).
   void graph_define(Reader& r);
   void graph_run(Reader& r);
+  // At a graph's first run: Inductor's code for it (compiled now, with these inputs as example
+  // inputs), or op by op for good, said once in the log.
+  void decide_mode(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs);
+  // A run's results (one per graph output) from Inductor's code: false when this run goes op by
+  // op (graph_run_ops, which computes only the results in `wanted`) instead.
+  bool graph_run_inductor(uint64_t id, Graph& g, const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>* out);
+  std::vector<c10::IValue> graph_run_ops(const Graph& g, const std::vector<c10::IValue>& inputs,
+                                         const std::vector<bool>& wanted);
   c10::IValue graph_arg(const GraphValue& v, const c10::TypePtr& type, const std::vector<c10::IValue>& inputs,
                         const std::vector<torch::jit::Stack>& results, const std::string& where);
   // Binds an op's fresh output to the storage id the client minted for it; op_device is the
-  // client's index of the device the op ran on (what a CPU server records for it).
-  void bind(const torchwire::TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device);
+  // client's index of the device the op ran on (what a CPU server records for it). False when
+  // the result was not adopted as it is (copied into the promised layout, or an empty scratch).
+  bool bind(const torchwire::TensorDesc& spec, uint64_t nbytes, const at::Tensor& result, int op_device);
   // The client's index for a tensor on d produced by an op on op_device.
   int index_of(c10::Device d, int op_device) const;
 
@@ -142,6 +157,10 @@ class Session {
   std::unordered_map<const c10::StorageImpl*, uint64_t> ids_by_impl_;
   std::unordered_map<std::string, c10::OperatorHandle> ops_;
   std::unordered_map<uint64_t, Graph> graphs_;
+  Inductor inductor_;
+  bool told_no_python_ = false;  // logged that Python did not start (once a session)
+  // At the session's end (~Session): per graph, how its runs went (graph.cpp).
+  void log_graph_summary() const;
   bool hello_done_ = false;
   uint8_t deferred_kind_ = torchwire::kErrRuntime;
   bool has_deferred_ = false;

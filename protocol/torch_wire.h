@@ -140,7 +140,10 @@ enum Op : uint16_t {
   // One-way: runs a compiled graph. u64 graph id, u8 device (the client's index the graph runs
   // on), u32 nin, nin values (kRemoteTensor, kInt, kDouble, kBool: the graph's inputs), u32 nout,
   // per graph result u8 OutKind (kOutIgnore or kOutTensor OutSpec, as kTorchCall's one-way
-  // outputs): the server binds each result to the storage id the client minted for it.
+  // outputs): the server binds each result to the storage id the client minted for it, in the
+  // layout the client recorded (copied into it when the server made another). The server runs the
+  // graph's ops one by one or code Inductor generated for it (opserver/inductor.h); the wire is
+  // the same.
   kTorchGraphRun = kFirstTorchOp + 16,
   // Request: u32 n (at most kMaxReadMany), n TensorDesc. Reply: prefix, u64 total (the sum of
   // the views' element bytes), then each view's elements, contiguous, one after the other in

@@ -4,6 +4,10 @@ one message (kTorchGraphRun): the inputs' storages, and storage ids minted here 
 whose layouts come from the graph's own metadata (node.meta["val"]), so a step costs a handful of
 one-way messages instead of one per op, and no meta run.
 
+The opserver compiles each graph with its own Inductor at the graph's first run and runs the
+generated code (fused kernels) from then on, or runs it op by op (`rgpu-opserver --compile none`,
+a graph Inductor refuses: opserver/inductor.h); the client sends and binds the same either way.
+
 A graph that cannot be serialized (a Python-level op, a tensor constant, a non-tensor result)
 runs as it would under backend="aot_eager", op by op, with a warning naming why.
 """
