@@ -1,5 +1,6 @@
 """Fixtures for the end-to-end tests: a real rgpu-server on the fake driver, on a free loopback
 port, stopped by itself at the end; and helpers to run programs through the shim."""
+import itertools
 import os
 import socket
 import subprocess
@@ -50,11 +51,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+_server_numbers = itertools.count()
+
+
 class Server:
     def __init__(self, token=None, extra_args=(), port=None):
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
-        self.log_path = BUILD / f"rgpu-server-{self.port}.log"
+        # One log per server started, even on a port used before: a restarted server must not
+        # truncate the log that its predecessor's sessions still write to.
+        self.log_path = BUILD / f"rgpu-server-{self.port}-{next(_server_numbers)}.log"
         # Tests keep out of the user's module cache unless they give --cache-dir themselves.
         cache = [] if "--cache-dir" in extra_args else ["--cache-dir", "none"]
         args = [str(BUILD / "bin/rgpu-server"), "--listen", self.addr, "--driver", "fake", *cache, *extra_args]

@@ -2,10 +2,13 @@
  * connection many times (tests/e2e/test_reconnect.py, through rgpu-faultproxy): allocations,
  * synchronous and asynchronous uploads of odd sizes, launches waited for and one-way, downloads,
  * every result checked byte for byte. It prints one line of totals that an uncut run and a cut run
- * must print alike.
- *   reconnect_test IMAGE ROUNDS */
+ * must print alike. With PAUSE_FILE it waits after the first round until that file exists, so a
+ * test can break the connection while nothing is in flight and at the moment it chooses.
+ *   reconnect_test IMAGE ROUNDS [PAUSE_FILE] */
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -16,10 +19,11 @@ static uint32_t next_u32(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: %s IMAGE ROUNDS\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    fprintf(stderr, "usage: %s IMAGE ROUNDS [PAUSE_FILE]\n", argv[0]);
     return 2;
   }
+  const char* pause_file = argc == 4 ? argv[3] : NULL;
   int rounds = atoi(argv[2]);
   size_t len = 0;
   void* image = read_file(argv[1], &len);
@@ -84,6 +88,14 @@ int main(int argc, char** argv) {
     free(b);
     free(c);
     free(u);
+    if (r == 0 && pause_file) {
+      /* Up to 120 s; the test's own timeout is the real bound. */
+      for (int i = 0; i < 6000 && access(pause_file, F_OK) != 0; ++i) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+      }
+      CHECK(access(pause_file, F_OK) == 0, "%s never appeared", pause_file);
+    }
   }
   CU(cuStreamDestroy(stream));
   CU(cuModuleUnload(mod));

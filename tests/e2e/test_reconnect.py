@@ -116,16 +116,18 @@ def test_a_silent_link_is_noticed_within_the_heartbeat_bound(runtime_dir, fault)
         server.stop()
 
 
-def test_a_restarted_server_hands_the_reconnecting_client_its_session(runtime_dir):
+def test_a_restarted_server_hands_the_reconnecting_client_its_session(runtime_dir, tmp_path):
     port = free_port()
     args = ["--runtime-dir", runtime_dir]
     first = Server(extra_args=args, port=port)
-    # The client's only connection breaks after 3 MB; by then the first server is dead (kill -9)
-    # and a second one listens on the same port.
-    proxy = Proxy(first.addr, "--fault", "cut", "--after-bytes", "3000000", "--connections", "2")
+    # The client pauses after its first round; meanwhile the first server dies (kill -9), a second
+    # one listens on the same port, and only then does the proxy cut the client's connection. The
+    # client's reconnect can reach the second server only, which must hand it its session.
+    proxy = Proxy(first.addr, "--fault", "cut", "--on-signal", "--connections", "2")
     env = dict(os.environ, LD_LIBRARY_PATH=str(BUILD / "lib"), RGPU_SERVER=proxy.addr)
-    client = subprocess.Popen([PROGRAM, IMAGE, "30"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    go = tmp_path / "go"
+    client = subprocess.Popen([PROGRAM, IMAGE, "30", str(go)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
     second = None
     try:
         deadline = time.time() + 20
@@ -142,6 +144,8 @@ def test_a_restarted_server_hands_the_reconnecting_client_its_session(runtime_di
             second.log.close()
             second = None
         assert second, "a second rgpu-server could not listen on the port"
+        proxy.proc.send_signal(signal.SIGUSR1)
+        go.touch()
         out, err = client.communicate(timeout=120)
         assert client.returncode == 0, out + err
         assert "rounds 30" in out

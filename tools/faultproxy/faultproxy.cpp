@@ -95,6 +95,7 @@ void Proxy::relay(int client, bool faulty, uint64_t after_bytes) {
   net::set_nodelay(client);
   const auto start = std::chrono::steady_clock::now();
   const bool by_bytes = after_bytes > 0, by_time = options_.after_ms.count() > 0;
+  const int requests_seen = strike_requests_.load();
   uint64_t upstream = 0;
   Fault state = Fault::kNone;  // the fault in force, once struck
   bool client_open = true, target_open = true, downstream_open = true;
@@ -122,10 +123,14 @@ void Proxy::relay(int client, bool faulty, uint64_t after_bytes) {
         break;
     }
   };
-  if (faulty && !by_bytes && !by_time) strike();
+  if (faulty && !by_bytes && !by_time && !options_.on_request) strike();
   std::vector<uint8_t> buf(64 << 10);
   while (!stopping_ && (client_open || target_open)) {
-    int timeout = 100;  // look at stopping_ now and then
+    int timeout = 100;  // look at stopping_ and strike requests now and then
+    if (faulty && state == Fault::kNone && options_.on_request && strike_requests_.load() != requests_seen) {
+      strike();
+      continue;
+    }
     if (faulty && state == Fault::kNone && by_time) {
       auto left = options_.after_ms - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
       if (left.count() <= 0) {

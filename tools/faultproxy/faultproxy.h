@@ -4,7 +4,7 @@
 // either way, sockets kept open: the sender's buffers fill), black hole (everything read and
 // dropped, sockets kept open: the sender never notices), half close (the target's direction ends,
 // the client's goes on). The moment is after N bytes forwarded from the client, or N ms after the
-// connection was accepted, whichever comes first; only the first `faulty_connections` connections
+// connection was accepted, whichever comes first, or when the test asks (strike_now); only the first `faulty_connections` connections
 // get the fault (0: all), so a reconnect can be made to succeed.
 #pragma once
 
@@ -38,6 +38,9 @@ struct Options {
   uint64_t seed = 1;
   // ... or this long after the connection was accepted (0: not by time); with neither, at once.
   std::chrono::milliseconds after_ms{0};
+  // ... or when strike_now() is called (rgpu-faultproxy: on SIGUSR1), so a test can break a
+  // connection at the moment it chooses; with none of the three, at once.
+  bool on_request = false;
   // How many connections get the fault, counted from the first (0: every one).
   int faulty_connections = 0;
   // Connections past this many are closed at once, never relayed (a server that went away for
@@ -60,6 +63,9 @@ class Proxy {
   uint16_t port() const;
   // Connections whose fault has struck (tests wait for it).
   int faults_struck() const { return struck_.load(); }
+  // With Options::on_request: the fault strikes every faulty connection open now (within 100 ms).
+  // Async-signal-safe.
+  void strike_now() { strike_requests_.fetch_add(1); }
 
  private:
   void relay(int client_fd, bool faulty, uint64_t after_bytes);
@@ -68,6 +74,8 @@ class Proxy {
   Options options_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> struck_{0};
+  std::atomic<int> strike_requests_{0};
+  static_assert(std::atomic<int>::is_always_lock_free, "strike_now is called from a signal handler");
   std::mutex mu_;
   std::list<std::thread> threads_;
 };

@@ -64,13 +64,14 @@ struct Relayed {
   std::unique_ptr<Proxy> proxy;
   std::thread runner;
   int client = -1;
-  explicit Relayed(Fault f, uint64_t bytes = 0, std::chrono::milliseconds ms = 0ms) {
+  explicit Relayed(Fault f, uint64_t bytes = 0, std::chrono::milliseconds ms = 0ms, bool on_request = false) {
     std::string err;
     Options o;
     o.target = {"127.0.0.1", echo.port()};
     o.fault = f;
     o.after_bytes = bytes;
     o.after_ms = ms;
+    o.on_request = on_request;
     proxy = std::make_unique<Proxy>(net::listen_tcp({"127.0.0.1", 0}, &err), o);
     runner = std::thread([this] { proxy->run(); });
     client = net::connect_tcp({"127.0.0.1", proxy->port()}, &err);
@@ -142,6 +143,26 @@ TEST(FaultProxy, CutsAfterNMilliseconds) {
   EXPECT_EQ(e, 0);
   EXPECT_GE(took, 280ms);
   EXPECT_LE(took, 900ms);
+}
+
+TEST(FaultProxy, CutsWhenAskedAndNotBefore) {
+  Relayed s(Fault::kCut, 0, 0ms, /*on_request=*/true);
+  // Relayed both ways while nobody asks.
+  EXPECT_EQ(s.send_bytes(5000), 5000u);
+  char buf[5000];
+  size_t got = 0;
+  while (got < sizeof buf) {
+    ssize_t r = ::recv(s.client, buf + got, sizeof buf - got, 0);
+    ASSERT_GT(r, 0) << "the echo did not come back through the proxy";
+    got += static_cast<size_t>(r);
+  }
+  EXPECT_EQ(s.proxy->faults_struck(), 0);
+  s.proxy->strike_now();
+  int e = -1;
+  s.read_all(&e);
+  EXPECT_TRUE(e == 0 || e == ECONNRESET) << e;  // the stream ended, not a timeout
+  EXPECT_EQ(s.proxy->faults_struck(), 1);
+  EXPECT_EQ(s.echo.received.load(), 5000u);
 }
 
 TEST(FaultProxy, ResetsBothSidesWithRst) {

@@ -1,6 +1,7 @@
 // rgpu-faultproxy: relays TCP between --listen and --target and breaks each connection the way
 // it is told (cut, reset, stall, black hole, half close) after N bytes or N ms, for tests of what
 // rgpu does when the network fails. A thin main over faultproxy.h.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -12,7 +13,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: rgpu-faultproxy --listen HOST:PORT --target HOST:PORT --fault KIND\n"
     "                       [--after-bytes N [--after-bytes-max M --seed S]] [--after-ms N]\n"
-    "                       [--connections N] [--max-connections N]\n"
+    "                       [--on-signal] [--connections N] [--max-connections N]\n"
     "  Relays every connection to --listen on to --target, then breaks it:\n"
     "    cut         closes both sockets (the peers see the stream end)\n"
     "    reset       closes both with RST (the peers see ECONNRESET)\n"
@@ -21,7 +22,8 @@ constexpr const char* kUsage =
     "    half-close  ends the target-to-client direction; client-to-target goes on\n"
     "    none        just relays\n"
     "  The fault strikes after N bytes from the client (--after-bytes) or N ms after the\n"
-    "  connection was accepted (--after-ms), whichever comes first; with neither, at once.\n"
+    "  connection was accepted (--after-ms), whichever comes first, or on SIGUSR1 to the proxy\n"
+    "  (--on-signal: every faulty connection open then); with none of them, at once.\n"
     "  --after-bytes-max M: each connection breaks at a random point from N to M bytes (seeded\n"
     "  by --seed, default 1: the same seed breaks at the same points).\n"
     "  --connections N: only the first N connections are broken (default: all), so that a\n"
@@ -40,6 +42,12 @@ long long number(const std::string& flag, const char* s) {
   return v;
 }
 
+rgpu::faultproxy::Proxy* g_proxy = nullptr;
+
+void on_sigusr1(int) {
+  if (g_proxy) g_proxy->strike_now();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +59,10 @@ int main(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
+    }
+    if (a == "--on-signal") {
+      o.on_request = true;
+      continue;
     }
     if (i + 1 >= argc) fail(a + " needs a value");
     const char* v = argv[++i];
@@ -74,6 +86,11 @@ int main(int argc, char** argv) {
   int fd = net::listen_tcp(listen_addr, &err);
   if (fd < 0) fail(err);
   faultproxy::Proxy proxy(fd, o);
+  g_proxy = &proxy;
+  struct sigaction sa {};
+  sa.sa_handler = on_sigusr1;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
   std::fprintf(stderr, "rgpu-faultproxy: %s -> %s, fault %s\n", listen_addr.str().c_str(), o.target.str().c_str(),
                faultproxy::fault_name(o.fault));
   proxy.run();
