@@ -18,6 +18,7 @@
 #include "common/net.h"
 #include "common/wire.h"
 #include "protocol/frame.h"
+#include "protocol/client_session.h"
 #include "protocol/transport.h"
 #include "protocol/wire/control.h"
 #include "protocol/wire/copy.h"
@@ -40,19 +41,6 @@ class WriteTimer {
   std::atomic<uint64_t>* total_;
   std::chrono::steady_clock::time_point start_;
 };
-
-std::string identity() {
-  char host[256] = "unknown";
-  gethostname(host, sizeof host - 1);
-  const std::string& user = env::get().user;
-  std::string prog = "unknown";
-  if (FILE* f = fopen("/proc/self/comm", "r")) {
-    char buf[64] = {0};
-    if (fgets(buf, sizeof buf, f)) prog = std::string(buf, strcspn(buf, "\n"));
-    fclose(f);
-  }
-  return log::format("%s@%s pid=%d prog=%s", user.empty() ? "?" : user.c_str(), host, static_cast<int>(getpid()), prog.c_str());
-}
 
 // Every connection this process opened (the CUDA shim's, the NVML shim's), told goodbye at exit.
 std::mutex& g_open_mu = *new std::mutex;
@@ -77,64 +65,36 @@ Connection* Connection::open(const std::string& server, const std::string& token
   const env::Settings& settings = env::get();
   auto* c = new Connection();
   c->server_name_ = addr.str();
-  const uint64_t caps = proto::kOurCapabilities | proto::kCapChannel |
-                        (want_snapshot ? uint64_t{proto::kCapPushedSnapshot} : 0);
-  const std::string me = identity();
-  proto::DialOptions dial;
-  dial.total = std::chrono::seconds(settings.connect_timeout_s);
-  dial.fix = "is the server running? see rgpu-server --help (RGPU_CONNECT_TIMEOUT sets how long to keep trying)";
-  // Each attempt: the handshake, then the snapshot the server pushes behind it.
-  auto setup = [&](int fd, proto::Clock::time_point deadline, std::string* why) {
-    auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - proto::Clock::now()).count();
-    net::set_recv_timeout(fd, static_cast<int>(std::max<long long>(1, left)));
-    c->hs_ = {};
-    if (!proto::client_handshake(fd, token, me, c->server_name_, &c->hs_, why, caps))
-      return c->hs_.closed ? proto::Attempt::kRetry : proto::Attempt::kGiveUp;
-    if (!(c->hs_.capabilities & proto::kCapChannel)) {
-      *why = "rgpu-server at " + c->server_name_ +
-             " does not speak this client's channel (an older release); use the same rgpu release on both sides";
-      return proto::Attempt::kGiveUp;
+  proto::ClientSessionOptions o;
+  o.address = addr;
+  o.token = token;
+  o.identity = proto::client_identity();
+  o.capabilities = proto::kOurCapabilities | (want_snapshot ? uint64_t{proto::kCapPushedSnapshot} : 0);
+  o.connect_timeout = std::chrono::seconds(settings.connect_timeout_s);
+  o.fix = "is the server running? see rgpu-server --help (RGPU_CONNECT_TIMEOUT sets how long to keep trying)";
+  // The snapshot the server pushes behind the handshake.
+  o.after_handshake = [c](int fd, const proto::ClientHandshakeResult& hs, std::string* why) {
+    if (!(hs.capabilities & proto::kCapPushedSnapshot)) return proto::Attempt::kDone;
+    proto::FrameHeader h{};
+    std::string rwhy;
+    proto::ReadResult rr = proto::read_frame(fd, proto::kMaxPayload, &h, &c->pushed_snapshot_, &rwhy);
+    if (rr != proto::ReadResult::kOk || h.op != proto::kOpSnapshot || !(h.flags & proto::kReply) || h.request_id != 0) {
+      *why = "rgpu-server at " + c->server_name_ + " did not send its device snapshot after the handshake (" +
+             (rr != proto::ReadResult::kOk ? rwhy : "it sent message " + std::to_string(h.op)) +
+             "); are client and server the same rgpu release?";
+      return rr == proto::ReadResult::kClosed ? proto::Attempt::kRetry : proto::Attempt::kGiveUp;
     }
-    if (c->hs_.capabilities & proto::kCapPushedSnapshot) {
-      proto::FrameHeader h{};
-      std::string rwhy;
-      proto::ReadResult rr = proto::read_frame(fd, proto::kMaxPayload, &h, &c->pushed_snapshot_, &rwhy);
-      if (rr != proto::ReadResult::kOk || h.op != proto::kOpSnapshot || !(h.flags & proto::kReply) || h.request_id != 0) {
-        *why = "rgpu-server at " + c->server_name_ + " did not send its device snapshot after the handshake (" +
-               (rr != proto::ReadResult::kOk ? rwhy : "it sent message " + std::to_string(h.op)) +
-               "); are client and server the same rgpu release?";
-        return rr == proto::ReadResult::kClosed ? proto::Attempt::kRetry : proto::Attempt::kGiveUp;
-      }
-      c->has_pushed_snapshot_ = true;
-      c->bytes_received_.fetch_add(sizeof h + c->pushed_snapshot_.size(), std::memory_order_relaxed);
-    }
-    net::set_recv_timeout(fd, 0);  // replies to a long synchronize may take as long as the kernel
+    c->has_pushed_snapshot_ = true;
+    c->bytes_received_.fetch_add(sizeof h + c->pushed_snapshot_.size(), std::memory_order_relaxed);
     return proto::Attempt::kDone;
   };
-  int fd = proto::dial(addr, dial, setup, err);
-  if (fd < 0) {
+  proto::ClientSession session;
+  if (!proto::open_client_session(o, &session, err)) {
     delete c;
     return nullptr;
   }
-  proto::set_liveness(fd);
-  proto::ChannelOptions options = proto::ChannelOptions::from_env();
-  options.peer = "rgpu-server at " + c->server_name_;
-  c->ch_ = std::make_unique<proto::Channel>(proto::Side::kClient, c->hs_.session, token, options);
-  // A broken connection: dial again (the session's own resume runs on what this returns).
-  c->ch_->set_redial([addr, fix = dial.fix](proto::Clock::time_point deadline, std::string* why) -> std::unique_ptr<proto::Transport> {
-    proto::DialOptions d;
-    d.total = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - proto::Clock::now());
-    d.fix = fix;
-    int nfd = proto::dial(addr, d, nullptr, why);
-    if (nfd < 0) return nullptr;
-    proto::set_liveness(nfd);
-    return proto::socket_transport(nfd);
-  });
-  if (!c->ch_->start(proto::socket_transport(fd))) {
-    *err = "rgpu-server at " + c->server_name_ + " closed the connection right after the handshake; see its log";
-    delete c;
-    return nullptr;
-  }
+  c->hs_ = session.handshake;
+  c->ch_ = std::move(session.channel);
   c->flusher_ = std::thread([c] { c->idle_flusher(); });
   {
     std::lock_guard<std::mutex> lock(g_open_mu);

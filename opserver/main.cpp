@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   int devices = 0;
   bool no_cpu_reuse = false;
   std::string compile = rgpu::opserver::inductor_built() ? "inductor" : "none";
+  unsigned session_grace = 600;
+  std::string runtime_dir;
   app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9720, loopback only)");
   app.add_option("--device", device, "where ops run: cuda (default) or cpu (tests, machines without a GPU)")
       ->check(CLI::IsMember({"cuda", "cpu"}));
@@ -87,6 +89,12 @@ int main(int argc, char** argv) {
                  "embeds Python: Inductor compiles each graph at its first run, opserver/inductor.h) or none (op by op)")
       ->check(CLI::IsMember({"inductor", "none"}));
   app.add_option("--max-storage-gb", max_storage_gb, "largest single tensor storage a client may allocate, in GiB (default 1024)");
+  app.add_option("--session-grace", session_grace,
+                 "seconds a session whose connection broke keeps its tensors for its client to reconnect (default "
+                 "600); past it the session ends");
+  app.add_option("--runtime-dir", runtime_dir,
+                 "directory of the live sessions' sockets, through which a client reconnects to its session, also "
+                 "after this server restarts (default $XDG_RUNTIME_DIR/rgpu, else /run/rgpu, else /tmp/rgpu-UID)");
   app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   app.add_option("--pretend-torch-version", pretend_version, "report this torch version in the hello (tests of the version check)")
       ->group("");
@@ -157,11 +165,27 @@ int main(int argc, char** argv) {
                   opt.device_count == 1 ? "" : "s", token.empty() ? ", no token" : ", token required", graphs.c_str(),
                   device == "cpu" && omp_wait ? ", OMP_WAIT_POLICY=" : "", device == "cpu" && omp_wait ? omp_wait : "");
 
+  // Live sessions listen in a directory per port for their clients to come back
+  // (protocol/session_dir.h); an opserver restarted on the same port finds them.
+  const std::string door_dir = rgpu::proto::server_session_dir(runtime_dir, addr.port);
   rgpu::proto::AcceptLoop loop;
   loop.name = "rgpu-opserver";
   loop.token = token;
-  loop.session = [&opt](int fd, const std::string&, const rgpu::proto::ServerHandshakeResult& hs) {
-    int status = rgpu::opserver::serve(fd, opt);
+  loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapChannel;
+  loop.session_dir = door_dir;
+  loop.session = [&opt, &token, &door_dir, session_grace](int fd, const std::string&,
+                                                          const rgpu::proto::ServerHandshakeResult& hs) {
+    if (!(hs.capabilities & rgpu::proto::kCapChannel)) {
+      rgpu::log::warn("client %s does not speak the channel (an older rgpu release); closing", hs.identity.c_str());
+      return 1;
+    }
+    rgpu::proto::ServerChannelSetup channel;
+    channel.session = hs.session;
+    channel.token = token;
+    channel.grace = std::chrono::seconds(session_grace);
+    channel.door_dir = door_dir;
+    channel.identity = hs.identity;
+    int status = rgpu::opserver::serve(fd, opt, channel);
     rgpu::log::info("session for %s ended", hs.identity.c_str());
     return status;
   };

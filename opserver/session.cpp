@@ -23,9 +23,6 @@ using namespace rgpu::torchwire;
 
 namespace {
 
-// Bulk replies (kTorchRead) travel in frames of this many bytes.
-constexpr size_t kReadChunk = 8u << 20;
-
 // The connection broke while a frame's tail was read (Session::take_tail).
 struct TailBroken {};
 
@@ -623,8 +620,8 @@ void Session::take_tail(void* dst, size_t n) {
     }
     return;
   }
-  if (n > tail_.missing || !tail_.reader) throw Malformed("a write longer than its frame");
-  if (!tail_.reader->read_rest(dst, n, &tail_why_)) throw TailBroken{};
+  if (n > tail_.missing || !tail_.read) throw Malformed("a write longer than its frame");
+  if (!tail_.read(dst, n, &tail_why_)) throw TailBroken{};
   tail_.missing -= n;
 }
 
@@ -847,47 +844,6 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
   if (!own.failed || op == kTorchHello) out.append(w.buf().data(), w.size());
   reply_frames->emplace_back(out.buf().begin(), out.buf().end());
   return keep;
-}
-
-int serve(int fd, const SessionOptions& opt) {
-  c10::InferenceMode inference;  // no autograd bookkeeping on the server: the client does that
-  Session session(opt);
-  proto::FrameReader reader(fd, proto::kMaxPayload);
-  proto::FrameHeader h{};
-  Bytes payload;
-  std::vector<Bytes> replies;
-  for (;;) {
-    std::string why;
-    // Only a write's head is read here; its bytes go straight into the tensor (Session::handle).
-    size_t rest = 0;
-    proto::ReadResult rr = reader.next_head(&h, &payload, kWriteHeadBytes, &rest, &why);
-    if (rr == proto::ReadResult::kOk && rest && h.op != kTorchWrite) {
-      size_t head = payload.size();
-      payload.resize(head + rest);
-      if (!reader.read_rest(payload.data() + head, rest, &why)) rr = proto::ReadResult::kError;
-      rest = 0;
-    }
-    if (rr == proto::ReadResult::kClosed) return 0;
-    if (rr != proto::ReadResult::kOk) {
-      log::warn("closing the connection: %s", why.c_str());
-      return 1;
-    }
-    replies.clear();
-    bool keep = session.handle(h.op, h.flags, payload.data(), payload.size(), &replies, &why, {&reader, rest});
-    for (const Bytes& rep : replies) {
-      if (!proto::write_frame(fd, h.op, proto::kReply, h.request_id, h.thread_id, rep.data(), rep.size())) return 0;
-    }
-    for (const Session::BulkPiece& b : session.bulk_reply()) {
-      for (size_t off = 0; off < b.n; off += kReadChunk) {
-        if (!proto::write_frame(fd, h.op, proto::kReply, h.request_id, h.thread_id, b.p + off, std::min(kReadChunk, b.n - off)))
-          return 0;
-      }
-    }
-    if (!keep) {
-      log::warn("closing the connection: %s", why.c_str());
-      return 1;
-    }
-  }
 }
 
 }  // namespace rgpu::opserver

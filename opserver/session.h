@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,7 @@
 #include "opserver/graph.h"
 #include "opserver/inductor.h"
 #include "protocol/frame.h"
+#include "protocol/session_dir.h"
 #include "protocol/torch_wire.h"
 
 namespace rgpu::opserver {
@@ -47,6 +49,9 @@ uint8_t error_kind(const c10::Error& e);
 // Raised as NotImplementedError on the client.
 std::string sparse_refusal(const std::string& what);
 
+// Bulk replies (kTorchRead) travel in frames of this many bytes.
+inline constexpr size_t kReadChunk = 8u << 20;
+
 struct SessionOptions {
   // The device type ops run on (kCPU or kCUDA), and how many devices clients see: cuda:0 ..
   // cuda:N-1, or N names for the one CPU (`--devices N`, tests of several devices).
@@ -66,13 +71,14 @@ struct SessionOptions {
   std::string python;
 };
 
-// The end of a frame's payload that is still on the socket when Session::handle() is called:
-// serve reads only the head of a large kTorchWrite, so that its bytes go from the socket straight
-// into the tensor instead of through a buffer (that copy took as long as the receive itself,
-// bench/torch_bench.py). Empty for other frames, and in the fuzz target, which hands over whole
-// frames.
+// The end of a frame's payload that is still on the connection when Session::handle() is called:
+// serve reads only the head of a large kTorchWrite, so that its bytes go from the connection
+// straight into the tensor instead of through a buffer (that copy took as long as the receive
+// itself, bench/torch_bench.py). Empty for other frames, and in the fuzz target, which hands over
+// whole frames.
 struct PayloadTail {
-  proto::FrameReader* reader = nullptr;
+  // Reads the next n bytes of the payload into dst; false with *why when the session is lost.
+  std::function<bool(void* dst, size_t n, std::string* why)> read;
   size_t missing = 0;
 };
 
@@ -194,9 +200,10 @@ class Session {
   std::vector<at::Tensor> bulk_hold_;
 };
 
-// Serves one connection (after the handshake) until the client leaves or misbehaves. Returns the
-// process exit status.
-int serve(int fd, const SessionOptions& opt);
+// Serves one client's session (after the handshake, on the reliable channel started on fd:
+// protocol/session_dir.h start_server_channel, which resumes it across broken connections) until
+// the client leaves, misbehaves, or stays away past the grace. Returns the process exit status.
+int serve(int fd, const SessionOptions& opt, const proto::ServerChannelSetup& channel);
 
 // The torch version this server was built against, "major.minor.patch".
 std::string torch_version();

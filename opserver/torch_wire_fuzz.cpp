@@ -86,7 +86,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       head = n * ((flags >> 3) & 7) / 8;
       if (rgpu::net::write_full(sock[0], p + head, n - head) != true) std::abort();
     }
-    bool keep = s.handle(op, frame_flags, p, head, &replies, &why, {&tail_reader, n - head});
+    rgpu::opserver::PayloadTail tail;
+    tail.read = [&tail_reader](void* dst, size_t k, std::string* w) { return tail_reader.read_rest(dst, k, w); };
+    tail.missing = n - head;
+    bool keep = s.handle(op, frame_flags, p, head, &replies, &why, tail);
     int unread = 0;
     if (keep && ioctl(sock[1], FIONREAD, &unread) == 0 && unread != 0) std::abort();  // the tail was not all taken
     if (!keep) {

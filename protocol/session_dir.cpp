@@ -247,4 +247,45 @@ void SessionDoor::serve() {
   }
 }
 
+std::string server_session_dir(std::string runtime_dir, uint16_t port) {
+  if (runtime_dir.empty()) runtime_dir = default_runtime_dir();
+  std::string dir, err;
+  if (prepare_session_dir(runtime_dir, port, &dir, &err)) return dir;
+  log::warn("%s; sessions cannot be resumed after their connection breaks (give --runtime-dir DIR)", err.c_str());
+  return "";
+}
+
+std::unique_ptr<Channel> start_server_channel(int fd, const ServerChannelSetup& setup, SessionDoor* door) {
+  ChannelOptions o = ChannelOptions::from_env();
+  o.resume_window = setup.grace;
+  o.peer = "client " + setup.identity;
+  o.on_connection = setup.on_connection;
+  auto ch = std::make_unique<Channel>(Side::kServer, setup.session, setup.token, o);
+  set_liveness(fd);  // a client gone without a word is noticed by the kernel too
+  const std::string peer = net::peer_name(fd);
+  if (!ch->start(socket_transport(fd))) {
+    log::warn("the connection from %s closed right after the handshake", peer.c_str());
+    return nullptr;
+  }
+  if (setup.door_dir.empty()) return ch;
+  std::string err;
+  Channel* raw = ch.get();
+  const std::string identity = setup.identity;
+  if (!door->open(setup.door_dir, setup.session,
+                  [raw, identity](int nfd, const ResumeHello& hello) {
+                    std::string why;
+                    std::string from = net::peer_name(nfd);
+                    net::set_nodelay(nfd);
+                    set_liveness(nfd);
+                    if (raw->accept_resume(socket_transport(nfd), hello, &why))
+                      log::info("session for %s resumed from %s", identity.c_str(), from.c_str());
+                    else
+                      log::warn("a resume of the session for %s from %s was refused: %s", identity.c_str(), from.c_str(),
+                                why.c_str());
+                  },
+                  &err))
+    log::warn("%s; this session cannot be resumed after its connection breaks", err.c_str());
+  return ch;
+}
+
 }  // namespace rgpu::proto

@@ -28,6 +28,10 @@ std::string default_runtime_dir();
 // Makes <runtime_dir>/<port> (and its parents), mode 0700, and removes stale session sockets in
 // it. False with *err naming the path and the cause.
 bool prepare_session_dir(const std::string& runtime_dir, uint16_t port, std::string* dir, std::string* err);
+// prepare_session_dir for a server starting on `port` (runtime_dir "" : default_runtime_dir()):
+// the directory, or "" after a warning that its sessions cannot be resumed through another
+// process (the warning names the cause and --runtime-dir).
+std::string server_session_dir(std::string runtime_dir, uint16_t port);
 // Removes the sockets in dir that no process listens on any more; returns how many.
 int clean_stale(const std::string& dir);
 
@@ -63,5 +67,23 @@ class SessionDoor {
   OnResume on_resume_;
   std::thread thread_;
 };
+
+// What a server session's channel needs besides its socket.
+struct ServerChannelSetup {
+  SessionId session{};       // from the handshake
+  std::string token;         // the server's token ("" for none)
+  std::chrono::seconds grace{600};  // how long a broken connection may take to come back
+  std::string door_dir;      // prepare_session_dir's; empty: no resume through another process
+  std::string identity;      // the client, for messages
+  // ChannelOptions::on_connection (the server's session list shows disconnected sessions).
+  std::function<void(bool connected)> on_connection;
+};
+
+// Starts a server session's end of the channel on the handshake's socket (fd, which the channel
+// then owns) and opens the door its client comes back through after a break: a connection handed
+// over there is given to Channel::accept_resume. nullptr (logged) when the connection closed right
+// after the handshake. rgpu-server's and rgpu-opserver's sessions both start theirs here; `door`
+// must outlive the channel's use.
+std::unique_ptr<Channel> start_server_channel(int fd, const ServerChannelSetup& setup, SessionDoor* door);
 
 }  // namespace rgpu::proto

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <condition_variable>
@@ -184,7 +185,10 @@ int connect_before(const net::Address& addr, Clock::time_point deadline, std::st
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   int cause = 0;
   int fd = net::connect_tcp(addr, err, static_cast<int>(std::clamp<long long>(left, 0, INT32_MAX)), &cause);
-  if (fd < 0 && cause) *err = std::strerror(cause);  // dial() names the address itself
+  if (fd < 0 && cause) {
+    *err = std::strerror(cause);  // dial() names the address itself
+    if (!err->empty()) (*err)[0] = static_cast<char>(std::tolower(static_cast<unsigned char>((*err)[0])));
+  }
   return fd;
 }
 

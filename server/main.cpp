@@ -119,16 +119,13 @@ int main(int argc, char** argv) {
   // (protocol/session_dir.h), and are listed as files in its list/ (rgpu-smi shows them); a
   // server restarted on the same port finds both.
   static std::string door_dir, sessions_dir;
-  if (runtime_dir.empty()) runtime_dir = rgpu::proto::default_runtime_dir();
-  if (rgpu::proto::prepare_session_dir(runtime_dir, addr.port, &door_dir, &err)) {
+  door_dir = rgpu::proto::server_session_dir(runtime_dir, addr.port);
+  if (!door_dir.empty()) {
     sessions_dir = door_dir + "/list";
     if (mkdir(sessions_dir.c_str(), 0700) != 0 && errno != EEXIST) {
       rgpu::log::warn("cannot make %s (%s); rgpu-smi will not list sessions", sessions_dir.c_str(), std::strerror(errno));
       sessions_dir.clear();
     }
-  } else {
-    rgpu::log::warn("%s; sessions cannot be resumed after their connection breaks (give --runtime-dir DIR)", err.c_str());
-    door_dir.clear();
   }
   static unsigned grace = session_grace;
   rgpu::log::info("listening on %s, driver %s (%d entry points)%s, module cache %s, prewarm %s", addr.str().c_str(),

@@ -454,36 +454,18 @@ class Session : public ClientCallbacks {
 
   // Puts the channel on the connection and opens the door resuming clients come back through.
   bool start_channel() {
-    proto::ChannelOptions o = proto::ChannelOptions::from_env();
-    o.resume_window = opt_.grace;
-    o.peer = "client " + opt_.identity;
-    o.on_connection = [this](bool connected) {
+    proto::ServerChannelSetup setup;
+    setup.session = opt_.session;
+    setup.token = opt_.token;
+    setup.grace = opt_.grace;
+    setup.door_dir = opt_.door_dir;
+    setup.identity = opt_.identity;
+    setup.on_connection = [this](bool connected) {
       const long long ends = connected ? 0 : static_cast<long long>(time(nullptr)) + opt_.grace.count();
       write_session_entry(opt_.sessions_dir, opt_.identity, opt_.peer, start_time_, ends);
     };
-    ch_ = std::make_unique<proto::Channel>(proto::Side::kServer, opt_.session, opt_.token, o);
-    proto::set_liveness(fd_);  // a client gone without a word is noticed by the kernel too
-    if (!ch_->start(proto::socket_transport(fd_))) {
-      log::warn("the connection from %s closed right after the handshake", opt_.peer.c_str());
-      return false;
-    }
-    std::string err;
-    if (opt_.door_dir.empty()) return true;
-    if (!door_.open(opt_.door_dir, opt_.session,
-                    [this](int fd, const proto::ResumeHello& hello) {
-                      std::string why;
-                      std::string peer = net::peer_name(fd);
-                      net::set_nodelay(fd);
-                      proto::set_liveness(fd);
-                      if (ch_->accept_resume(proto::socket_transport(fd), hello, &why))
-                        log::info("session for %s resumed from %s", opt_.identity.c_str(), peer.c_str());
-                      else
-                        log::warn("a resume of the session for %s from %s was refused: %s", opt_.identity.c_str(),
-                                  peer.c_str(), why.c_str());
-                    },
-                    &err))
-      log::warn("%s; this session cannot be resumed after its connection breaks", err.c_str());
-    return true;
+    ch_ = proto::start_server_channel(fd_, setup, &door_);
+    return ch_ != nullptr;
   }
 
   void notify(uint64_t id, int32_t status, uint32_t run) {

@@ -35,7 +35,7 @@ def is_available():
     if torch.ops.rgpu.is_connected():
         return True
     try:
-        torch.ops.rgpu.connect()
+        torch.ops.rgpu.connect(False)  # one short try: a missing server is answered at once
     except RuntimeError:
         return False
     return True
@@ -56,6 +56,8 @@ def device_count():
     warning saying why, when no opserver can be reached (as torch.cuda.device_count() is 0
     without a driver); the first rgpu tensor then raises the same error."""
     try:
+        if not torch.ops.rgpu.is_connected():
+            torch.ops.rgpu.connect(False)  # one short try, as is_available
         return torch.ops.rgpu.device_count()
     except RuntimeError as e:
         warnings.warn(f"rgpu: no devices: {e}", stacklevel=2)

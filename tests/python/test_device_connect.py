@@ -1,6 +1,9 @@
 """The quick start, and what a user sees when the connection cannot be made: no server, a wrong
 token, a server on another torch version. Each runs in a fresh Python (the client connects once
 per process)."""
+import re
+import time
+
 import pytest
 
 from device_fixtures import SERVER_DEVICE, OpServer, opserver, run_python, use_opserver  # noqa: F401  (fixtures)
@@ -23,10 +26,15 @@ def test_server_info_names_server_and_device(opserver):
 def test_no_server_says_how_to_start_one():
     from device_fixtures import free_port
     addr = f"127.0.0.1:{free_port()}"
-    r = run_python(QUICK_START, {"RGPU_OPSERVER": addr})
+    start = time.time()
+    r = run_python(QUICK_START, {"RGPU_OPSERVER": addr, "RGPU_CONNECT_TIMEOUT": "2"})
+    took = time.time() - start
     assert r.returncode != 0
-    assert (f"cannot reach rgpu-opserver at {addr}: connection refused; is it running? "
-            "start it with rgpu-opserver --device cpu|cuda") in r.stderr, r.stderr
+    # Tried again with backoff for RGPU_CONNECT_TIMEOUT, then the error names the cause and the fix.
+    assert re.search(rf"cannot reach rgpu-opserver at {re.escape(addr)} after \d+ attempts in [\d.]+ s: "
+                     r"connection refused; is it running\? start it with rgpu-opserver --device cpu\|cuda",
+                     r.stderr), r.stderr
+    assert 2 <= took < 30, took
 
 
 @pytest.fixture(scope="module")

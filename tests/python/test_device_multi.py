@@ -173,7 +173,7 @@ with warnings.catch_warnings(record=True) as w:
     assert torch.rgpu.device_count() == 0
 assert any("cannot reach rgpu-opserver" in str(x.message) for x in w), [str(x.message) for x in w]
 raises(lambda: torch.ones(1, device="rgpu"), "cannot reach rgpu-opserver")
-""", env_extra={"RGPU_OPSERVER": f"127.0.0.1:{free_port()}"})
+""", env_extra={"RGPU_OPSERVER": f"127.0.0.1:{free_port()}", "RGPU_CONNECT_TIMEOUT": "2"})
     assert p.returncode == 0, p.stderr[-3000:]
 
 

@@ -36,12 +36,18 @@ class Echo {
       net::set_recv_timeout(c, 5);
       char buf[65536];
       ssize_t r;
+      int err = 0;
       while ((r = ::recv(c, buf, sizeof buf, 0)) > 0) {
         received += static_cast<uint64_t>(r);
-        if (!net::write_full(c, buf, static_cast<size_t>(r))) break;
+        if (!net::write_full(c, buf, static_cast<size_t>(r))) {
+          // The RST may arrive while the echo writes back: the write sees it then, not the read.
+          err = errno;
+          break;
+        }
       }
+      if (r <= 0) err = r == 0 ? 0 : errno;
       saw_end = r == 0;
-      saw_reset = r < 0 && errno == ECONNRESET;
+      saw_reset = err == ECONNRESET || err == EPIPE;
       ::close(c);
     });
   }

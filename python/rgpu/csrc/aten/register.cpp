@@ -24,7 +24,9 @@ std::string server_info() {
   return "rgpu-opserver at " + c.address() + ", torch " + c.server_torch() + " on " + c.server_device();
 }
 
-void connect() { Connection::get(); }
+// patient: as every first use connects (retrying for RGPU_CONNECT_TIMEOUT); otherwise one
+// short try (is_available, device_count: a missing server is answered at once).
+void connect(bool patient) { Connection::get(patient); }
 
 // torch.rgpu.device_count / current_device / set_device (python/rgpu/device.py).
 int64_t device_count_op() { return device_count(); }
@@ -231,7 +233,7 @@ TORCH_LIBRARY(rgpu, m) {
   m.def("synchronize() -> ()", &synchronize);
   m.def("manual_seed(int seed) -> ()", &manual_seed);
   m.def("server_info() -> str", &server_info);
-  m.def("connect() -> ()", &connect);
+  m.def("connect(bool patient=True) -> ()", &connect);
   m.def("device_count() -> int", &device_count_op);
   m.def("current_device() -> int", &current_device_op);
   m.def("set_device(int index) -> ()", &set_device_op);

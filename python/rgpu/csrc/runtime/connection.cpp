@@ -8,14 +8,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "protocol/torch_wire.h"
+#include "protocol/client_session.h"
 #include "protocol/frame.h"
 #include "protocol/handshake.h"
 #include "protocol/messages.h"
@@ -32,20 +33,13 @@ std::mutex g_seed_mu;
 bool g_has_seed = false;
 uint64_t g_seed = 0;
 
-// The queue is written when it holds this much, without waiting for the flusher.
+// What is queued is written once it is this much, without waiting for the flusher.
 constexpr size_t kFlushBytes = 4u << 20;
+// How long is_available() and device_count() try to reach a server not connected yet: a second
+// attempt after the first backoff wait, so that a server that is not there is answered at once.
+constexpr std::chrono::milliseconds kProbeTime{500};
 // Storage changes that wait for a frame go in one of their own past this many.
 constexpr size_t kMaxPendingStorage = kMaxStorageChanges;
-
-std::string identity() {
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  const std::string& user = env::get().user;
-  std::string prog = "?";
-  std::ifstream comm("/proc/self/comm");
-  if (comm) std::getline(comm, prog);
-  return log::format("%s@%s pid=%d prog=%s torch", user.empty() ? "?" : user.c_str(), host, static_cast<int>(getpid()), prog.c_str());
-}
 
 // net.cpp and handshake.cpp speak of rgpu-server; this connection goes to rgpu-opserver.
 std::string about_opserver(std::string s) {
@@ -70,7 +64,7 @@ void raise_error(uint8_t kind, const std::string& message) {
   }
 }
 
-Connection& Connection::get() {
+Connection& Connection::get(bool patient) {
   if (Connection* c = g_conn.load(std::memory_order_acquire)) {
     TORCH_CHECK(c->pid_ == getpid(),
                 "rgpu: this process was forked from one connected to rgpu-opserver, and the connection belongs to the "
@@ -82,14 +76,16 @@ Connection& Connection::get() {
   if (Connection* c = g_conn.load()) return *c;
   auto* c = new Connection();  // never deleted: see connection.h
   try {
-    c->connect();
+    c->connect(patient);
   } catch (...) {
-    if (c->fd_ >= 0) close(c->fd_);
     delete c;
     throw;
   }
   g_conn.store(c, std::memory_order_release);
   std::thread([c] { c->flusher(); }).detach();
+  std::atexit([] {
+    if (Connection* c = existing()) c->goodbye();
+  });
   std::lock_guard<std::mutex> sk(g_seed_mu);
   if (g_has_seed) {
     Writer w;
@@ -115,34 +111,38 @@ void Connection::seed(uint64_t seed) {
   }
 }
 
-void Connection::connect() {
+void Connection::connect(bool patient) {
   const env::Settings& s = env::get();
-  net::Address addr;
+  proto::ClientSessionOptions o;
   std::string err;
-  if (!net::parse_address(s.opserver, 9720, &addr, &err)) TORCH_CHECK(false, "RGPU_OPSERVER: ", err);
-  address_ = addr.str();
-  fd_ = net::connect_tcp(addr, &err);
-  if (fd_ < 0) {
-    // "cannot reach rgpu-server at H:P: Connection refused" -> about rgpu-opserver, with a hint.
-    std::string msg = about_opserver(err);
-    size_t colon = msg.rfind(": ");
-    if (colon != std::string::npos && colon + 2 < msg.size()) msg[colon + 2] = static_cast<char>(std::tolower(msg[colon + 2]));
-    TORCH_CHECK(false, msg, "; is it running? start it with rgpu-opserver --device cpu|cuda (and point RGPU_OPSERVER at it)");
-  }
-  net::set_recv_timeout(fd_, s.connect_timeout_s);
-  proto::ClientHandshakeResult hs;
-  if (!proto::client_handshake(fd_, s.token, identity(), address_, &hs, &err)) TORCH_CHECK(false, about_opserver(err));
+  if (!net::parse_address(s.opserver, 9720, &o.address, &err)) TORCH_CHECK(false, "RGPU_OPSERVER: ", err);
+  address_ = o.address.str();
+  o.token = s.token;
+  o.identity = proto::client_identity("torch");
+  o.server_program = "rgpu-opserver";
+  o.connect_timeout = patient ? std::chrono::milliseconds(std::chrono::seconds(s.connect_timeout_s)) : kProbeTime;
+  o.fix = "is it running? start it with rgpu-opserver --device cpu|cuda (and point RGPU_OPSERVER at it; "
+          "RGPU_CONNECT_TIMEOUT sets how long to keep trying)";
+  o.after_handshake = [](int fd, const proto::ClientHandshakeResult&, std::string*) {
+    net::set_buffers(fd, 4 << 20);
+    return proto::Attempt::kDone;
+  };
+  proto::ClientSession session;
+  if (!proto::open_client_session(o, &session, &err)) TORCH_CHECK(false, about_opserver(err));
+  ch_ = std::move(session.channel);
+  pid_ = getpid();
 
   Writer hello;
   std::string mine = log::format("%d.%d.%d", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
   hello.put_str(mine);
-  if (!proto::write_frame(fd_, kTorchHello, 0, 0, 0, hello.buf().data(), hello.size()))
-    TORCH_CHECK(false, "rgpu-opserver at ", address_, " closed the connection after the handshake");
+  iovec part{hello.buf().data(), hello.size()};
   proto::FrameHeader h{};
-  std::vector<uint8_t> payload;
-  proto::ReadResult rr = proto::read_frame(fd_, proto::kMaxPayload, &h, &payload, &err);
-  TORCH_CHECK(rr == proto::ReadResult::kOk && h.op == kTorchHello, "rgpu-opserver at ", address_,
-              " did not answer the torch hello (", rr == proto::ReadResult::kOk ? "unexpected reply" : err,
+  Bytes payload;
+  if (ch_->send(kTorchHello, 0, 0, 0, &part, 1, true) != proto::Status::kOk ||
+      ch_->receive_frame(&h, &payload, proto::Wait::kAwaiting) != proto::Status::kOk)
+    TORCH_CHECK(false, "rgpu-opserver at ", address_, " did not answer the torch hello (", ch_->why(), ")");
+  TORCH_CHECK(h.op == kTorchHello && (h.flags & proto::kReply), "rgpu-opserver at ", address_,
+              " did not answer the torch hello (it sent message ", h.op,
               "); is RGPU_OPSERVER pointing at rgpu-opserver (not rgpu-server)?");
   Reader r(payload.data(), payload.size());
   ReplyStatus st;
@@ -154,11 +154,16 @@ void Connection::connect() {
   TORCH_CHECK(r.ok(), "rgpu-opserver at ", address_, " sent a malformed hello reply");
   TORCH_CHECK(device_count_ >= 1 && device_count_ <= kMaxDevices, "rgpu-opserver at ", address_,
               " presents ", device_count_, " devices; rgpu supports 1 to ", kMaxDevices);
-  net::set_recv_timeout(fd_, 0);
-  net::set_buffers(fd_, 4 << 20);
   next_id_ = kFirstStorageId;
-  pid_ = getpid();
 }
+
+void Connection::goodbye() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (broken_ || !ch_) return;
+  ch_->send(proto::kOpGoodbye, proto::kNoReply, 0, 0, nullptr, 0, true);
+}
+
+proto::ChannelStats Connection::channel_stats() const { return ch_->stats(); }
 
 uint64_t Connection::mint(uint64_t n) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -189,17 +194,14 @@ void Connection::release(uint64_t id) noexcept {
 }
 
 void Connection::append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload,
-                              size_t extra) {
+                              const void* data, size_t n, bool flush) {
   const size_t changes = pending_allocs_.size() + pending_frees_.size();
   const size_t prefix = changes ? 8 + 17 * pending_allocs_.size() + 8 * pending_frees_.size() : 0;
-  TORCH_CHECK(payload.size() + extra + prefix <= proto::kMaxPayload, "rgpu: a single op's arguments exceed ",
+  TORCH_CHECK(payload.size() + n + prefix <= proto::kMaxPayload, "rgpu: a single op's arguments exceed ",
               proto::kMaxPayload >> 20, " MiB; pass large host tensors through .to(\"rgpu\") first");
-  if (changes) flags |= kWithStorage;
-  proto::FrameHeader h = proto::make_header(op, flags, request_id, 0, payload.size() + extra + prefix);
-  const auto* hp = reinterpret_cast<const uint8_t*>(&h);
-  queue_.insert(queue_.end(), hp, hp + sizeof h);
+  Writer w;
   if (changes) {
-    Writer w;
+    flags |= kWithStorage;
     w.put_u32(static_cast<uint32_t>(pending_allocs_.size()));
     for (const PendingAlloc& a : pending_allocs_) {
       w.put_u64(a.id);
@@ -208,12 +210,17 @@ void Connection::append_frame(uint16_t op, uint16_t flags, uint32_t request_id, 
     }
     w.put_u32(static_cast<uint32_t>(pending_frees_.size()));
     for (uint64_t id : pending_frees_) w.put_u64(id);
-    queue_.insert(queue_.end(), w.buf().begin(), w.buf().end());
     pending_allocs_.clear();
     pending_frees_.clear();
   }
-  queue_.insert(queue_.end(), payload.begin(), payload.end());
+  iovec parts[3] = {{w.buf().data(), w.size()},
+                    {const_cast<uint8_t*>(payload.data()), payload.size()},
+                    {const_cast<void*>(data), n}};
   ++frames_;
+  bytes_sent_ += sizeof(proto::FrameHeader) + prefix + payload.size() + n;
+  // A broken connection is not an error here: the channel resends after the resume. kLost is.
+  if (ch_->send(op, flags, request_id, 0, parts, 3, flush || ch_->unflushed() >= kFlushBytes) != proto::Status::kOk)
+    lost(ch_->why());
 }
 
 void Connection::post_storage_locked() {
@@ -231,16 +238,12 @@ void Connection::schedule_flush_locked() {
 void Connection::lost(const std::string& what) {
   broken_ = true;
   broken_why_ = what;
-  TORCH_CHECK(false, "rgpu: lost the connection to rgpu-opserver at ", address_, " (", what,
-              "); the tensors on it are gone: restart the server if it stopped, then the program");
+  TORCH_CHECK(false, "rgpu: lost the session on rgpu-opserver at ", address_, " (", what,
+              "); the tensors on it are gone: restart the program (and the server, if it stopped)");
 }
 
 void Connection::flush_locked() {
-  if (queue_.empty()) return;
-  bool ok = net::write_full(fd_, queue_.data(), queue_.size());
-  bytes_sent_ += queue_.size();
-  queue_.clear();
-  if (!ok) lost("the server closed the connection");
+  if (ch_->flush() != proto::Status::kOk) lost(ch_->why());
 }
 
 void Connection::flusher() {
@@ -277,25 +280,15 @@ void Connection::post(uint16_t op, const Writer& payload) {
   append_frame(op, proto::kNoReply, 0, const_cast<Writer&>(payload).buf());
   ++posts_;
   ++generation_;
-  if (queue_.size() >= kFlushBytes) {
-    flush_locked();
-  } else {
-    schedule_flush_locked();
-  }
+  schedule_flush_locked();
 }
 
 void Connection::post_bulk(uint16_t op, const Writer& head, const void* data, size_t n) {
   std::lock_guard<std::mutex> lk(mu_);
   if (broken_) lost(broken_why_);
-  append_frame(op, proto::kNoReply, 0, const_cast<Writer&>(head).buf(), n);
+  append_frame(op, proto::kNoReply, 0, const_cast<Writer&>(head).buf(), data, n, true);
   ++posts_;
   ++generation_;
-  // The queue (ending in this frame's header and head) and the caller's bytes in one writev.
-  iovec iov[2] = {{queue_.data(), queue_.size()}, {const_cast<void*>(data), n}};
-  bool ok = net::writev_full(fd_, iov, 2);
-  bytes_sent_ += queue_.size() + n;
-  queue_.clear();
-  if (!ok) lost("the server closed the connection");
 }
 
 std::map<std::string, uint64_t> Connection::waits_by_reason() {
@@ -325,18 +318,20 @@ uint32_t Connection::send_request(uint16_t op, const Writer& payload, const std:
   ++waits_;
   ++waits_by_reason_[why_wait];
   if (!reads_only(op)) ++generation_;
-  append_frame(op, 0, id, const_cast<Writer&>(payload).buf());
-  flush_locked();
+  append_frame(op, 0, id, const_cast<Writer&>(payload).buf(), nullptr, 0, true);
   return id;
+}
+
+void Connection::expect_reply(uint16_t op, uint32_t id, proto::FrameHeader* h) {
+  if (ch_->receive(h, proto::Wait::kAwaiting) != proto::Status::kOk) lost_unlocked(ch_->why());
+  if (!(h->flags & proto::kReply) || h->request_id != id || h->op != op) lost_unlocked("a reply that does not match the request");
 }
 
 std::vector<uint8_t> Connection::read_reply(uint16_t op, uint32_t id, ReplyStatus* st, size_t* body_at) {
   proto::FrameHeader h{};
-  std::string why;
-  std::vector<uint8_t> frame;
-  proto::ReadResult rr = proto::read_frame(fd_, proto::kMaxPayload, &h, &frame, &why);
-  if (rr != proto::ReadResult::kOk) lost_unlocked(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
-  if (!(h.flags & proto::kReply) || h.request_id != id || h.op != op) lost_unlocked("a reply that does not match the request");
+  expect_reply(op, id, &h);
+  std::vector<uint8_t> frame(h.length);
+  if (ch_->read_payload(frame.data(), frame.size()) != proto::Status::kOk) lost_unlocked(ch_->why());
   Reader r(frame.data(), frame.size());
   if (!get_status(r, st)) lost_unlocked("a malformed reply");
   if (st->failed) {
@@ -363,7 +358,7 @@ void Connection::read_bulk(uint16_t op, uint32_t id, const uint8_t* rest, size_t
   if (!r.ok() || total != want) lost_unlocked("a reply of the wrong length");
   size_t sink = 0, at = 0;  // where the next byte goes: sinks[sink], offset at
   // Bytes in hand (the first frame's rest, from servers that put data there) are copied; the
-  // frames that follow are read from the socket straight into the sinks.
+  // frames that follow are read from the channel straight into the sinks.
   auto take = [&](const uint8_t* p, size_t n) {
     while (n) {
       while (sinks[sink].n == at) ++sink, at = 0;
@@ -376,16 +371,12 @@ void Connection::read_bulk(uint16_t op, uint32_t id, const uint8_t* rest, size_t
   take(r.view(got), got);
   while (got < total) {
     proto::FrameHeader h{};
-    std::string why;
-    proto::ReadResult rr = proto::read_header(fd_, proto::kMaxPayload, &h, &why);
-    if (rr != proto::ReadResult::kOk) lost_unlocked(rr == proto::ReadResult::kClosed ? "the server closed the connection" : why);
-    if (!(h.flags & proto::kReply) || h.request_id != id || h.op != op) lost_unlocked("a reply that does not match the request");
+    expect_reply(op, id, &h);
     if (h.length > total - got) lost_unlocked("a reply longer than the bytes asked for");
     for (size_t n = h.length; n;) {
       while (sinks[sink].n == at) ++sink, at = 0;
       size_t k = std::min(n, sinks[sink].n - at);
-      if (net::read_full(fd_, static_cast<uint8_t*>(sinks[sink].p) + at, k) != static_cast<ssize_t>(k))
-        lost_unlocked("the connection broke in the middle of a reply");
+      if (ch_->read_payload(static_cast<uint8_t*>(sinks[sink].p) + at, k) != proto::Status::kOk) lost_unlocked(ch_->why());
       n -= k, at += k;
     }
     got += h.length;

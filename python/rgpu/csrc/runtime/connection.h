@@ -1,8 +1,12 @@
-// The process's one connection to rgpu-opserver (protocol/torch_wire.h is the wire spec).
+// The process's one session on rgpu-opserver (protocol/torch_wire.h is the wire spec), over the
+// reliable channel (protocol/channel.h): a broken connection is redialled and resumed within the
+// server's grace, every call running exactly once, so a dropped network costs a pause, not the
+// tensors.
 //
 // Contract:
-// - get() connects on first use (RGPU_OPSERVER, RGPU_TOKEN), runs the handshake and the torch
-//   version check, and throws a c10::Error that tells the user what to do when any of it fails.
+// - get() connects on first use (RGPU_OPSERVER, RGPU_TOKEN, with backoff for up to
+//   RGPU_CONNECT_TIMEOUT), runs the handshake and the torch version check, and throws a c10::Error
+//   that tells the user what to do when any of it fails.
 // - post() queues a one-way call and returns at once. Queued calls are written in order, in
 //   batches: when the queue is large, shortly after it stops growing (a background flusher), or
 //   ahead of the next call().
@@ -20,11 +24,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/wire.h"
+#include "protocol/channel.h"
 #include "protocol/torch_wire.h"
 
 namespace rgpu::torchdev {
@@ -35,19 +41,20 @@ namespace rgpu::torchdev {
 
 class Connection {
  public:
-  static Connection& get();
+  // patient = false: the first connect tries for kProbeTime only (is_available, device_count).
+  static Connection& get(bool patient = true);
   // The connection if one is up, else nullptr (never connects: for frees and exit paths).
   static Connection* existing();
 
   void post(uint16_t op, const Writer& payload);
-  // post() of a frame whose payload is head then n bytes at data, written from data in place
-  // (no copy: host-to-device copies). Returns once the bytes are on the socket.
+  // post() of a frame whose payload is head then n bytes at data (host-to-device copies): the
+  // bytes are copied into the channel's replay buffer and written at once.
   void post_bulk(uint16_t op, const Writer& head, const void* data, size_t n);
   // Returns the reply's body (after the status). With bulk, the reply carries u64 length and
   // then that many bytes, possibly over several frames; they are written to bulk (which must
   // hold exactly bulk_len) and the body returned is empty.
   // why names the wait in waits_by_reason() (an op's name, "read", "synchronize").
-  // The bulk bytes are read from the socket straight into place (no copy).
+  // The bulk bytes are read from the connection straight into place (no copy).
   Bytes call(uint16_t op, const Writer& payload, const std::string& why, void* bulk = nullptr, size_t bulk_len = 0);
   // call() whose bulk reply is scattered over several buffers, in order (kTorchReadMany).
   struct Sink {
@@ -80,17 +87,23 @@ class Connection {
   uint64_t posts() const { return posts_; }
   // Bytes written to the server since connect (frame headers included).
   uint64_t bytes_sent() const { return bytes_sent_; }
+  // The channel's counters (resumes, duplicates dropped, replay bytes held).
+  proto::ChannelStats channel_stats() const;
 
   // The seed for the server's generator: sent now if connected, else at connect.
   static void seed(uint64_t seed);
 
  private:
   Connection() = default;
-  void connect();
-  // Appends a frame to queue_, with the waiting storage changes ahead of its payload.
-  // extra: bytes of payload that follow in the frame but are written by the caller (post_bulk).
+  void connect(bool patient);
+  // Queues a frame on the channel, with the waiting storage changes ahead of its payload and
+  // then `data` (n bytes, post_bulk's); with flush, writes everything queued.
   void append_frame(uint16_t op, uint16_t flags, uint32_t request_id, const std::vector<uint8_t>& payload,
-                    size_t extra = 0);
+                    const void* data = nullptr, size_t n = 0, bool flush = false);
+  // The next frame from the server, which must be the reply (or a piece of it) to request id.
+  void expect_reply(uint16_t op, uint32_t id, proto::FrameHeader* h);
+  // Tells the server this process is leaving (at exit): its session then ends with the connection.
+  void goodbye();
   // The request part of call(): queues and writes the request; returns its id.
   uint32_t send_request(uint16_t op, const Writer& payload, const std::string& why);
   // Reads the reply's first frame; raises its own failure (and a deferred error with it).
@@ -101,20 +114,19 @@ class Connection {
   static void raise_deferred(const torchwire::ReplyStatus& st);
   // Sends the waiting storage changes in a kTorchStorage frame (queued; written with the rest).
   void post_storage_locked();
-  // Asks the flusher to write the queue (and the waiting storage changes) shortly.
+  // Asks the flusher to write what is queued (and the waiting storage changes) shortly.
   void schedule_flush_locked();
   void flush_locked();
   void flusher();
   [[noreturn]] void lost(const std::string& what);
 
-  int fd_ = -1;
+  std::unique_ptr<proto::Channel> ch_;
   int pid_ = 0;  // the process that connected
   std::string address_, server_torch_, server_device_;
   int device_count_ = 1;
-  std::mutex mu_;        // queue_, writes to the socket
-  std::mutex call_mu_;   // one request waiting for its reply at a time
+  std::mutex mu_;        // sends on the channel, the storage changes waiting, the flusher's state
+  std::mutex call_mu_;   // one request waiting for its reply at a time (the channel's one reader)
   std::condition_variable cv_;
-  std::vector<uint8_t> queue_;
   bool flush_pending_ = false;
   bool broken_ = false;
   std::string broken_why_;

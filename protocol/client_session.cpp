@@ -1,0 +1,79 @@
+// Implementation of protocol/client_session.h.
+#include "protocol/client_session.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "common/env.h"
+#include "common/log.h"
+
+namespace rgpu::proto {
+
+std::string client_identity(const std::string& suffix) {
+  char host[256] = "unknown";
+  gethostname(host, sizeof host - 1);
+  const std::string& user = env::get().user;
+  std::string prog = "?";
+  if (FILE* f = fopen("/proc/self/comm", "r")) {
+    char buf[64] = {0};
+    if (fgets(buf, sizeof buf, f)) prog = std::string(buf, strcspn(buf, "\n"));
+    fclose(f);
+  }
+  std::string id = log::format("%s@%s pid=%d prog=%s", user.empty() ? "?" : user.c_str(), host,
+                               static_cast<int>(getpid()), prog.c_str());
+  return suffix.empty() ? id : id + " " + suffix;
+}
+
+bool open_client_session(const ClientSessionOptions& o, ClientSession* out, std::string* err) {
+  const std::string server = o.server_program + " at " + o.address.str();
+  DialOptions dialing;
+  dialing.total = o.connect_timeout;
+  dialing.peer = o.server_program;
+  dialing.fix = o.fix;
+  out->handshake = {};
+  // Each attempt: the handshake, then what the server sends behind it.
+  auto setup = [&](int fd, Clock::time_point deadline, std::string* why) {
+    auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count();
+    net::set_recv_timeout(fd, static_cast<int>(std::max<long long>(1, left)));
+    out->handshake = {};
+    if (!client_handshake(fd, o.token, o.identity, o.address.str(), &out->handshake, why,
+                          o.capabilities | kCapChannel))
+      return out->handshake.closed ? Attempt::kRetry : Attempt::kGiveUp;
+    if (!(out->handshake.capabilities & kCapChannel)) {
+      *why = server + " does not speak this client's channel (an older release); use the same rgpu release on both sides";
+      return Attempt::kGiveUp;
+    }
+    if (o.after_handshake) {
+      Attempt a = o.after_handshake(fd, out->handshake, why);
+      if (a != Attempt::kDone) return a;
+    }
+    net::set_recv_timeout(fd, 0);  // replies to a long synchronize may take as long as the kernel
+    return Attempt::kDone;
+  };
+  int fd = dial(o.address, dialing, setup, err);
+  if (fd < 0) return false;
+  set_liveness(fd);
+  ChannelOptions channel = o.channel;
+  channel.peer = server;
+  out->channel = std::make_unique<Channel>(Side::kClient, out->handshake.session, o.token, channel);
+  // A broken connection: dial again (the session's own resume runs on what this returns).
+  out->channel->set_redial([addr = o.address, dialing](Clock::time_point deadline, std::string* why) -> std::unique_ptr<Transport> {
+    DialOptions d = dialing;
+    d.total = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    int nfd = proto::dial(addr, d, nullptr, why);
+    if (nfd < 0) return nullptr;
+    set_liveness(nfd);
+    return socket_transport(nfd);
+  });
+  if (!out->channel->start(socket_transport(fd))) {
+    *err = server + " closed the connection right after the handshake; see its log";
+    out->channel.reset();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace rgpu::proto

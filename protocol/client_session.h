@@ -1,0 +1,53 @@
+// Opening a client's session on a server: dial with backoff, the handshake, what the server
+// sends right behind Welcome, then the reliable channel (protocol/channel.h) with its redial, so
+// that a broken connection is resumed instead of lost. What every client endpoint shares: the
+// CUDA shim's and the NVML shim's connection to rgpu-server (client/connection.cpp) and the
+// PyTorch device's connection to rgpu-opserver (python/rgpu/csrc/runtime/connection.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/net.h"
+#include "protocol/channel.h"
+#include "protocol/handshake.h"
+#include "protocol/transport.h"
+
+namespace rgpu::proto {
+
+// "user@host pid=N prog=NAME" (plus " " and suffix when given): how a client names itself in the
+// handshake, and so in the server's log and session list.
+std::string client_identity(const std::string& suffix = "");
+
+struct ClientSessionOptions {
+  net::Address address;
+  std::string token;     // RGPU_TOKEN ("" for none)
+  std::string identity;  // client_identity()
+  // The server's program, in messages ("rgpu-server", "rgpu-opserver").
+  std::string server_program = "rgpu-server";
+  // What the client asks for in the handshake; kCapChannel is always added (and required).
+  uint64_t capabilities = kOurCapabilities;
+  // The whole first connect, every attempt and the handshake included (RGPU_CONNECT_TIMEOUT).
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(60);
+  // Said after the cause when connecting fails: what the user can do.
+  std::string fix;
+  // Optional: runs on the socket right after a successful handshake, to read what the server
+  // sends behind Welcome (the driver path's pushed snapshot). kRetry: that server went away
+  // mid-way, try again; kGiveUp: stop, with *why.
+  std::function<Attempt(int fd, const ClientHandshakeResult& hs, std::string* why)> after_handshake;
+  ChannelOptions channel = ChannelOptions::from_env();
+};
+
+struct ClientSession {
+  std::unique_ptr<Channel> channel;
+  ClientHandshakeResult handshake;
+};
+
+// Connects, shakes hands and starts the channel (which redials options.address by itself when
+// the connection breaks). False with *err a sentence for the user naming the server, the cause
+// and options.fix.
+bool open_client_session(const ClientSessionOptions& options, ClientSession* out, std::string* err);
+
+}  // namespace rgpu::proto
