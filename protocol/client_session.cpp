@@ -33,6 +33,7 @@ bool open_client_session(const ClientSessionOptions& o, ClientSession* out, std:
   dialing.total = o.connect_timeout;
   dialing.peer = o.server_program;
   dialing.fix = o.fix;
+  dialing.log_attempts = !o.quiet;
   out->handshake = {};
   // Each attempt: the handshake, then what the server sends behind it.
   auto setup = [&](int fd, Clock::time_point deadline, std::string* why) {

@@ -33,6 +33,8 @@ struct ClientSessionOptions {
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(60);
   // Said after the cause when connecting fails: what the user can do.
   std::string fix;
+  // No info line per failed attempt (a probe: is_available()).
+  bool quiet = false;
   // Optional: runs on the socket right after a successful handshake, to read what the server
   // sends behind Welcome (the driver path's pushed snapshot). kRetry: that server went away
   // mid-way, try again; kGiveUp: stop, with *why.

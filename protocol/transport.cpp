@@ -219,8 +219,9 @@ int dial(const net::Address& addr, const DialOptions& options, const DialSetup& 
       return -1;
     }
     wait = std::min(wait, left);
-    log::info("cannot reach %s at %s (attempt %d): %s; trying again in %.2f s (%.0f s left)", options.peer.c_str(),
-              addr.str().c_str(), attempt, cause.c_str(), wait.count() / 1000.0, left.count() / 1000.0);
+    if (options.log_attempts)
+      log::info("cannot reach %s at %s (attempt %d): %s; trying again in %.2f s (%.0f s left)", options.peer.c_str(),
+                addr.str().c_str(), attempt, cause.c_str(), wait.count() / 1000.0, left.count() / 1000.0);
     std::this_thread::sleep_for(wait);
   }
 }

@@ -91,6 +91,8 @@ struct DialOptions {
   std::string peer = "rgpu-server";
   // Said after the cause in the final error: what the user can do.
   std::string fix = "is it running there, and does RGPU_SERVER name it? (RGPU_CONNECT_TIMEOUT sets how long to try)";
+  // An info line per failed attempt; off for a probe whose failure is an answer (is_available).
+  bool log_attempts = true;
 };
 
 // Runs on each connected socket (the handshake, or a resume): kDone keeps the socket, kRetry

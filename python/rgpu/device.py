@@ -343,14 +343,18 @@ def stats():
     'meta_misses_by_op' splits 'meta_misses' by operator; 'shape_rules' counts calls whose output
     metadata a shape rule gave (csrc/aten/shape_rules.h) with no meta run, 'shape_rules_checked'
     those also run on the meta device to check the rule, 'shape_rule_mismatches' those where the
-    two disagreed (the meta device's answer was used)."""
-    waits, posts, sent, hits, misses, uncacheable, rules, checked, mismatches = torch.ops.rgpu.stats()
+    two disagreed (the meta device's answer was used); 'resumes' counts the broken connections to
+    the opserver this session came back from, 'duplicates_dropped' the frames that came twice
+    across them (the channel drops them: every call runs once)."""
+    (waits, posts, sent, hits, misses, uncacheable, rules, checked, mismatches, resumes,
+     duplicates) = torch.ops.rgpu.stats()
     why, count = torch.ops.rgpu.waits_by_reason()
     ops, missed = torch.ops.rgpu.meta_misses_by_op()
     return {"waits": waits, "posts": posts, "bytes_sent": sent, "meta_hits": hits, "meta_misses": misses,
             "meta_uncacheable": uncacheable, "waits_by_reason": dict(zip(why, count)),
             "meta_misses_by_op": dict(zip(ops, missed)), "shape_rules": rules,
-            "shape_rules_checked": checked, "shape_rule_mismatches": mismatches}
+            "shape_rules_checked": checked, "shape_rule_mismatches": mismatches, "resumes": resumes,
+            "duplicates_dropped": duplicates}
 
 
 def get_amp_supported_dtype():

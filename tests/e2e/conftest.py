@@ -4,6 +4,7 @@ import itertools
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("RGPU_BUILD_DIR", ROOT / "build"))
 IMAGE = os.environ.get("RGPU_TEST_IMAGE", str(BUILD / "tests/kernels/test_kernels.fatbin"))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/fault_proxy.py, shared with tests/python
 # Answers kept across runs (client/answer_store.h) would change what later tests count; the tests
 # that are about them name a file of their own.
 os.environ.setdefault("RGPU_ANSWER_CACHE", "none")

@@ -13,24 +13,15 @@ import time
 
 import pytest
 
-from conftest import BUILD, IMAGE, Server, free_port, run_client, wait_for_port
+from conftest import BUILD, IMAGE, Server, free_port, run_client
+from fault_proxy import FaultProxy
 
 PROGRAM = str(BUILD / "bin/reconnect_test")
 PROXY = str(BUILD / "bin/rgpu-faultproxy")
 
 
-class Proxy:
-    def __init__(self, target, *args):
-        self.port = free_port()
-        self.addr = f"127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([PROXY, "--listen", self.addr, "--target", target, *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_for_port(self.port)
-        # The check above was a connection of its own: faulty ones are counted from the next.
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(5)
+def Proxy(target, *args):
+    return FaultProxy(PROXY, target, *args)
 
 
 @pytest.fixture
@@ -144,7 +135,7 @@ def test_a_restarted_server_hands_the_reconnecting_client_its_session(runtime_di
             second.log.close()
             second = None
         assert second, "a second rgpu-server could not listen on the port"
-        proxy.proc.send_signal(signal.SIGUSR1)
+        proxy.strike()
         go.touch()
         out, err = client.communicate(timeout=120)
         assert client.returncode == 0, out + err

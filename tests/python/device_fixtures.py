@@ -8,6 +8,7 @@ Importing this module skips the importing test module when torch is missing or r
 not built. The build directory is $RGPU_BUILD_DIR (default build/); it must hold
 bin/rgpu-opserver and lib/librgpu_torch.so."""
 import atexit
+import itertools
 import os
 import socket
 import subprocess
@@ -34,6 +35,7 @@ if not OPSERVER.exists():
 # Run from the source tree: the package in python/, the backend from this build.
 os.environ["RGPU_BUILD_DIR"] = str(BUILD)
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/fault_proxy.py, shared with tests/e2e
 
 
 def free_port():
@@ -42,13 +44,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+_server_numbers = itertools.count()
+
+
 class OpServer:
     """One rgpu-opserver process on a free port; stop() ends it (also at exit)."""
 
-    def __init__(self, token=None, extra_args=()):
-        self.port = free_port()
+    def __init__(self, token=None, extra_args=(), port=None):
+        self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
-        self.log_path = BUILD / f"rgpu-opserver-{self.port}.log"
+        # One log per server started, even on a port used before (a restarted server must not
+        # truncate the log its predecessor's sessions still write to).
+        self.log_path = BUILD / f"rgpu-opserver-{self.port}-{next(_server_numbers)}.log"
         # RGPU_TEST_OPSERVER_DEVICE=cuda runs the same tests against the GPU (tests/gpu/run.sh).
         args = [str(OPSERVER), "--device", SERVER_DEVICE, "--listen", self.addr, *extra_args]
         env = dict(os.environ)
@@ -87,12 +94,18 @@ class OpServer:
 
 
 
-def run_python(code, env_extra=None, timeout=120):
-    """Runs code in a fresh Python with rgpu importable; returns the CompletedProcess."""
+def python_env(env_extra=None):
+    """The environment of a fresh Python with rgpu importable (run_python's)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+    return env
+
+
+def run_python(code, env_extra=None, timeout=120):
+    """Runs code in a fresh Python with rgpu importable; returns the CompletedProcess."""
+    return subprocess.run([sys.executable, "-c", code], env=python_env(env_extra), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 _shared = []

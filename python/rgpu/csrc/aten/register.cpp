@@ -43,15 +43,18 @@ int64_t exchange_device_op(int64_t index) {
 }
 
 // [calls that waited for the server, one-way calls, bytes sent] since connect, then [meta cache
-// hits, misses, uncacheable calls] since start: what tests and benchmarks count round trips
+// hits, misses, uncacheable calls] and [shape rules used, checked, mismatched] since start, then
+// the channel's [resumes, duplicate frames dropped]: what tests and benchmarks count round trips
 // with (python/rgpu/device.py names them).
 std::vector<int64_t> stats() {
   Connection* c = Connection::existing();
   MetaCacheStats m = meta_cache_stats();
   auto i = [](uint64_t v) { return static_cast<int64_t>(v); };
   ShapeRuleStats r = shape_rule_stats();
+  rgpu::proto::ChannelStats ch = c ? c->channel_stats() : rgpu::proto::ChannelStats{};
   return {c ? i(c->waits()) : 0, c ? i(c->posts()) : 0, c ? i(c->bytes_sent()) : 0,
-          i(m.hits), i(m.misses), i(m.uncacheable), i(r.used), i(r.checked), i(r.mismatches)};
+          i(m.hits), i(m.misses), i(m.uncacheable), i(r.used), i(r.checked), i(r.mismatches),
+          i(ch.resumes), i(ch.duplicates_dropped)};
 }
 
 // The meta cache's misses by operator, as parallel lists.

@@ -121,6 +121,7 @@ void Connection::connect(bool patient) {
   o.identity = proto::client_identity("torch");
   o.server_program = "rgpu-opserver";
   o.connect_timeout = patient ? std::chrono::milliseconds(std::chrono::seconds(s.connect_timeout_s)) : kProbeTime;
+  o.quiet = !patient;
   o.fix = "is it running? start it with rgpu-opserver --device cpu|cuda (and point RGPU_OPSERVER at it; "
           "RGPU_CONNECT_TIMEOUT sets how long to keep trying)";
   o.after_handshake = [](int fd, const proto::ClientHandshakeResult&, std::string*) {
