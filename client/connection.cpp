@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/wire.h"
+#include "protocol/drain.h"
 #include "protocol/frame.h"
 #include "protocol/transport.h"
 #include "protocol/wire/control.h"
@@ -372,6 +373,7 @@ bool Connection::read_one(std::chrono::milliseconds timeout, bool* idle) {
     }
     return true;
   }
+  if (h.op == proto::kOpNotice && !(h.flags & proto::kReply)) return take_notice(h.length);
   ReplySlot* slot = nullptr;
   {
     std::lock_guard<std::mutex> lock(recv_mu_);
@@ -399,6 +401,39 @@ bool Connection::read_one(std::chrono::milliseconds timeout, bool* idle) {
   pending_.erase(h.request_id);
   slot->done = true;
   return true;
+}
+
+// A word from the server (kOpNotice, protocol/drain.h), not a reply to anything: logged at once.
+// It is read like any frame, by whichever thread reads: while a thread waits for a reply, or, when
+// the program was making no calls as it came, at the next read (its next waiting call).
+bool Connection::take_notice(uint32_t length) {
+  std::vector<uint8_t> payload(length);
+  if (!read_payload(payload.data(), payload.size())) {
+    mark_broken("the connection broke in the middle of a notice from the server");
+    return false;
+  }
+  proto::Notice notice;
+  Reader r(payload.data(), payload.size());
+  if (!proto::decode(r, &notice)) {
+    mark_broken(log::format("the server sent a malformed notice (%u bytes)", length));
+    return false;
+  }
+  if (notice.kind == proto::kNoticeDraining) {
+    log::warn("%s", notice.text.c_str());  // "rgpu-server at X is shutting down; 60 s to finish"
+    // Past the drain time the session is gone: a connection that breaks then (the server closed
+    // it before this process read the kNoticeEnded behind it) is not redialled. A few seconds of
+    // slack for the clocks' start.
+    ch_->resume_until(proto::Clock::now() + std::chrono::seconds(notice.seconds) + std::chrono::seconds(5),
+                      log::format("the server was stopped, and its drain time of %u s ran out; restart the "
+                                  "program once the server is back",
+                                  notice.seconds));
+    return true;
+  }
+  // kNoticeEnded: the server has ended the session and closes the connection; its text is the
+  // reason this process's calls fail from now on. Nothing to redial.
+  if (!broken_.exchange(true)) log::error("%s", notice.text.c_str());
+  ch_->close(notice.text);
+  return false;
 }
 
 }  // namespace rgpu::client

@@ -132,6 +132,8 @@ class Connection {
   // nothing arrived within it.
   bool read_one(std::chrono::milliseconds timeout = proto::kForever, bool* idle = nullptr);
   bool read_payload(void* dst, size_t n);
+  // A kOpNotice frame of `length` bytes, its header read: logs it; false when it ends the session.
+  bool take_notice(uint32_t length);
   void idle_flusher();
   // Completes every pending slot as failed (the connection broke). recv_mu_ held.
   void fail_pending_locked();

@@ -34,6 +34,7 @@
 #include "common/wire.h"
 #include "gen/ops.gen.h"
 #include "protocol/channel.h"
+#include "protocol/drain.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "protocol/op_classes.h"
@@ -467,6 +468,9 @@ class Session : public ClientCallbacks {
       log::warn("the connection from %s closed right after the handshake", opt_.peer.c_str());
       return false;
     }
+    // A stopping server's drain (protocol/drain.h) tells the client through the channel, and at
+    // its deadline closes it: the loop in run() then ends the session with that reason.
+    proto::drain_attach(ch_.get());
     std::string err;
     if (opt_.door_dir.empty()) return true;
     if (!door_.open(opt_.door_dir, opt_.session,
