@@ -281,6 +281,9 @@ class Listener {
   void stop_accepting() {
     stopping_ = true;
     close(lfd_);
+    // A spare that has just taken a connection is a session: it drains, it is not killed.
+    pollfd ready{notify_, POLLIN, 0};
+    while (poll(&ready, 1, 0) > 0 && (ready.revents & POLLIN)) read_messages();
     {
       std::lock_guard<std::mutex> lock(g_quiet_mu);
       for (pid_t pid : spares_) g_quiet.insert(pid);

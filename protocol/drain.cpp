@@ -2,6 +2,7 @@
 #include "protocol/drain.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -101,13 +102,15 @@ void watch() {
     }
     if (sig < 0) continue;  // EAGAIN: the deadline (checked above); EINTR
     long long value;
-    if (info.si_code == SI_QUEUE) {
+    const bool queued = info.si_code == SI_QUEUE;
+    const char* what = queued ? "the listener's request" : sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (queued) {
       value = info.si_value.sival_int;  // the listener's request (request_drain)
     } else {
       value = ++plain >= 2 ? kEndNow : static_cast<long long>(s.settings.timeout.count());
     }
     if (value < 0) {
-      log::info("asked to end at once (%s); ending the session", strsignal(sig));
+      log::info("asked to end at once (%s); ending the session", what);
       draining = true;
       end_now = true;
       s.draining.store(true);
@@ -129,7 +132,7 @@ void watch() {
     std::lock_guard<std::mutex> lock(s.mu);
     s.deadline = d;
     s.draining.store(true);
-    log::info("draining (%s): the client has %lld s to finish%s", strsignal(sig), value,
+    log::info("draining (%s): the client has %lld s to finish%s", what, value,
               s.channel ? "; told it so" : "");
     if (s.channel)
       send_notice(s.channel, kNoticeDraining, static_cast<uint32_t>(value),
@@ -174,6 +177,12 @@ void block_stop_signals() {
 void start_drain_watch(const DrainSettings& settings) {
   block_stop_signals();
   signal(SIGHUP, SIG_IGN);
+  // A process the session starts (a compiler, a helper) gets the usual signals back.
+  pthread_atfork(nullptr, nullptr, [] {
+    signal(SIGHUP, SIG_DFL);
+    sigset_t set = stop_signals();
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  });
   state().settings = settings;
   std::thread(watch).detach();
 }

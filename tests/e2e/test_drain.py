@@ -161,3 +161,37 @@ def test_help_describes_stopping():
     assert r.returncode == 0
     for words in ("SIGTERM", "SIGHUP", "--drain-timeout"):
         assert words in r.stdout, r.stdout
+
+
+OPSERVER = BUILD / "bin/rgpu-opserver"
+
+
+@pytest.mark.skipif(not OPSERVER.exists(), reason="rgpu-opserver is not built (it needs torch)")
+def test_rgpu_opserver_drains_too_and_ends_a_session_at_the_drain_timeout():
+    import rgpu_wire as wire
+    from conftest import wait_for_port
+    port = free_port()
+    log_path = BUILD / f"rgpu-opserver-{port}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([str(OPSERVER), "--device", "cpu", "--compile", "none", "--listen",
+                                 f"127.0.0.1:{port}", "--drain-timeout", "1"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        assert wait_for_port(port), log_path.read_text()
+        conn = wire.Conn(f"127.0.0.1:{port}")  # a session that stays, saying nothing
+        deadline = time.time() + 10
+        while "started" not in log_path.read_text() and time.time() < deadline:
+            time.sleep(0.05)
+        start = time.time()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, log_path.read_text()
+        took = time.time() - start
+        assert 0.8 < took < 8, (took, log_path.read_text())
+        text = log_path.read_text()
+        assert "draining 1 session for up to 1 s (--drain-timeout)" in text, text
+        assert "its drain time of 1 s ran out" in text, text
+        assert wire.peer_closed(conn.sock)
+        assert refused(port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
