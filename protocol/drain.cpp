@@ -11,9 +11,11 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -48,6 +50,7 @@ constexpr auto kEndGrace = std::chrono::seconds(3);
 
 struct State {
   std::mutex mu;
+  std::mutex use_mu;  // held while a notice is sent on `channel` (the sender thread)
   Channel* channel = nullptr;
   DrainSettings settings;
   std::atomic<bool> draining{false};
@@ -67,16 +70,46 @@ sigset_t stop_signals() {
   return set;
 }
 
-// Sends a notice on a thread of its own, then (at the end) closes the channel: a send may wait
-// for the client's acknowledgements, and the drain's clock must not wait with it.
+// Sends notices on a thread of its own, in order, closing the channel after one that ends the
+// session: a send may wait for the client's acknowledgements, and the drain's clock must not wait
+// with it.
+struct Outgoing {
+  Channel* channel;
+  Notice notice;
+  std::string close_why;  // non-empty: close the channel with it once the notice is sent
+};
 void send_notice(Channel* ch, uint8_t kind, uint32_t seconds, std::string text, std::string close_why) {
-  std::thread([ch, kind, seconds, text = std::move(text), close_why = std::move(close_why)] {
-    std::vector<uint8_t> payload;
-    Writer w(&payload);
-    encode(Notice{kind, seconds, text}, &w);
-    iovec part{payload.data(), payload.size()};
-    ch->send(kOpNotice, 0, 0, 0, &part, 1, true);
-    if (!close_why.empty()) ch->close(close_why);
+  static std::mutex& mu = *new std::mutex;
+  static std::condition_variable& cv = *new std::condition_variable;
+  static std::deque<Outgoing>& queue = *new std::deque<Outgoing>;
+  static bool started = false;
+  std::lock_guard<std::mutex> lock(mu);
+  queue.push_back({ch, Notice{kind, seconds, std::move(text)}, std::move(close_why)});
+  cv.notify_one();
+  if (started) return;
+  started = true;
+  std::thread([] {
+    for (;;) {
+      Outgoing out;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [] { return !queue.empty(); });
+        out = std::move(queue.front());
+        queue.pop_front();
+      }
+      // Only to the channel still attached: drain_attach(nullptr) waits for a send in flight.
+      std::lock_guard<std::mutex> use(state().use_mu);
+      {
+        std::lock_guard<std::mutex> lock(state().mu);
+        if (state().channel != out.channel) continue;
+      }
+      std::vector<uint8_t> payload;
+      Writer w(&payload);
+      encode(out.notice, &w);
+      iovec part{payload.data(), payload.size()};
+      out.channel->send(kOpNotice, 0, 0, 0, &part, 1, true);
+      if (!out.close_why.empty()) out.channel->close(out.close_why);
+    }
   }).detach();
 }
 
@@ -189,10 +222,18 @@ void start_drain_watch(const DrainSettings& settings) {
 
 void drain_attach(Channel* channel) {
   State& s = state();
+  if (!channel) {
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.channel = nullptr;
+    }
+    std::lock_guard<std::mutex> use(s.use_mu);  // a notice being sent on the old one is done
+    return;
+  }
   std::lock_guard<std::mutex> lock(s.mu);
   s.channel = channel;
   // Asked to drain before the session had its channel (during the handshake): tell the client now.
-  if (channel && s.draining.load() && !s.ended) {
+  if (s.draining.load() && !s.ended) {
     const long long left =
         std::max<long long>(0, std::chrono::ceil<std::chrono::seconds>(s.deadline - Clock::now()).count());
     send_notice(channel, kNoticeDraining, static_cast<uint32_t>(left),

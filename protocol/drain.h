@@ -63,7 +63,8 @@ void block_stop_signals();
 void start_drain_watch(const DrainSettings& settings);
 // The session's channel: drain notices go through it, and at the deadline it is closed with the
 // reason (the session's reading loop then sees kLost, why() saying it). nullptr detaches (before
-// the channel is destroyed). A session calls this right after Channel::start.
+// the channel is destroyed; it waits for a notice being sent on it). A session calls this right
+// after Channel::start.
 void drain_attach(Channel* channel);
 // True once this session process was asked to drain.
 bool draining();
