@@ -195,3 +195,53 @@ def test_rgpu_opserver_drains_too_and_ends_a_session_at_the_drain_timeout():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+ONE_WAY_AFTER_PAUSE = """
+import time
+d = ctypes.c_uint64()
+ok(cu.cuMemAlloc_v2(ctypes.byref(d), 1 << 20), "alloc")
+stream = ctypes.c_void_p()
+ok(cu.cuStreamCreate(ctypes.byref(stream), 0), "stream")
+print("paused", flush=True)
+for _ in range(3000):
+    if os.path.exists(sys.argv[1]):
+        break
+    time.sleep(0.02)
+# One-way uploads first, each large enough to be written at once: the second write would meet
+# the closed connection's reset before anything is read.
+buf = ctypes.create_string_buffer(256 << 10)
+for i in range(8):
+    cu.cuMemcpyHtoDAsync_v2(d, buf, 256 << 10, stream)
+    time.sleep(0.01)
+print("sync", cu.cuStreamSynchronize(stream), flush=True)
+"""
+
+
+def test_a_client_idle_past_the_end_whose_next_calls_are_one_way_gets_the_reason(runtime_dir, tmp_path):
+    from conftest import SHIM_PREAMBLE
+    server = Server(extra_args=["--runtime-dir", runtime_dir, "--drain-timeout", "1"])
+    script = tmp_path / "one_way.py"
+    script.write_text(SHIM_PREAMBLE + ONE_WAY_AFTER_PAUSE)
+    go = tmp_path / "go"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(BUILD / "lib"), RGPU_SERVER=server.addr,
+               SHIM=str(BUILD / "lib/libcuda.so.1"))
+    client = subprocess.Popen(["python3", str(script), str(go)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "paused"
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(15) == 0, server.text()
+        assert "its drain time of 1 s ran out" in server.text(), server.text()
+        go.touch()
+        # Without a redial: the session's end is read before the calls go out (the server's
+        # grace, 600 s, would be the redial's bound).
+        out, err = client.communicate(timeout=30)
+        assert "is shutting down; 1 s to finish" in err, err
+        assert "its drain time of 1 s ran out" in err, err
+        assert "reconnecting" not in err, err
+        assert "sync 46" in out, out + err  # CUDA_ERROR_DEVICE_UNAVAILABLE
+    finally:
+        if client.poll() is None:
+            client.kill()
+        server.stop()
