@@ -137,7 +137,6 @@ class Connection {
   // Before a call goes out after kIdleCatchUp without one: reads what came meanwhile (a notice).
   void catch_up_after_idle();
   static constexpr auto kIdleCatchUp = std::chrono::seconds(1);
-  std::atomic<int64_t> last_call_ns_{0};  // steady clock, for catch_up_after_idle
   void idle_flusher();
   // Completes every pending slot as failed (the connection broke). recv_mu_ held.
   void fail_pending_locked();
@@ -185,6 +184,7 @@ class Connection {
   std::atomic<uint64_t> oneway_calls_{0};
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> write_us_{0};
+  std::atomic<int64_t> last_call_ns_{0};  // when the last call went out (steady clock), for catch_up_after_idle
   std::atomic<uint64_t> bytes_received_{0};
 };
 
