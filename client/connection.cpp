@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/wire.h"
+#include "protocol/drain.h"
 #include "protocol/frame.h"
 #include "protocol/client_session.h"
 #include "protocol/transport.h"
@@ -155,6 +156,7 @@ bool Connection::send_oneway(uint16_t op, uint32_t thread_id, const void* args, 
   oneway_calls_.fetch_add(1, std::memory_order_relaxed);
   bytes_sent_.fetch_add(sizeof(proto::FrameHeader) + args_len + extra_len, std::memory_order_relaxed);
   iovec parts[2] = {{const_cast<void*>(args), args_len}, {const_cast<void*>(extra), extra_len}};
+  catch_up_after_idle();
   std::unique_lock<std::mutex> lock(send_mu_);
   if (broken_) return false;
   const bool now = extra_len >= kDirectSendBytes;  // bulk data: out at once, behind what is queued
@@ -194,6 +196,7 @@ uint32_t Connection::submit(uint16_t op, uint32_t thread_id, const void* args, s
                             size_t extra_len, ReplySlot* slot) {
   round_trips_.fetch_add(1, std::memory_order_relaxed);
   iovec parts[2] = {{const_cast<void*>(args), args_len}, {const_cast<void*>(extra), extra_len}};
+  catch_up_after_idle();
   std::lock_guard<std::mutex> lock(send_mu_);
   if (broken_) return 0;
   uint32_t id = next_request_++;
@@ -332,6 +335,7 @@ bool Connection::read_one(std::chrono::milliseconds timeout, bool* idle) {
     }
     return true;
   }
+  if (h.op == proto::kOpNotice && !(h.flags & proto::kReply)) return take_notice(h.length);
   ReplySlot* slot = nullptr;
   {
     std::lock_guard<std::mutex> lock(recv_mu_);
@@ -359,6 +363,53 @@ bool Connection::read_one(std::chrono::milliseconds timeout, bool* idle) {
   pending_.erase(h.request_id);
   slot->done = true;
   return true;
+}
+
+// A word from the server (kOpNotice, protocol/drain.h), not a reply to anything: logged at once.
+// It is read like any frame, by whichever thread reads: while a thread waits for a reply, or, when
+// the program was making no calls as it came, before its next call (catch_up_after_idle).
+bool Connection::take_notice(uint32_t length) {
+  std::vector<uint8_t> payload(length);
+  if (!read_payload(payload.data(), payload.size())) {
+    mark_broken("the connection broke in the middle of a notice from the server");
+    return false;
+  }
+  std::string why;
+  switch (proto::take_notice(*ch_, payload.data(), payload.size(), &why)) {
+    case proto::NoticeAction::kDraining:
+      return true;
+    case proto::NoticeAction::kEnded:
+      broken_.store(true);
+      return false;
+    case proto::NoticeAction::kMalformed:
+      break;
+  }
+  mark_broken(why);
+  return false;
+}
+
+// A program that made no call for a while was reading nothing, so a notice that came meanwhile
+// (a draining server's) waits unread; and if the server has since ended the session and closed the
+// connection, the call's own write could break the connection before anything is read, losing the
+// notice with the reason, and the channel would redial a server that is gone. So the first call
+// after kIdleCatchUp without one reads what has arrived (without waiting) before it goes out. Cost:
+// a clock read per call, and one read of the socket after each idle second.
+void Connection::catch_up_after_idle() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t last = last_call_ns_.exchange(now, std::memory_order_relaxed);
+  if (last == 0 || now - last < std::chrono::nanoseconds(kIdleCatchUp).count()) return;
+  std::unique_lock<std::mutex> lock(recv_mu_);
+  if (reading_ || broken_) return;  // a reader is there already: it reads the notice
+  reading_ = true;
+  lock.unlock();
+  bool ok = true, idle = false;
+  for (int frames = 0; ok && !idle && frames < 64; ++frames) ok = read_one(std::chrono::milliseconds(0), &idle);
+  lock.lock();
+  reading_ = false;
+  if (!ok) fail_pending_locked();
+  recv_cv_.notify_all();
+  if (awaited_) cb_cv_.notify_one();
 }
 
 }  // namespace rgpu::client

@@ -132,6 +132,11 @@ class Connection {
   // nothing arrived within it.
   bool read_one(std::chrono::milliseconds timeout = proto::kForever, bool* idle = nullptr);
   bool read_payload(void* dst, size_t n);
+  // A kOpNotice frame of `length` bytes, its header read: logs it; false when it ends the session.
+  bool take_notice(uint32_t length);
+  // Before a call goes out after kIdleCatchUp without one: reads what came meanwhile (a notice).
+  void catch_up_after_idle();
+  static constexpr auto kIdleCatchUp = std::chrono::seconds(1);
   void idle_flusher();
   // Completes every pending slot as failed (the connection broke). recv_mu_ held.
   void fail_pending_locked();
@@ -179,6 +184,7 @@ class Connection {
   std::atomic<uint64_t> oneway_calls_{0};
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> write_us_{0};
+  std::atomic<int64_t> last_call_ns_{0};  // when the last call went out (steady clock), for catch_up_after_idle
   std::atomic<uint64_t> bytes_received_{0};
 };
 

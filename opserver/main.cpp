@@ -58,7 +58,10 @@ void install_reusing_cpu_allocator();  // cpu_allocator.cpp
 int main(int argc, char** argv) {
   CLI::App app{
       "rgpu-opserver: runs the ATen operators of rgpu PyTorch clients (device=\"rgpu\") on this machine.\n"
-      "Clients set RGPU_OPSERVER=host:port and `import rgpu`.",
+      "Clients set RGPU_OPSERVER=host:port and `import rgpu`.\n"
+      "Stopping: SIGTERM or SIGINT (Ctrl-C) drains: new connections are refused, the sessions get --drain-timeout\n"
+      "seconds to finish, sessions still running then are ended, and the server exits 0; a second SIGTERM or\n"
+      "SIGINT ends them at once. SIGHUP: the server exits at once and leaves its sessions running.",
       "rgpu-opserver"};
   std::string listen = "127.0.0.1:9720";
   std::string device = "cuda";
@@ -69,6 +72,7 @@ int main(int argc, char** argv) {
   double max_storage_gb = 1024;
   int devices = 0;
   bool no_cpu_reuse = false;
+  unsigned drain_timeout = 60;
   std::string compile = rgpu::opserver::inductor_built() ? "inductor" : "none";
   unsigned session_grace = 600;
   std::string runtime_dir;
@@ -95,6 +99,10 @@ int main(int argc, char** argv) {
   app.add_option("--runtime-dir", runtime_dir,
                  "directory of the live sessions' sockets, through which a client reconnects to its session, also "
                  "after this server restarts (default $XDG_RUNTIME_DIR/rgpu, else /run/rgpu, else /tmp/rgpu-UID)");
+  app.add_option("--drain-timeout", drain_timeout,
+                 "seconds the sessions get to finish after SIGTERM or SIGINT (default 60); a session still running "
+                 "after it is ended")
+      ->check(CLI::Range(0, 24 * 3600));
   app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   app.add_option("--pretend-torch-version", pretend_version, "report this torch version in the hello (tests of the version check)")
       ->group("");
@@ -171,6 +179,7 @@ int main(int argc, char** argv) {
   rgpu::proto::AcceptLoop loop;
   loop.name = "rgpu-opserver";
   loop.token = token;
+  loop.drain.timeout = std::chrono::seconds(drain_timeout);
   loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapChannel;
   loop.session_dir = door_dir;
   loop.session = [&opt, &token, &door_dir, session_grace](int fd, const std::string&,

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "opserver/session.h"
 #include "protocol/channel.h"
+#include "protocol/drain.h"
 #include "protocol/messages.h"
 
 namespace rgpu::opserver {
@@ -21,6 +22,10 @@ int serve(int fd, const SessionOptions& opt, const proto::ServerChannelSetup& se
   proto::SessionDoor door;
   std::unique_ptr<proto::Channel> ch = proto::start_server_channel(fd, setup, &door);
   if (!ch) return 1;
+  // Detached from the drain before the channel goes (declared after it: destroyed first).
+  struct DrainDetach {
+    ~DrainDetach() { proto::drain_attach(nullptr); }
+  } detach;
   proto::FrameHeader h{};
   Bytes payload;
   std::vector<Bytes> replies;

@@ -2,6 +2,8 @@
 #include "protocol/accept_loop.h"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -21,6 +24,7 @@
 #include "common/net.h"
 #include "common/wire.h"
 #include "protocol/channel.h"
+#include "protocol/drain.h"
 #include "protocol/session_dir.h"
 
 namespace rgpu::proto {
@@ -104,10 +108,23 @@ int route_resume(int fd, const std::string& peer, const std::vector<uint8_t>& pa
   return 1;
 }
 
+// This end's address of a connection, "HOST:PORT" (the address the client dialled).
+std::string local_name(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+      getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, serv, sizeof serv,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "this address";
+  return std::string(host) + ":" + serv;
+}
+
 // A spare's life: prepare, accept one connection, say so, then serve it as its session.
 [[noreturn]] void run_spare(int lfd, int notify_fd, pid_t parent, const AcceptLoop& loop) {
-  // Until it has a client, a spare ends with the parent (it would hold the port otherwise).
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // Until it has a client, a spare ends with the parent (it would hold the port otherwise). SIGKILL:
+  // SIGTERM and SIGINT are blocked in every process the parent forks (protocol/drain.h).
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(0);  // the parent ended before the line above
 
   log::set_prefix(log::format("%s[%d]", loop.name.c_str(), static_cast<int>(getpid())));
@@ -121,6 +138,11 @@ int route_resume(int fd, const std::string& peer, const std::vector<uint8_t>& pa
     sleep(1);
   }
   prctl(PR_SET_PDEATHSIG, 0);  // a session outlives a restart of the listening parent
+  // From now on SIGTERM and SIGINT ask this session to drain; its notices name the server by the
+  // address its client reached.
+  DrainSettings drain = loop.drain;
+  if (drain.server.empty()) drain.server = loop.name + " at " + local_name(fd);
+  start_drain_watch(drain);
   tell(notify_fd, static_cast<int32_t>(getpid()));
   close(notify_fd);
   close(lfd);
@@ -144,12 +166,235 @@ int route_resume(int fd, const std::string& peer, const std::vector<uint8_t>& pa
 
 }  // namespace
 
+namespace {
+
+// The listener's stop signals reach its main loop through this pipe, a signal number a byte.
+int g_signal_read = -1, g_signal_write = -1;
+pid_t g_listener = 0;
+void on_stop_signal(int sig) {
+  // A process forked a moment ago still has this handler until it resets it: not ours to take.
+  if (getpid() != g_listener) return;
+  const int saved = errno;
+  const uint8_t b = static_cast<uint8_t>(sig);
+  (void)!write(g_signal_write, &b, 1);
+  errno = saved;
+}
+
+// Processes this listener killed on purpose (spares at a stop, sessions past the drain): the
+// reaper does not report their deaths as failures.
+std::mutex& g_quiet_mu = *new std::mutex;
+std::set<pid_t>& g_quiet = *new std::set<pid_t>;
+
+// How long past the drain time a session may take to end by itself before it is killed.
+constexpr auto kLastResort = std::chrono::seconds(5);
+
+const char* plural(size_t n) { return n == 1 ? "" : "s"; }
+
+// The listening parent's state: its spare, the sessions its spares became, the pipes.
+class Listener {
+ public:
+  Listener(int lfd, const AcceptLoop& loop, int notify_read) : lfd_(lfd), loop_(loop), notify_(notify_read) {}
+
+  [[noreturn]] void run(int notify_write) {
+    const pid_t parent = getpid();
+    auto started = std::chrono::steady_clock::now();
+    for (;;) {
+      if (spares_.empty()) {
+        started = std::chrono::steady_clock::now();
+        // The stop signals are blocked across the fork: the child resets their handlers first.
+        sigset_t stop, old;
+        sigemptyset(&stop);
+        sigaddset(&stop, SIGTERM);
+        sigaddset(&stop, SIGINT);
+        sigaddset(&stop, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &stop, &old);
+        pid_t pid = fork();
+        if (pid == 0) {
+          signal(SIGTERM, SIG_DFL);
+          signal(SIGINT, SIG_DFL);
+          signal(SIGHUP, SIG_DFL);
+          block_stop_signals();  // SIGTERM and SIGINT stay blocked: start_drain_watch takes them
+          sigset_t hup;
+          sigemptyset(&hup);
+          sigaddset(&hup, SIGHUP);
+          pthread_sigmask(SIG_UNBLOCK, &hup, nullptr);
+          close(notify_);
+          close(g_signal_read);
+          close(g_signal_write);
+          run_spare(lfd_, notify_write, parent, loop_);
+        }
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        if (pid < 0) {
+          log::error("cannot start a session process: %s; trying again in a second", std::strerror(errno));
+          wait_events(std::chrono::seconds(1));
+          continue;
+        }
+        spares_.insert(pid);
+      }
+      wait_events(std::chrono::milliseconds(-1));
+      std::vector<pid_t> died;
+      died.swap(spare_died_);
+      for (pid_t pid : died) {
+        // The spare ended without a client (its start-up failed): start another, not in a tight loop.
+        log::warn("spare session process %d ended before any client came; starting another", static_cast<int>(pid));
+        if (std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) wait_events(std::chrono::seconds(1));
+      }
+    }
+  }
+
+ private:
+  // Waits up to `timeout` (negative: without end) for a message from the spares and the reaper or
+  // a signal, and handles what came. A stop signal does not return.
+  void wait_events(std::chrono::milliseconds timeout) {
+    pollfd p[2] = {{notify_, POLLIN, 0}, {g_signal_read, POLLIN, 0}};
+    if (poll(p, 2, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count())) <= 0) return;
+    if (p[0].revents & POLLIN) read_messages();
+    if (p[1].revents & POLLIN) {
+      uint8_t sig = 0;
+      while (read(g_signal_read, &sig, 1) == 1) on_signal(sig);
+    }
+  }
+
+  void read_messages() {
+    int32_t messages[64];
+    ssize_t n = read(notify_, messages, sizeof messages);
+    for (ssize_t i = 0; i + 4 <= n; i += 4) {
+      const int32_t m = messages[i / 4];
+      const pid_t pid = m > 0 ? m : -m;
+      if (m > 0) {  // a spare took a connection: it is a session now
+        if (spares_.erase(pid)) sessions_.insert(pid);
+        continue;
+      }
+      sessions_.erase(pid);
+      if (spares_.erase(pid) && !stopping_) spare_died_.push_back(pid);
+    }
+  }
+
+  void on_signal(int sig) {
+    if (sig == SIGHUP) hand_over();
+    if (!stopping_) drain();
+    // A second SIGTERM or SIGINT while draining (drain() reads the pipe itself).
+  }
+
+  // Stops accepting: closes the listening socket and ends the spare (waiting for it, at most 2 s,
+  // so that the port is free for the next server once this one has exited).
+  void stop_accepting() {
+    stopping_ = true;
+    close(lfd_);
+    // A spare that has just taken a connection is a session: it drains, it is not killed.
+    pollfd ready{notify_, POLLIN, 0};
+    while (poll(&ready, 1, 0) > 0 && (ready.revents & POLLIN)) read_messages();
+    {
+      std::lock_guard<std::mutex> lock(g_quiet_mu);
+      for (pid_t pid : spares_) g_quiet.insert(pid);
+    }
+    for (pid_t pid : spares_) kill(pid, SIGKILL);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!spares_.empty() && std::chrono::steady_clock::now() < until) {
+      pollfd p{notify_, POLLIN, 0};
+      if (poll(&p, 1, 50) > 0) read_messages();
+    }
+  }
+
+  // Every live session process of this port: this listener's own and the listed ones.
+  std::set<pid_t> live_sessions() {
+    std::set<pid_t> all;
+    for (pid_t pid : sessions_)
+      if (runs_this_program(pid)) all.insert(pid);
+    for (pid_t pid : listed_sessions(loop_.sessions_list)) all.insert(pid);
+    return all;
+  }
+
+  bool alive(pid_t pid) {
+    if (sessions_.count(pid)) return true;  // ours: alive until the reaper says otherwise
+    return runs_this_program(pid);          // another listener's: init reaps it when it ends
+  }
+
+  [[noreturn]] void hand_over() {
+    stop_accepting();
+    const size_t n = live_sessions().size();
+    log::info("SIGHUP: exiting now, leaving %zu live session%s running for the next server on this port: start it "
+              "(same port, same --runtime-dir) and their clients reconnect to them there",
+              n, plural(n));
+    _exit(0);
+  }
+
+  [[noreturn]] void drain() {
+    stop_accepting();
+    const long long drain_s = loop_.drain.timeout.count();
+    std::set<pid_t> left = live_sessions();
+    log::info("draining %zu session%s for up to %lld s (--drain-timeout); new connections are refused. SIGTERM "
+              "or SIGINT again ends them at once",
+              left.size(), plural(left.size()), drain_s);
+    for (pid_t pid : left) request_drain(pid, static_cast<int>(drain_s));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(drain_s) + kLastResort;
+    bool at_once = false;
+    for (;;) {
+      for (auto it = left.begin(); it != left.end();) it = alive(*it) ? std::next(it) : left.erase(it);
+      if (left.empty()) {
+        log::info("every session has ended; exiting");
+        _exit(0);
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) break;
+      pollfd p[2] = {{notify_, POLLIN, 0}, {g_signal_read, POLLIN, 0}};
+      auto wait = std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(100));
+      if (poll(p, 2, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) + 1) <= 0)
+        continue;
+      if (p[0].revents & POLLIN) read_messages();
+      uint8_t sig = 0;
+      while ((p[1].revents & POLLIN) && read(g_signal_read, &sig, 1) == 1) {
+        if (sig == SIGHUP) {
+          log::info("SIGHUP while draining: exiting now; the %zu session%s left end at their drain time by "
+                    "themselves",
+                    left.size(), plural(left.size()));
+          _exit(0);
+        }
+        if (at_once) continue;
+        at_once = true;
+        log::info("%s again while draining: ending the %zu session%s left at once", strsignal(sig), left.size(),
+                  plural(left.size()));
+        for (pid_t pid : left) request_drain(pid, kEndNow);
+        deadline = std::min(deadline, std::chrono::steady_clock::now() + kLastResort);
+      }
+    }
+    for (pid_t pid : left) {
+      log::warn("session process %d did not end by itself; killing it", static_cast<int>(pid));
+      {
+        std::lock_guard<std::mutex> lock(g_quiet_mu);
+        g_quiet.insert(pid);
+      }
+      kill(pid, SIGKILL);
+      // The reaper of this listener's own sessions removes their list entries; another's, here.
+      if (!sessions_.count(pid) && loop_.on_exit) loop_.on_exit(pid);
+    }
+    _exit(0);
+  }
+
+  int lfd_;
+  const AcceptLoop& loop_;
+  int notify_;
+  std::set<pid_t> spares_, sessions_;
+  std::vector<pid_t> spare_died_;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
 void run_accept_loop(int lfd, const AcceptLoop& loop) {
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+  int pipefd[2], sigpipe[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0 || pipe2(sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     log::error("cannot make the spare-process pipe: %s", std::strerror(errno));
     _exit(1);
   }
+  g_signal_read = sigpipe[0];
+  g_signal_write = sigpipe[1];
+  g_listener = getpid();
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
   // Reap session processes, and say so when one dies of a signal: its client was cut off.
   std::function<void(pid_t)> on_exit = loop.on_exit;
   int notify_fd = pipefd[1];
@@ -163,40 +408,18 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
       }
       tell(notify_fd, -static_cast<int32_t>(pid));
       if (on_exit) on_exit(pid);
-      if (WIFSIGNALED(st))
+      bool quiet;
+      {
+        std::lock_guard<std::mutex> lock(g_quiet_mu);
+        quiet = g_quiet.erase(pid) != 0;
+      }
+      if (WIFSIGNALED(st) && !quiet)
         log::error("session process %d died of signal %d (%s); its client was disconnected", static_cast<int>(pid),
                    WTERMSIG(st), strsignal(WTERMSIG(st)));
     }
   }).detach();
   signal(SIGPIPE, SIG_IGN);
-
-  std::set<pid_t> spares;
-  const pid_t parent = getpid();
-  auto started = std::chrono::steady_clock::now();
-  for (;;) {
-    if (spares.empty()) {
-      started = std::chrono::steady_clock::now();
-      pid_t pid = fork();
-      if (pid < 0) {
-        log::error("cannot start a session process: %s; trying again in a second", std::strerror(errno));
-        sleep(1);
-        continue;
-      }
-      if (pid == 0) {
-        close(pipefd[0]);
-        run_spare(lfd, pipefd[1], parent, loop);
-      }
-      spares.insert(pid);
-    }
-    int32_t message = 0;
-    ssize_t n = read(pipefd[0], &message, sizeof message);
-    if (n != static_cast<ssize_t>(sizeof message)) continue;  // EINTR
-    pid_t pid = message > 0 ? message : -message;
-    if (spares.erase(pid) == 0 || message > 0) continue;
-    // The spare ended without a client (its start-up failed): start another, not in a tight loop.
-    log::warn("spare session process %d ended before any client came; starting another", static_cast<int>(pid));
-    if (std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) sleep(1);
-  }
+  Listener(lfd, loop, pipefd[0]).run(pipefd[1]);
 }
 
 }  // namespace rgpu::proto

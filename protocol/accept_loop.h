@@ -7,6 +7,17 @@
 // there), so a client's first calls find that work done instead of waiting for it. When the spare
 // takes a connection it tells the parent, which forks the next spare at once; a spare that dies
 // unused is replaced too (after a second, if it lived less than that).
+//
+// Stopping (the signals the listening parent takes; protocol/drain.h has the sessions' side):
+//   SIGTERM, SIGINT  drain: stop accepting (the listening socket is closed, the spare ended), ask
+//                    every live session process of this port to drain (this listener's own, and
+//                    those an earlier listener on the port left, from the sessions list), wait
+//                    until they have ended, at most the drain time and a few seconds more (a
+//                    session still alive then is killed), and exit 0. A second SIGTERM or SIGINT
+//                    during the drain ends the sessions at once.
+//   SIGHUP           hand over: stop accepting and exit 0 at once; the sessions keep running, and
+//                    the next server started on the same port hands their clients back to them
+//                    when they reconnect (protocol/session_dir.h), as after a crash.
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +27,7 @@
 #include <string>
 
 #include "common/net.h"
+#include "protocol/drain.h"
 #include "protocol/handshake.h"
 
 namespace rgpu::proto {
@@ -50,10 +62,17 @@ struct AcceptLoop {
   // Where live sessions listen for resuming clients (protocol/session_dir.h); empty: a
   // connection that asks to resume is refused.
   std::string session_dir;
+  // Where live sessions are listed (server/session.h's entries, <session_dir>/list): a drain asks
+  // those an earlier listener on this port left too. Empty: only this listener's own sessions.
+  std::string sessions_list;
+  // --drain-timeout, and how notices name this server (empty: "<name> at <the address the client
+  // reached>"); protocol/drain.h.
+  DrainSettings drain;
 };
 
-// Serves the listening socket forever: reaps session processes on a thread of its own (logging
-// the ones that died of a signal), ignores SIGPIPE, keeps one spare process accepting.
+// Serves the listening socket until SIGTERM, SIGINT or SIGHUP (above): reaps session processes on
+// a thread of its own (logging the ones that died of a signal), ignores SIGPIPE, keeps one spare
+// process accepting. Exits the process at the end (status 0).
 [[noreturn]] void run_accept_loop(int listen_fd, const AcceptLoop& loop);
 
 }  // namespace rgpu::proto

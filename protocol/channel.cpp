@@ -262,6 +262,12 @@ void Channel::break_locked(uint64_t gen, const std::string& why) {
   cv_.notify_all();
 }
 
+void Channel::resume_until(Clock::time_point until, const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  resume_until_ = until;
+  resume_until_why_ = why;
+}
+
 void Channel::end_on_break() {
   std::lock_guard<std::mutex> lk(mu_);
   end_on_break_ = true;
@@ -856,7 +862,7 @@ bool Channel::repair(std::unique_lock<std::mutex>& lk) {
     // The frame being read is resent whole; payload_bytes() skips what it already has.
   }
   auto window = options_.resume_window.count() ? options_.resume_window : std::chrono::milliseconds(60000);
-  const auto deadline = broken_at_ + window;
+  const auto deadline = std::min(broken_at_ + window, resume_until_);
   if (side_ == Side::kServer) {
     for (;;) {
       while (!pending_resume_ && !lost_ && !connected_) {
@@ -882,10 +888,18 @@ bool Channel::repair(std::unique_lock<std::mutex>& lk) {
     lose_locked("the connection to " + options_.peer + " broke before the session was set up, so it cannot be resumed");
     return false;
   }
+  if (Clock::now() >= resume_until_) {  // the server said the session ends by now
+    lose_locked(resume_until_why_);
+    return false;
+  }
   for (;;) {
     bool final = false;
     if (client_resume(lk, deadline, &final)) return true;
     if (lost_) return false;
+    if (Clock::now() >= resume_until_) {
+      lose_locked(resume_until_why_);
+      return false;
+    }
     if (final || Clock::now() >= deadline) {
       lose_locked("could not resume the session with " + options_.peer + ": " + why_);
       return false;

@@ -153,6 +153,10 @@ class Channel {
   // The peer said it is leaving (kOpGoodbye): from now on a broken connection ends the channel
   // (kLost) instead of waiting for a resume.
   void end_on_break();
+  // Client: the server said the session ends at `until` (a draining server, protocol/drain.h): a
+  // connection that breaks is redialled no later than that, and a break after it ends the channel
+  // (kLost) with `why` instead of redialling a server that is gone.
+  void resume_until(Clock::time_point until, const std::string& why);
   // Breaks the current connection as if the network had (tests, and a peer known to be gone).
   void break_connection(const std::string& why);
   // Ends the channel: blocked and later calls return kLost, nothing is repaired.
@@ -222,6 +226,8 @@ class Channel {
   bool connected_ = false;
   bool lost_ = false;
   bool end_on_break_ = false;
+  Clock::time_point resume_until_ = Clock::time_point::max();  // resume_until
+  std::string resume_until_why_;
   std::string why_;
   Clock::time_point broken_at_{};
   std::shared_ptr<Transport> pending_resume_;  // server: handed in by accept_resume

@@ -220,7 +220,18 @@ enum Op : uint16_t {
   kOpResumeChallenge = 34,
   kOpResumeProof = 35,
   kOpResumed = 36,
-  // (37-39 unassigned.)
+  // A word from the server to its client, one-way (server -> client, not a reply: flags 0,
+  // request_id 0, thread_id 0): u8 kind, u32 seconds, str text (at most kMaxNoticeText bytes),
+  // the sentence the client logs as it is (it names the server). Codec: protocol/drain.h.
+  //   kNoticeDraining: the server is shutting down (SIGTERM, SIGINT) and gives this session
+  //     `seconds` more to finish: calls are still served, the session ends when the client
+  //     leaves. A connection that breaks is not redialled past that time.
+  //   kNoticeEnded (seconds 0): the server ends this session now (the drain time ran out); nothing
+  //     follows it. The client treats the session as lost, with the text as the reason.
+  // The client reads a notice whenever it reads: while it waits for a reply, or, if it was idle
+  // when the notice came, at its next read.
+  kOpNotice = 37,
+  // (38-39 unassigned.)
   // A copy between device memory and a mapped host buffer (kOpMappedAlloc), run on the server
   // against its copy of the buffer so the bytes cross the network once. Request: u16 the driver
   // call the program made (cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, cuMemcpyHtoDAsync_v2,
@@ -309,6 +320,10 @@ inline constexpr uint32_t kMaxAllocMany = 1024;
 inline constexpr uint32_t kMaxAllocManyCount = 16384;
 inline constexpr uint64_t kMaxAllocManyBytes = 64ull << 30;
 inline constexpr uint32_t kNvmlMaxString = 4096;
+// kOpNotice: its kinds, and the longest text.
+inline constexpr uint8_t kNoticeDraining = 0;
+inline constexpr uint8_t kNoticeEnded = 1;
+inline constexpr uint32_t kMaxNoticeText = 4096;
 
 // The channel (protocol/channel.h). After the handshake (and after kOpResumed on a resumed
 // connection) every frame in both directions is preceded by a ChannelHeader:

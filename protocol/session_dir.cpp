@@ -16,6 +16,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "protocol/drain.h"
 
 namespace rgpu::proto {
 namespace {
@@ -267,6 +268,9 @@ std::unique_ptr<Channel> start_server_channel(int fd, const ServerChannelSetup& 
     log::warn("the connection from %s closed right after the handshake", peer.c_str());
     return nullptr;
   }
+  // A stopping server's drain (protocol/drain.h) tells the client through the channel, and at its
+  // deadline closes it: the session's reading loop then ends with that reason.
+  drain_attach(ch.get());
   if (setup.door_dir.empty()) return ch;
   std::string err;
   Channel* raw = ch.get();

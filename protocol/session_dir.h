@@ -82,8 +82,9 @@ struct ServerChannelSetup {
 // Starts a server session's end of the channel on the handshake's socket (fd, which the channel
 // then owns) and opens the door its client comes back through after a break: a connection handed
 // over there is given to Channel::accept_resume. nullptr (logged) when the connection closed right
-// after the handshake. rgpu-server's and rgpu-opserver's sessions both start theirs here; `door`
-// must outlive the channel's use.
+// after the handshake. The channel is attached to the drain (protocol/drain.h: drain_attach), so
+// the caller calls drain_attach(nullptr) before destroying it. rgpu-server's and rgpu-opserver's
+// sessions both start theirs here; `door` must outlive the channel's use.
 std::unique_ptr<Channel> start_server_channel(int fd, const ServerChannelSetup& setup, SessionDoor* door);
 
 }  // namespace rgpu::proto

@@ -37,7 +37,12 @@ std::string exe_dir() {
 int main(int argc, char** argv) {
   CLI::App app{
       "rgpu-server: runs CUDA driver calls from rgpu clients on this machine's GPU.\n"
-      "Clients point RGPU_SERVER at this server and load rgpu's libcuda.so.1.",
+      "Clients point RGPU_SERVER at this server and load rgpu's libcuda.so.1.\n"
+      "Stopping: SIGTERM or SIGINT (Ctrl-C) drains: new connections are refused, each client is told the server is\n"
+      "shutting down and has --drain-timeout seconds to finish, sessions still running then are ended (their\n"
+      "clients' next call fails, saying so), and the server exits 0; a second SIGTERM or SIGINT ends them at once.\n"
+      "SIGHUP hands over: the server exits at once and its sessions keep running for the next rgpu-server started\n"
+      "on the same port (and --runtime-dir), which hands them their clients when they reconnect (an upgrade).",
       "rgpu-server"};
   std::string listen = "127.0.0.1:9713";
   std::string driver = "libcuda.so.1";
@@ -49,6 +54,7 @@ int main(int argc, char** argv) {
   std::string cache_dir = rgpu::server::module_cache::default_dir();
   uint64_t cache_max_mb = 4096;
   unsigned session_grace = 600;
+  unsigned drain_timeout = 60;
   std::string runtime_dir;
   app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9713, loopback only)");
   app.add_option("--driver", driver,
@@ -73,6 +79,10 @@ int main(int argc, char** argv) {
   app.add_option("--session-grace", session_grace,
                  "seconds a session whose connection broke keeps its GPU state for its client to reconnect "
                  "(default 600); past it the session ends");
+  app.add_option("--drain-timeout", drain_timeout,
+                 "seconds the sessions get to finish after SIGTERM or SIGINT (default 60): their clients are told "
+                 "at once, and a session still running after it is ended with that reason")
+      ->check(CLI::Range(0, 24 * 3600));
   app.add_option("--runtime-dir", runtime_dir,
                  "directory of the live sessions' sockets, through which a client reconnects to its session, also "
                  "after this server restarts (default $XDG_RUNTIME_DIR/rgpu, else /run/rgpu, else /tmp/rgpu-UID)");
@@ -139,6 +149,8 @@ int main(int argc, char** argv) {
   loop.prepare = [] { rgpu::server::prewarm::start(&table, prewarm_level); };
   loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapPushedSnapshot | rgpu::proto::kCapChannel;
   loop.session_dir = door_dir;
+  loop.sessions_list = sessions_dir;
+  loop.drain.timeout = std::chrono::seconds(drain_timeout);
   loop.welcomed = [](int fd, uint64_t agreed) {
     return !(agreed & rgpu::proto::kCapPushedSnapshot) || rgpu::server::push_snapshot(fd, table);
   };

@@ -34,6 +34,7 @@
 #include "common/wire.h"
 #include "gen/ops.gen.h"
 #include "protocol/channel.h"
+#include "protocol/drain.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "protocol/op_classes.h"

@@ -42,6 +42,7 @@ int main() {
   C(kOpDeviceOutput), C(kOpAsyncData), C(kOpExportTableInfo), C(kOpSessions), C(kOpMappedCopy);
   C(kOpChannelOpen), C(kOpHeartbeat), C(kOpResume), C(kOpResumeChallenge), C(kOpResumeProof), C(kOpResumed),
       C(kChannelVersion);
+  C(kOpNotice), C(kNoticeDraining), C(kNoticeEnded), C(kMaxNoticeText);
   C(kOpManagedAlloc), C(kOpParamLayout), C(kOpFuncAttributes), C(kOpClusterOccupancyTable), C(kOpAllocAhead);
   C(kOpAllocMany), C(kOpClusterTopology), C(kFirstCudaOp), C(kFirstNvmlOp);
   C(kNvmlMaxArray), C(kMaxParamLayout), C(kMaxFuncAttributes), C(kMaxClusterTable), C(kMaxClusterTopology);

@@ -6,7 +6,8 @@
 //        handshake (channel headers, frames, heartbeats, the opening), then end of stream;
 //   5    the client side: the same stream, read while waiting for a reply (Wait::kAwaiting);
 //   6    a server's resume exchange: a session with its secret set up, then the rest as a resuming
-//        client's messages (kOpResume is read with read_resume_hello, then accept_resume).
+//        client's messages (kOpResume is read with read_resume_hello, then accept_resume);
+//   7    a server's notice (kOpNotice, protocol/drain.h), which the client decodes: as 0-3.
 // Each run must end (no resume window, short heartbeats, end of stream at the latest) without a
 // crash, and every lost session must say why.
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "common/log.h"
 #include "common/wire.h"
 #include "protocol/channel.h"
+#include "protocol/drain.h"
 #include "protocol/frame.h"
 #include "tests/fuzz/wire_fuzz.h"
 
@@ -49,6 +51,13 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
     case 3: {
       ResumeProof m;
       if (!decode(r, &m)) return false;
+      encode(m, out);
+      return true;
+    }
+    case 7: {
+      Notice m;
+      if (!decode(r, &m)) return false;
+      if (m.text.size() > kMaxNoticeText) std::abort();
       encode(m, out);
       return true;
     }
@@ -100,7 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)quiet;
   if (size < 1) return 0;
   const uint8_t k = data[0];
-  if (k < 4) return fuzz::wire_round_trip(data, size, decode_encode);
+  if (k < 4 || k == 7) return fuzz::wire_round_trip(data, size, decode_encode);
   ++data;
   --size;
   if (size > (1u << 20)) size = 1u << 20;
@@ -195,4 +204,7 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   resume.append(&h2, sizeof h2);
   resume.append(proof.buf().data(), proof.size());
   seed(6, resume);
+  Writer notice;
+  encode(Notice{kNoticeDraining, 60, "rgpu-server at 127.0.0.1:9713 is shutting down; 60 s to finish"}, &notice);
+  seed(7, notice);
 }

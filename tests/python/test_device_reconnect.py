@@ -2,7 +2,9 @@
 device through rgpu-faultproxy, which cuts its connection 10 times at random points, gives losses
 bit-identical to an uncut run (every call ran once: a call run twice or lost would change them);
 an opserver killed and started again on the same port hands the reconnecting client its session;
-a session whose client stays away past --session-grace ends, and the client's next call says so."""
+a session whose client stays away past --session-grace ends, and the client's next call says so;
+SIGTERM drains: the client logs the notice and finishes, or past --drain-timeout is told why its
+session ended."""
 import json
 import shutil
 import signal
@@ -154,4 +156,74 @@ def test_a_session_whose_client_stays_away_past_the_grace_ends_with_a_clear_erro
         assert "the session ended" in server.log_path.read_text()
     finally:
         proxy.stop()
+        server.stop()
+
+
+# Makes a tensor, waits until GO exists, then computes with it: the drain's notice reaches the
+# client at its next call.
+PAUSED = """
+import os, time
+import torch, rgpu
+x = torch.ones(1000, device="rgpu")
+print("ready", flush=True)
+deadline = time.time() + 60
+while not os.path.exists(os.environ["GO"]) and time.time() < deadline:
+    time.sleep(0.02)
+print((x * 2).sum().item(), flush=True)
+"""
+
+
+def paused_client(server, go):
+    return subprocess.Popen([sys.executable, "-c", PAUSED], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=python_env({"RGPU_OPSERVER": server.addr, "GO": str(go)}))
+
+
+def wait_for_ready(client):
+    line = client.stdout.readline()
+    assert line.strip() == "ready", line + client.stderr.read()
+
+
+def test_sigterm_drains_the_client_logs_the_notice_and_finishes(runtime_dir, tmp_path):
+    server = OpServer(extra_args=["--runtime-dir", runtime_dir, "--drain-timeout", "30"])
+    go = tmp_path / "go"
+    client = paused_client(server, go)
+    try:
+        wait_for_ready(client)
+        server.proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 10
+        while "draining 1 session" not in server.log_path.read_text() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        go.touch()
+        out, err = client.communicate(timeout=60)
+        assert client.returncode == 0, err[-3000:]
+        assert out.split()[-1] == "2000.0"
+        assert f"rgpu-opserver at {server.addr} is shutting down; 30 s to finish" in err, err[-3000:]
+        # The client left: the server is done, long before the drain time.
+        assert server.proc.wait(20) == 0, server.log_path.read_text()
+    finally:
+        if client.poll() is None:
+            client.kill()
+        server.stop()
+
+
+def test_past_the_drain_timeout_the_clients_next_call_says_why_its_session_ended(runtime_dir, tmp_path):
+    server = OpServer(extra_args=["--runtime-dir", runtime_dir, "--drain-timeout", "1"])
+    go = tmp_path / "go"
+    client = paused_client(server, go)
+    try:
+        wait_for_ready(client)
+        start = time.time()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(20) == 0, server.log_path.read_text()
+        assert time.time() - start < 10
+        go.touch()
+        out, err = client.communicate(timeout=60)
+        assert client.returncode != 0
+        assert "RuntimeError" in err and "lost the session on rgpu-opserver" in err, err[-3000:]
+        assert "its drain time of 1 s ran out" in err, err[-3000:]
+        assert "2000.0" not in out
+    finally:
+        if client.poll() is None:
+            client.kill()
         server.stop()

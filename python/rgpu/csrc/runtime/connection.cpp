@@ -17,6 +17,7 @@
 #include "common/net.h"
 #include "protocol/torch_wire.h"
 #include "protocol/client_session.h"
+#include "protocol/drain.h"
 #include "protocol/frame.h"
 #include "protocol/handshake.h"
 #include "protocol/messages.h"
@@ -275,7 +276,13 @@ void Connection::flusher() {
   }
 }
 
+void Connection::catch_up_if_free() {
+  std::unique_lock<std::mutex> ck(call_mu_, std::try_to_lock);
+  if (ck.owns_lock()) catch_up_after_idle_locked();  // else a call is reading: it sees the notices
+}
+
 void Connection::post(uint16_t op, const Writer& payload) {
+  catch_up_if_free();
   std::lock_guard<std::mutex> lk(mu_);
   if (broken_) lost(broken_why_);
   append_frame(op, proto::kNoReply, 0, const_cast<Writer&>(payload).buf());
@@ -285,6 +292,7 @@ void Connection::post(uint16_t op, const Writer& payload) {
 }
 
 void Connection::post_bulk(uint16_t op, const Writer& head, const void* data, size_t n) {
+  catch_up_if_free();
   std::lock_guard<std::mutex> lk(mu_);
   if (broken_) lost(broken_why_);
   append_frame(op, proto::kNoReply, 0, const_cast<Writer&>(head).buf(), data, n, true);
@@ -324,8 +332,36 @@ uint32_t Connection::send_request(uint16_t op, const Writer& payload, const std:
 }
 
 void Connection::expect_reply(uint16_t op, uint32_t id, proto::FrameHeader* h) {
-  if (ch_->receive(h, proto::Wait::kAwaiting) != proto::Status::kOk) lost_unlocked(ch_->why());
+  for (;;) {
+    if (ch_->receive(h, proto::Wait::kAwaiting) != proto::Status::kOk) lost_unlocked(ch_->why());
+    if (h->op != proto::kOpNotice || (h->flags & proto::kReply)) break;
+    take_notice(*h);
+  }
   if (!(h->flags & proto::kReply) || h->request_id != id || h->op != op) lost_unlocked("a reply that does not match the request");
+}
+
+void Connection::take_notice(const proto::FrameHeader& h) {
+  // A word from the server (a drain's, protocol/drain.h), not a reply: logged, or the reason the
+  // session ended.
+  Bytes notice(h.length);
+  if (ch_->read_payload(notice.data(), notice.size()) != proto::Status::kOk) lost_unlocked(ch_->why());
+  std::string why;
+  if (proto::take_notice(*ch_, notice.data(), notice.size(), &why) != proto::NoticeAction::kDraining) lost_unlocked(why);
+}
+
+void Connection::catch_up_after_idle_locked() {
+  const auto now = std::chrono::steady_clock::now();
+  const bool idle = now - last_call_ > std::chrono::seconds(1);
+  last_call_ = now;
+  if (!idle) return;
+  proto::FrameHeader h{};
+  for (;;) {
+    proto::Status st = ch_->receive(&h, proto::Wait::kPassive, std::chrono::milliseconds(0));
+    if (st == proto::Status::kTimeout) return;
+    if (st != proto::Status::kOk) lost_unlocked(ch_->why());
+    if (h.op != proto::kOpNotice || (h.flags & proto::kReply)) lost_unlocked("a frame from the server that answers nothing");
+    take_notice(h);
+  }
 }
 
 std::vector<uint8_t> Connection::read_reply(uint16_t op, uint32_t id, ReplyStatus* st, size_t* body_at) {
@@ -386,6 +422,7 @@ void Connection::read_bulk(uint16_t op, uint32_t id, const uint8_t* rest, size_t
 
 Bytes Connection::call(uint16_t op, const Writer& payload, const std::string& why_wait, void* bulk, size_t bulk_len) {
   std::lock_guard<std::mutex> ck(call_mu_);
+  catch_up_after_idle_locked();
   uint32_t id = send_request(op, payload, why_wait);
   ReplyStatus st;
   size_t at = 0;
@@ -401,6 +438,7 @@ Bytes Connection::call(uint16_t op, const Writer& payload, const std::string& wh
 
 void Connection::call_scatter(uint16_t op, const Writer& payload, const std::string& why_wait, const std::vector<Sink>& sinks) {
   std::lock_guard<std::mutex> ck(call_mu_);
+  catch_up_after_idle_locked();
   uint32_t id = send_request(op, payload, why_wait);
   ReplyStatus st;
   size_t at = 0;

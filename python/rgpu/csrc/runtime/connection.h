@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -102,6 +103,15 @@ class Connection {
                     const void* data = nullptr, size_t n = 0, bool flush = false);
   // The next frame from the server, which must be the reply (or a piece of it) to request id.
   void expect_reply(uint16_t op, uint32_t id, proto::FrameHeader* h);
+  // Reads a kOpNotice's payload and acts on it (protocol/drain.h take_notice).
+  void take_notice(const proto::FrameHeader& h);
+  // Called with call_mu_ held before a call goes out: after a second without one, reads what
+  // came meanwhile (a draining server's notices) without waiting. Otherwise a server that ended
+  // the session and closed the connection could see this call's write break the connection first,
+  // the notice with the reason unread, and the channel would redial a server that is gone.
+  void catch_up_after_idle_locked();
+  // The same for one-way calls, when no call holds the reading role.
+  void catch_up_if_free();
   // Tells the server this process is leaving (at exit): its session then ends with the connection.
   void goodbye();
   // The request part of call(): queues and writes the request; returns its id.
@@ -142,6 +152,7 @@ class Connection {
   uint64_t frames_ = 0;  // frames appended since connect, under mu_ (the flusher's idleness test)
   std::map<std::string, uint64_t> waits_by_reason_;  // under mu_
   std::atomic<uint64_t> waits_{0}, posts_{0}, bytes_sent_{0}, generation_{0};
+  std::chrono::steady_clock::time_point last_call_{};  // under call_mu_ (catch_up_after_idle_locked)
 };
 
 }  // namespace rgpu::torchdev
