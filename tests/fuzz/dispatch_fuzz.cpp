@@ -332,6 +332,8 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   const uint64_t host = 0x5a0000400000ull;  // a mapped buffer's client address
   seed(proto::kOpSnapshot, [](rgpu::Writer&) {});
   seed(proto::kOpSessions, [](rgpu::Writer&) {});
+  // No sessions are listed here: refused before any checkpoint call reaches the fake.
+  seed(proto::kOpSessionControl, [](rgpu::Writer& w) { w.put_u8(proto::kSessionSuspend), w.put_u32(1), w.put_i32(-1); });
   seed(proto::kOpMappedAlloc, [&](rgpu::Writer& w) { w.put_u64(host), w.put_u64(8192), w.put_u32(0); });
   seed(proto::kOpMappedWrite, [&](rgpu::Writer& w) { w.put_u64(host), w.put_u64(16), w.append(bytes, sizeof bytes); });
   seed(proto::kOpMappedCopy, [&](rgpu::Writer& w) {
