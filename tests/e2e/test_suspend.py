@@ -175,7 +175,7 @@ def test_unknown_sessions_and_bad_usage_are_refused_clearly(two_gpu_server):
 
 
 def test_a_token_server_refuses_rgpu_smi_without_the_token(token_server):
-    server, token = token_server
+    server, token = token_server, "correct horse battery staple"  # conftest's token_server
     r = smi(server, "suspend", "999999")
     assert r.returncode == 1 and "cannot reach rgpu-server" in r.stderr, r.stdout + r.stderr
     assert "token" in r.stderr, r.stderr
