@@ -11,8 +11,11 @@ import re
 import subprocess
 import time
 
+import struct
+
 import pytest
 
+import rgpu_wire as wire
 from conftest import BUILD, IMAGE, Server, run_client
 
 PROGRAM = str(BUILD / "bin/reconnect_test")
@@ -181,3 +184,21 @@ def test_a_token_server_refuses_rgpu_smi_without_the_token(token_server):
     assert "token" in r.stderr, r.stderr
     r = smi(server, "suspend", "999999", token=token)
     assert r.returncode == 1 and "999999 is not a live session of this server" in r.stderr, r.stderr
+
+
+def test_session_control_that_does_not_decode_ends_that_connection_only(server):
+    op = wire.CONTROL["kOpSessionControl"]
+    with wire.Conn(server.addr) as c:
+        c.send(wire.frame(op, b"\x01\x02", 0, 1, 1))  # 2 bytes of 9
+        assert wire.peer_closed(c.sock)
+    with wire.Conn(server.addr) as c:
+        # An action this server does not know: answered, with words, and the connection stays.
+        r = c.call(op, wire.session_control(9, os.getpid()))
+        assert r.result == wire.CUDA_ERROR_NOT_SUPPORTED, r
+        (n,) = struct.unpack_from("<I", r.body)
+        assert "does not know session action 9" in r.body[4:4 + n].decode(), r.body
+        r = c.call(op, wire.session_control(wire.CONTROL["kSessionSuspend"], os.getpid()))
+        assert r.result == wire.CUDA_ERROR_INVALID_VALUE, r  # the test itself is no session of the server
+        assert r.body[4 + struct.unpack_from("<I", r.body)[0]] == wire.CONTROL["kSessionStateUnknown"]
+    assert wire.healthy_session(server.addr) > 0
+    assert server.alive()
