@@ -72,7 +72,8 @@ class Control {
     CUprocessState s = CU_PROCESS_STATE_FAILED;
     CUresult r = drv_.cuCheckpointProcessGetState(pid_, &s);
     if (r != CUDA_SUCCESS) {
-      *why = log::format("the driver cannot tell the state of session %d (%s)", pid_, err(r).c_str());
+      *why = log::format("the driver cannot tell the state of session %d (%s)%s", pid_, err(r).c_str(),
+                         r == CUDA_ERROR_NOT_INITIALIZED ? ": it has not used the GPU yet, so there is nothing to suspend or move" : "");
       return -1;
     }
     return static_cast<int>(s);
