@@ -75,6 +75,9 @@ constexpr Variable kVariables[] = {
      "numbers are garbage"},
     {"RGPU_FAKE_LOAD_DELAY_MS", "0", nullptr, kFake,
      "milliseconds each module load takes on the fake driver, as a real driver's take (tests)"},
+    {"RGPU_FAKE_DEVICES", "1", nullptr, kFake,
+     "how many GPUs the fake driver has, 1 to 8, all H200-shaped with UUIDs of their own (tests of "
+     "`rgpu-smi migrate`)"},
     {"OMP_WAIT_POLICY", "", "unset: `PASSIVE` for `--device cpu`", kOpserver,
      "how idle OpenMP threads wait; `rgpu-opserver --device cpu` runs itself again with `PASSIVE` "
      "unless it is set, so that its threads sleep instead of spinning on the client's core"},
@@ -163,6 +166,7 @@ void read_all() {
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
   s.fake_noop_kernels = str("RGPU_FAKE_NOOP_KERNELS") == "1";
   s.fake_load_delay_ms = std::max(0, std::atoi(str("RGPU_FAKE_LOAD_DELAY_MS").c_str()));
+  s.fake_devices = std::clamp(std::atoi(str("RGPU_FAKE_DEVICES").c_str()), 1, 8);
   g_settings = s;
 }
 

@@ -77,6 +77,7 @@ struct Settings {
   long long order_wait_ms = 0;              // RGPU_ORDER_WAIT_MS (server/session.cpp)
   bool fake_noop_kernels = false;           // RGPU_FAKE_NOOP_KERNELS=1 (fakecuda/launch.cpp)
   int fake_load_delay_ms = 0;               // RGPU_FAKE_LOAD_DELAY_MS (fakecuda/module.cpp)
+  int fake_devices = 1;                     // RGPU_FAKE_DEVICES (fakecuda/device.cpp)
 };
 
 // Reads the environment once; later calls return the same values.

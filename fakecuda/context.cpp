@@ -167,9 +167,10 @@ namespace {
 CUresult create_ctx(CUcontext* pctx, unsigned flags, CUdevice dev) {
   if (CUresult r = check_init()) return r;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard lk(g_mu);
   CUctx_st* c = new_ctx_locked(flags, false);
+  c->device = dev;
   t_stack.push_back(c);
   *pctx = c;
   return CUDA_SUCCESS;
@@ -369,7 +370,7 @@ FAKE_API CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* leastPriority, int* g
 FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (CUresult r = check_init()) return r;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard lk(g_mu);
   CUctx_st* p = primary_locked();
   ++p->primary_refs;
@@ -379,7 +380,7 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev
 
 FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult r = check_init()) return r;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::unique_lock lk(g_mu);
   CUctx_st* p = primary_locked();
   if (p->primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
@@ -392,7 +393,7 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDev
 
 FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (CUresult r = check_init()) return r;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::unique_lock lk(g_mu);
   CUctx_st* p = primary_locked();
   teardown_ctx(lk, p);
@@ -404,7 +405,7 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   if (CUresult r = check_init()) return r;
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard lk(g_mu);
   CUctx_st* p = primary_locked();
   *flags = p->flags;
@@ -414,7 +415,7 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int*
 
 FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   if (CUresult r = check_init()) return r;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mu);
   primary_locked()->flags = flags;

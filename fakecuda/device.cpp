@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/env.h"
 #include "fakecuda/internal.h"
 
 namespace fake {
@@ -12,7 +13,7 @@ std::atomic<bool> g_initialized{false};
 
 CUresult check_device(CUdevice dev) {
   if (CUresult r = check_init()) return r;
-  return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return valid_device(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 // H200 SXM values as the real driver reports them; attributes not listed are 0.
@@ -152,7 +153,22 @@ constexpr unsigned char kUuid[16] = {0x72, 0x67, 0x70, 0x75, 0x2d, 0x66, 0x61, 0
 }  // namespace
 
 bool initialized() { return g_initialized.load(std::memory_order_acquire); }
-CUresult check_init() { return initialized() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED; }
+CUresult check_init() {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  checkpoint_gate();  // a locked or checkpointed process's calls wait here (checkpoint.cpp)
+  return CUDA_SUCCESS;
+}
+
+int device_count() {
+  static const int n = rgpu::env::get().fake_devices;
+  return n;
+}
+bool valid_device(CUdevice dev) { return dev >= 0 && dev < device_count(); }
+
+void device_uuid(CUdevice dev, unsigned char out[16]) {
+  std::memcpy(out, kUuid, 16);
+  out[15] = static_cast<unsigned char>(1 + dev);  // GPU 0 keeps the UUID it had when the fake had one GPU
+}
 
 int device_attribute(int attr) {
   for (const AttrValue& a : kAttrs)
@@ -167,6 +183,8 @@ using namespace fake;
 FAKE_API CUresult CUDAAPI cuInit(unsigned int Flags) {
   if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   g_initialized.store(true, std::memory_order_release);
+  checkpoint_listen();  // other processes may now lock and checkpoint this one (checkpoint.cpp)
+  checkpoint_gate();
   return CUDA_SUCCESS;
 }
 
@@ -179,15 +197,15 @@ FAKE_API CUresult CUDAAPI cuDriverGetVersion(int* driverVersion) {
 FAKE_API CUresult CUDAAPI cuDeviceGetCount(int* count) {
   if (CUresult r = check_init()) return r;
   if (!count) return CUDA_ERROR_INVALID_VALUE;
-  *count = 1;
+  *count = device_count();
   return CUDA_SUCCESS;
 }
 
 FAKE_API CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
   if (CUresult r = check_init()) return r;
   if (!device) return CUDA_ERROR_INVALID_VALUE;
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 
@@ -201,7 +219,7 @@ FAKE_API CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
 FAKE_API CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   if (CUresult r = check_device(dev)) return r;
   if (!uuid) return CUDA_ERROR_INVALID_VALUE;
-  std::memcpy(uuid->bytes, kUuid, 16);
+  device_uuid(dev, reinterpret_cast<unsigned char*>(uuid->bytes));
   return CUDA_SUCCESS;
 }
 

@@ -548,7 +548,7 @@ CUresult get_node(CUgraphNode node, CUgraphNodeType type, P* out, void (*copy)(c
 
 FAKE_API CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
   if (CUresult r = check_init()) return r;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   uint64_t v;
   switch (attr) {
@@ -565,7 +565,7 @@ FAKE_API CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_
 // Only the high watermarks can be set, and only to 0 (which resets them to the current use).
 FAKE_API CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
   if (CUresult r = check_init()) return r;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   uint64_t v;
   std::memcpy(&v, value, sizeof v);
@@ -577,7 +577,7 @@ FAKE_API CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_
 
 FAKE_API CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice dev) {
   if (CUresult r = check_init()) return r;
-  return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return valid_device(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 FAKE_API CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {

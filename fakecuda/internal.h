@@ -36,9 +36,21 @@ inline constexpr size_t kTotalMem = 143155ull << 20;  // cuDeviceTotalMem on the
 inline constexpr int kMaxThreadsPerBlock = 1024;
 int device_attribute(int attr);  // H200 value, 0 for attributes it has none for
 
+// ---------- devices (device.cpp) ----------
+int device_count();  // RGPU_FAKE_DEVICES, 1 by default
+bool valid_device(CUdevice dev);
+void device_uuid(CUdevice dev, unsigned char out[16]);  // GPU 0's is the one-GPU fake's UUID
+
 // ---------- init and errors ----------
 bool initialized();
-CUresult check_init();  // CUDA_ERROR_NOT_INITIALIZED before cuInit
+// CUDA_ERROR_NOT_INITIALIZED before cuInit. Waits while another process has this one locked or
+// checkpointed (checkpoint_gate), as the real driver's calls do.
+CUresult check_init();
+
+// ---------- checkpoints (checkpoint.cpp) ----------
+void checkpoint_listen();      // cuInit: from now on other processes can lock this one
+void checkpoint_gate();        // returns at once unless locked or checkpointed; then waits for Unlock
+void checkpoint_never_wait();  // the calling thread (a stream worker) never waits in the gate
 
 // ---------- streams ----------
 struct Op {

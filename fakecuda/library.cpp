@@ -167,7 +167,7 @@ FAKE_API CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) { r
 // The kernel keeps its own dynamic shared memory limit: a cuFuncSetAttribute on its function
 // changes what the function launches with, not what the kernel answers (driver 580 on the H200).
 FAKE_API CUresult CUDAAPI cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   CUresult r = cuFuncGetAttribute(pi, attrib, as_func(kernel));
   if (r == CUDA_SUCCESS && attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
     std::lock_guard lk(g_mu);
@@ -177,7 +177,7 @@ FAKE_API CUresult CUDAAPI cuKernelGetAttribute(int* pi, CUfunction_attribute att
 }
 
 FAKE_API CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   CUresult r = cuFuncSetAttribute(as_func(kernel), attrib, val);
   if (r == CUDA_SUCCESS && attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
     std::lock_guard lk(g_mu);
@@ -187,7 +187,7 @@ FAKE_API CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attrib, int 
 }
 
 FAKE_API CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) {
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   return cuFuncSetCacheConfig(as_func(kernel), config);
 }
 

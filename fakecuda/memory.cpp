@@ -735,7 +735,7 @@ FAKE_API CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
 FAKE_API CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_init()) return r;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   *pool = &g_default_pool;
   return CUDA_SUCCESS;
 }

@@ -37,6 +37,7 @@ bool deps_ready(const Op& op) {
 }
 
 void worker_main(CUstream_st* s) {
+  checkpoint_never_wait();  // a lock waits for the queued work to finish: it must not wait for the lock
   std::unique_lock lk(g_mu);
   for (;;) {
     g_cv.wait(lk, [&] { return (!s->queue.empty() && deps_ready(s->queue.front())) || (s->stop && s->queue.empty()); });

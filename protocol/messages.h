@@ -25,7 +25,7 @@
 //   mapped.h     mapped host memory and managed memory (kOpMapped*, kOpManagedAlloc)
 //   occupancy.h  occupancy queries, kOpClusterOccupancyTable
 //   stream.h     host callbacks, stream attributes
-//   control.h    kOpAllocAhead, kOpAllocMany, kOpCallback frames, kOpSessions
+//   control.h    kOpAllocAhead, kOpAllocMany, kOpCallback frames, kOpSessions, kOpSessionControl
 //   dark_api.h   kOpToolsContextObject, kOpModuleFunctions, kOpClusterTopology, kOpExportTableInfo
 //   memory.h     VMM, memory pools, pointer attributes
 //   texture.h    texture and surface objects; tensor_map.h tensor maps
@@ -231,7 +231,18 @@ enum Op : uint16_t {
   // The client reads a notice whenever it reads: while it waits for a reply, or, if it was idle
   // when the notice came, at its next read.
   kOpNotice = 37,
-  // (38-39 unassigned.)
+  // Suspend, resume or migrate a live session of this server (rgpu-smi suspend|resume|migrate;
+  // server/session_control.cpp). Request: u8 action (kSessionSuspend, kSessionResume,
+  // kSessionMigrate), u32 the session's pid (as kOpSessions lists it), i32 the GPU to move to
+  // (kSessionMigrate; -1 otherwise). Reply: CUresult (CUDA_SUCCESS when done), str what happened
+  // or why not, for the user (at most kMaxSessionControlMessage bytes), u8 the session's state
+  // after it (a CUprocessState; kSessionStateUnknown when the server cannot tell). The server runs
+  // the driver's checkpoint API (cuCheckpointProcess*, driver 570 and newer) on that process: a
+  // suspended session's GPU memory is in host memory and its calls wait until it is resumed; a
+  // migrated one runs on the other GPU. An action this server does not know is answered
+  // CUDA_ERROR_NOT_SUPPORTED with a message, and the connection stays.
+  kOpSessionControl = 38,  // codec: protocol/wire/control.h
+  // (39 unassigned.)
   // A copy between device memory and a mapped host buffer (kOpMappedAlloc), run on the server
   // against its copy of the buffer so the bytes cross the network once. Request: u16 the driver
   // call the program made (cuMemcpyHtoD_v2, cuMemcpyDtoH_v2, cuMemcpyHtoDAsync_v2,
@@ -324,6 +335,13 @@ inline constexpr uint32_t kNvmlMaxString = 4096;
 inline constexpr uint8_t kNoticeDraining = 0;
 inline constexpr uint8_t kNoticeEnded = 1;
 inline constexpr uint32_t kMaxNoticeText = 4096;
+// kOpSessionControl's actions, the longest message its reply carries, and the state it gives
+// when the driver could not say.
+inline constexpr uint8_t kSessionSuspend = 1;
+inline constexpr uint8_t kSessionResume = 2;
+inline constexpr uint8_t kSessionMigrate = 3;
+inline constexpr uint32_t kMaxSessionControlMessage = 4096;
+inline constexpr uint8_t kSessionStateUnknown = 255;
 
 // The channel (protocol/channel.h). After the handshake (and after kOpResumed on a resumed
 // connection) every frame in both directions is preceded by a ChannelHeader:

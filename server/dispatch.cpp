@@ -58,6 +58,7 @@ struct Row {
 constexpr Row kRows[] = {
     {proto::kOpSnapshot, "snapshot", handlers::snapshot},
     {proto::kOpSessions, "sessions", handlers::sessions},
+    {proto::kOpSessionControl, "session control", handlers::session_control},
     {proto::kOpModuleByHash, "module by hash", handlers::module_by_hash},
     {proto::kOpToolsContextObject, "tools context object", handlers::tools_context_object},
     {proto::kOpModuleFunctions, "module functions", handlers::module_functions},

@@ -656,8 +656,12 @@ void register_session(const std::string& dir, const std::string& identity, const
 }
 
 void unregister_session(const std::string& dir, int pid) {
-  if (!dir.empty()) ::unlink((dir + "/" + std::to_string(pid)).c_str());
+  if (dir.empty()) return;
+  ::unlink((dir + "/" + std::to_string(pid)).c_str());
+  ::unlink(session_gpu_file(dir, pid).c_str());
 }
+
+const std::string& listed_sessions_dir() { return g_sessions_dir; }
 
 namespace handlers {
 // kOpSessions (protocol/messages.h): the live sessions, from the sessions directory.
@@ -685,6 +689,7 @@ void sessions(Dispatch& d) {
       if (ends > 0)
         peer += log::format(" (disconnected; ends in %lld s unless its client comes back)",
                             std::max(0ll, ends - static_cast<long long>(time(nullptr))));
+      if (static_cast<pid_t>(pid) != getpid()) peer += session_state_note(d.drv, g_sessions_dir, static_cast<int>(pid));
       list.push_back({static_cast<uint32_t>(pid), text.substr(0, a), peer, std::strtoull(text.c_str() + b + 1, nullptr, 10),
                       static_cast<pid_t>(pid) == getpid()});
     }

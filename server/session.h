@@ -43,6 +43,13 @@ void register_session(const std::string& dir, const std::string& identity, const
 void write_session_entry(const std::string& dir, const std::string& identity, const std::string& peer,
                          long long start, long long grace_ends);
 void unregister_session(const std::string& dir, int pid);
+// This session process's SessionOptions::sessions_dir ("" outside a session, as when fuzzing).
+const std::string& listed_sessions_dir();
+// Where rgpu-smi migrate notes which GPU a session was moved to (server/session_control.cpp).
+std::string session_gpu_file(const std::string& dir, int pid);
+// What rgpu-smi shows after a session's peer: suspended (the driver's checkpoint state) and the
+// GPU it was moved to, each in parentheses; "" for a session running where it started.
+std::string session_state_note(const DriverTable& drv, const std::string& dir, int pid);
 
 // Serves the connection until the client leaves or misbehaves. Returns the process exit status.
 int run_session(int fd, const SessionOptions& options);

@@ -2,6 +2,10 @@
 // (libnvidia-ml.so.1, client/nvml/) with the same connection settings as every rgpu client
 // (RGPU_SERVER, RGPU_TOKEN): the server's address, its GPUs (name, UUID, memory, utilization,
 // temperature) and, where the server can tell, its sessions.
+//
+// `rgpu-smi suspend|resume SESSION` and `rgpu-smi migrate SESSION --gpu N` act on one of those
+// sessions (SESSION is the pid the list shows): the server runs the driver's checkpoint API on
+// that session's process (server/session_control.cpp), and the session's client sees a pause.
 #include <nvml.h>
 
 #include <cstdio>
@@ -16,6 +20,7 @@
 
 // From rgpu's libnvidia-ml.so.1 (client/nvml/runtime.cpp).
 extern "C" long rgpu_nvml_sessions(char* buf, size_t len);
+extern "C" int rgpu_nvml_session_control(int action, unsigned pid, int gpu, char* msg, size_t len, int* state);
 
 namespace {
 
@@ -80,10 +85,67 @@ void print_sessions() {
   }
 }
 
+constexpr const char* kUsage =
+    "usage: rgpu-smi                          the GPUs and sessions of the rgpu-server named by RGPU_SERVER\n"
+    "       rgpu-smi suspend SESSION          moves the session's GPU memory into host memory and frees its GPU;\n"
+    "                                         its calls wait (its program sees a pause)\n"
+    "       rgpu-smi resume SESSION           brings a suspended session back onto its GPU\n"
+    "       rgpu-smi migrate SESSION --gpu N  moves the session onto the server's GPU N (of the same kind)\n"
+    "SESSION is the pid the session list shows. The token, if the server wants one: RGPU_TOKEN.\n"
+    "Suspend, resume and migrate need a driver with the checkpoint API (570 or newer) on the server.\n";
+
+// rgpu-smi suspend|resume|migrate: 0 when done, 1 when the server could not, 2 for bad usage.
+int control(int argc, char** argv) {
+  const std::string verb = argv[1];
+  const int action = verb == "suspend" ? 1 : verb == "resume" ? 2 : 3;  // protocol/messages.h kSession*
+  char* end = nullptr;
+  long pid = argc > 2 ? std::strtol(argv[2], &end, 10) : 0;
+  if (argc < 3 || !*argv[2] || *end || pid <= 0 || pid > 0x7fffffff) {
+    std::fprintf(stderr, "rgpu-smi %s: give the session's pid, as `rgpu-smi` lists it\n%s", verb.c_str(), kUsage);
+    return 2;
+  }
+  int gpu = -1;
+  int i = 3;
+  if (action == 3) {
+    if (argc != 5 || std::strcmp(argv[3], "--gpu") != 0 || !*argv[4] || (std::strtol(argv[4], &end, 10), *end)) {
+      std::fprintf(stderr, "rgpu-smi migrate: give the GPU to move to, as --gpu N\n%s", kUsage);
+      return 2;
+    }
+    gpu = static_cast<int>(std::strtol(argv[4], nullptr, 10));
+    i = 5;
+  }
+  if (argc > i) {
+    std::fprintf(stderr, "rgpu-smi %s: unexpected '%s'\n%s", verb.c_str(), argv[i], kUsage);
+    return 2;
+  }
+  const std::string& server = rgpu::env::get().server;
+  if (nvmlReturn_t rc = nvmlInit_v2(); rc != NVML_SUCCESS) {
+    std::fprintf(stderr, "rgpu-smi: cannot reach rgpu-server at %s: %s (the line above says why)\n", server.c_str(),
+                 nvmlErrorString(rc));
+    return 1;
+  }
+  char msg[4097] = "";
+  int state = 255;
+  int rc = rgpu_nvml_session_control(action, static_cast<unsigned>(pid), gpu, msg, sizeof msg, &state);
+  nvmlShutdown();
+  if (rc != 0) {
+    std::fprintf(stderr, "rgpu-smi %s: %s\n", verb.c_str(), msg);
+    return 1;
+  }
+  std::printf("%s\n", msg);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
-    std::printf("usage: rgpu-smi\nShows the GPUs of the rgpu-server named by RGPU_SERVER (token: RGPU_TOKEN).\n");
+    std::printf("%s", kUsage);
     return 0;
+  }
+  if (argc > 1) {
+    const std::string verb = argv[1];
+    if (verb == "suspend" || verb == "resume" || verb == "migrate") return control(argc, argv);
+    std::fprintf(stderr, "rgpu-smi: unknown command '%s'\n%s", argv[1], kUsage);
+    return 2;
   }
   const std::string& server = rgpu::env::get().server;
   std::printf("rgpu-server: %s\n", server.c_str());

@@ -1,4 +1,5 @@
 // The NVML shim's connection to rgpu-server and the Call machinery of client/nvml/call.h.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -90,7 +91,9 @@ nvmlReturn_t Call::invoke_once() {
   reply_reader_.get<proto::ReplyPrefix>();  // NVML calls are never one-way: nothing is deferred
   int32_t rc = reply_reader_.i32();
   if (!reply_reader_.ok()) return bad_reply();
-  if (rc == 801 /* CUDA_ERROR_NOT_SUPPORTED: a server that has no NVML handlers */) {
+  // CUDA_ERROR_NOT_SUPPORTED and nothing after it: a server that has no handler for the op (no
+  // NVML handlers, or an older server); kOpSessionControl's own NOT_SUPPORTED carries a message.
+  if (rc == 801 && reply_reader_.left() == 0) {
     log::warn("%s: rgpu-server at %s does not serve NVML calls (an older server?)", name_,
               c->server_name().c_str());
     return NVML_ERROR_NOT_SUPPORTED;
@@ -153,4 +156,41 @@ extern "C" __attribute__((visibility("default"))) long rgpu_nvml_sessions(char* 
     buf[k] = 0;
   }
   return static_cast<long>(text.size() + 1);
+}
+
+// For rgpu-smi suspend | resume | migrate (protocol/messages.h kOpSessionControl): asks the
+// server to act on session pid; writes the server's message (what happened, or why not) into msg
+// and the session's state after it (a CUprocessState, 255 unknown) into *state. Returns the
+// server's CUresult (0: done), or -1 when the server cannot be asked (msg says why).
+extern "C" __attribute__((visibility("default"))) int rgpu_nvml_session_control(int action, unsigned pid, int gpu,
+                                                                                char* msg, size_t len, int* state) {
+  using namespace rgpu;
+  using namespace rgpu::client::nvml;
+  auto put = [&](const std::string& text) {
+    if (!msg || !len) return;
+    size_t k = std::min(len - 1, text.size());
+    std::memcpy(msg, text.data(), k);
+    msg[k] = 0;
+  };
+  if (state) *state = proto::kSessionStateUnknown;
+  if (!connected()) {
+    put("not connected to rgpu-server");
+    return -1;
+  }
+  Call c(static_cast<uint16_t>(proto::kOpSessionControl), "rgpu_nvml_session_control");
+  proto::wire::put_session_control(c.args(), {static_cast<uint8_t>(action), pid, gpu});
+  nvmlReturn_t rc = c.invoke();
+  if (!c.replied()) {
+    put(rc == NVML_ERROR_NOT_SUPPORTED ? "this rgpu-server cannot suspend or move sessions (an older server?)"
+                                       : "the connection to rgpu-server broke");
+    return -1;
+  }
+  proto::wire::SessionControlReply reply;
+  if (!proto::wire::read_session_control_reply(c.reply(), &reply)) {
+    put("rgpu-server sent a reply that does not decode (is it the same rgpu version?)");
+    return -1;
+  }
+  put(reply.message);
+  if (state) *state = reply.state;
+  return static_cast<int>(rc);
 }

@@ -121,4 +121,30 @@ bool read_sessions(Reader& r, std::vector<SessionEntry>* out) {
   return r.ok();
 }
 
+void put_session_control(Writer& w, const SessionControl& v) {
+  w.put_u8(v.action);
+  w.put_u32(v.pid);
+  w.put_i32(v.gpu);
+}
+
+bool read_session_control(Reader& r, SessionControl* out) {
+  if (r.left() != kSessionControlFrame) return r.fail();
+  out->action = r.u8();
+  out->pid = r.u32();
+  out->gpu = r.i32();
+  return r.ok();
+}
+
+void put_session_control_reply(Writer& w, const SessionControlReply& v) {
+  // Cut, never refused: the message is for a person, and a cut one still says what happened.
+  w.put_str(v.message.size() > kMaxSessionControlMessage ? v.message.substr(0, kMaxSessionControlMessage) : v.message);
+  w.put_u8(v.state);
+}
+
+bool read_session_control_reply(Reader& r, SessionControlReply* out) {
+  out->message = r.str(kMaxSessionControlMessage);
+  out->state = r.u8();
+  return r.ok();
+}
+
 }  // namespace rgpu::proto::wire

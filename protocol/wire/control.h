@@ -1,6 +1,6 @@
 // Control ops on the wire that belong to no CUDA call group: allocations ahead of the program's
 // asking (kOpAllocAhead, kOpAllocMany), host-callback frames (kOpCallback, kOpCallbackDone) and
-// the server's live sessions (kOpSessions). Used by client/device_memory.cpp,
+// the server's live sessions (kOpSessions, kOpSessionControl). Used by client/device_memory.cpp,
 // client/connection.cpp, client/driver/host_callback.cpp and client/nvml/runtime.cpp, and by
 // server/handlers/control.cpp and server/session.cpp. protocol/messages.h says what each op does.
 //
@@ -17,6 +17,9 @@
 //  kOpCallbackDone (client -> server, one-way): u64 callback id; exactly kCallbackDoneFrame bytes.
 //  kOpSessions: nothing. Reply: CUresult, u32 n (at most kMaxSessions), n × (u32 pid, str
 //    identity, str peer, u64 start time in unix seconds, u8 1 for the asking session).
+//  kOpSessionControl: u8 action, u32 pid, i32 gpu; exactly kSessionControlFrame bytes. The reader
+//    takes any action byte (the server answers one it does not know). Reply: CUresult, str
+//    message (at most kMaxSessionControlMessage bytes), u8 state.
 #pragma once
 
 #include <cstddef>
@@ -68,5 +71,21 @@ struct SessionEntry {
 };
 void put_sessions(Writer& w, const std::vector<SessionEntry>& v);
 bool read_sessions(Reader& r, std::vector<SessionEntry>* out);
+
+inline constexpr size_t kSessionControlFrame = 9;
+struct SessionControl {
+  uint8_t action = 0;  // kSessionSuspend, kSessionResume, kSessionMigrate (protocol/messages.h)
+  uint32_t pid = 0;
+  int32_t gpu = -1;
+};
+void put_session_control(Writer& w, const SessionControl& v);
+bool read_session_control(Reader& r, SessionControl* out);
+// The reply after the CUresult.
+struct SessionControlReply {
+  std::string message;
+  uint8_t state = 0;  // a CUprocessState, or kSessionStateUnknown
+};
+void put_session_control_reply(Writer& w, const SessionControlReply& v);
+bool read_session_control_reply(Reader& r, SessionControlReply* out);
 
 }  // namespace rgpu::proto::wire

@@ -1,4 +1,5 @@
-// protocol/wire/control.h: allocations ahead, host-callback frames and the session list survive
+// protocol/wire/control.h: allocations ahead, host-callback frames, the session list and session
+// control survive
 // the trip, and the readers refuse counts over the limits.
 #include "protocol/wire/control.h"
 
@@ -113,6 +114,41 @@ TEST(WireControl, TheSessionListRoundTrips) {
   big.put_u32(kMaxSessions + 1);
   Reader rb(big.buf().data(), big.buf().size());
   EXPECT_FALSE(read_sessions(rb, &got));
+}
+
+TEST(WireControl, ASessionControlRequestHasItsExactSizeAndItsReplyRoundTrips) {
+  Writer w;
+  put_session_control(w, {kSessionMigrate, 4321, 1});
+  ASSERT_EQ(w.buf().size(), kSessionControlFrame);
+  Reader r(w.buf().data(), w.buf().size());
+  SessionControl got;
+  ASSERT_TRUE(read_session_control(r, &got));
+  EXPECT_EQ(got.action, kSessionMigrate);
+  EXPECT_EQ(got.pid, 4321u);
+  EXPECT_EQ(got.gpu, 1);
+  Reader shorter(w.buf().data(), w.buf().size() - 1);
+  EXPECT_FALSE(read_session_control(shorter, &got));
+
+  Writer reply;
+  put_session_control_reply(reply, {"session 4321 is not suspended", 0});
+  Reader rr(reply.buf().data(), reply.buf().size());
+  SessionControlReply back;
+  ASSERT_TRUE(read_session_control_reply(rr, &back));
+  EXPECT_EQ(back.message, "session 4321 is not suspended");
+  EXPECT_EQ(back.state, 0);
+  EXPECT_EQ(rr.left(), 0u);
+  // A message over the limit is cut by the writer and refused by the reader.
+  Writer cut;
+  put_session_control_reply(cut, {std::string(kMaxSessionControlMessage + 10, 'x'), kSessionStateUnknown});
+  Reader rc(cut.buf().data(), cut.buf().size());
+  ASSERT_TRUE(read_session_control_reply(rc, &back));
+  EXPECT_EQ(back.message.size(), kMaxSessionControlMessage);
+  Writer big;
+  big.put_u32(kMaxSessionControlMessage + 1);
+  big.append(std::string(kMaxSessionControlMessage + 1, 'x').data(), kMaxSessionControlMessage + 1);
+  big.put_u8(0);
+  Reader rb(big.buf().data(), big.buf().size());
+  EXPECT_FALSE(read_session_control_reply(rb, &back));
 }
 
 }  // namespace

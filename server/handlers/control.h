@@ -32,6 +32,8 @@ void export_table_info(Dispatch& d);
 // kOpSessions: the server's live sessions (implemented in server/session.cpp, which knows where
 // they are listed).
 void sessions(Dispatch& d);
+// kOpSessionControl: rgpu-smi suspend, resume, migrate (server/session_control.cpp).
+void session_control(Dispatch& d);
 // (Which op each of these answers: server/dispatch.cpp.)
 
 }  // namespace rgpu::server::handlers

@@ -29,6 +29,7 @@ def ours():
         "symbol_lookup": wire.symbol_lookup(0x3001, 0x3000, "rgpu_vec_add"),
         "param_layout_ask": wire.param_layout_ask(0x3101, 2),
         "alloc_ahead": wire.alloc_ahead(4096, 3),
+        "session_control": wire.session_control(3, 1234, 1),
     }
     for name, payload in samples.items():
         lines[f"bytes {name}"] = payload.hex()

@@ -43,6 +43,13 @@ int main(int argc, char** argv) {
   CUstream stream;
   CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 
+  /* Device memory that lives through every round (and through a pause, a suspension or a move
+   * of the session: tests/e2e/test_suspend.py), checked at the end. */
+  const size_t kept_words = 1 << 18;
+  CUdeviceptr kept;
+  CU(cuMemAlloc(&kept, kept_words * 4));
+  CU(cuMemsetD32(kept, 0x5eed5eedu, kept_words));
+
   uint64_t bytes = 0, checksum = 0;
   for (int r = 0; r < rounds; ++r) {
     int n = 1000 + (int)(next_u32() % 250000u);
@@ -97,6 +104,13 @@ int main(int argc, char** argv) {
       CHECK(access(pause_file, F_OK) == 0, "%s never appeared", pause_file);
     }
   }
+  uint32_t* back = malloc(kept_words * 4);
+  CU(cuMemcpyDtoH(back, kept, kept_words * 4));
+  size_t differ = 0;
+  for (size_t i = 0; i < kept_words; ++i) differ += back[i] != 0x5eed5eedu;
+  CHECK(differ == 0, "%zu of %zu words of the memory kept through the run changed", differ, kept_words);
+  free(back);
+  CU(cuMemFree(kept));
   CU(cuStreamDestroy(stream));
   CU(cuModuleUnload(mod));
   CU(cuDevicePrimaryCtxRelease(dev));

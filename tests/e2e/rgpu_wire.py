@@ -120,6 +120,11 @@ def alloc_ahead(size, extra):
     return struct.pack("<QI", size, extra)
 
 
+def session_control(action, pid, gpu=-1):
+    """kOpSessionControl (protocol/wire/control.h SessionControl)."""
+    return struct.pack("<BIi", action, pid, gpu)
+
+
 def hello(identity="rgpu_wire@pytest pid=%d prog=rgpu_wire" % os.getpid(), magic=MAGIC, version=VERSION,
           caps=OUR_CAPS, nonce=None):
     """A Hello payload; returns (payload, client_nonce)."""

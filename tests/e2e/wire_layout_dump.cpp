@@ -48,6 +48,8 @@ int main() {
   C(kNvmlMaxArray), C(kMaxParamLayout), C(kMaxFuncAttributes), C(kMaxClusterTable), C(kMaxClusterTopology);
   C(kMaxAllocAhead), C(kMaxAllocAheadBytes), C(kMaxAllocMany), C(kMaxAllocManyCount), C(kMaxAllocManyBytes);
   C(kNvmlMaxString), C(kFirstClientHandle), C(kServerMintedBit);
+  C(kOpSessionControl), C(kSessionSuspend), C(kSessionResume), C(kSessionMigrate), C(kMaxSessionControlMessage);
+  C(kSessionStateUnknown);
   // What rgpu_wire.py names from cuda.h.
   C(CUDA_SUCCESS), C(CUDA_ERROR_INVALID_VALUE), C(CUDA_ERROR_NOT_INITIALIZED), C(CUDA_ERROR_INVALID_CONTEXT);
   C(CUDA_ERROR_INVALID_HANDLE), C(CUDA_ERROR_NOT_SUPPORTED);
@@ -73,5 +75,8 @@ int main() {
   bytes("param_layout_ask", layout);
   wire::put_alloc_ahead(ahead, {4096, 3});
   bytes("alloc_ahead", ahead);
+  rgpu::Writer control;
+  wire::put_session_control(control, {kSessionMigrate, 1234, 1});
+  bytes("session_control", control);
   return 0;
 }

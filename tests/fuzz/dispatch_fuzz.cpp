@@ -184,15 +184,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint16_t op = rgpu::server::dispatch_fuzz_op(v);
   Handler h = rgpu::server::find_handler(op);
 
-  // A mapped buffer that would be made costs its size twice here (the copy and its shadow): big
-  // ones are left out (the refusal of sizes past the limit is still fed).
-  if (op == rgpu::proto::kOpMappedAlloc || op == rgpu::proto::kOpManagedAlloc) {
-    const size_t at = 2 + (op == rgpu::proto::kOpMappedAlloc ? 8 : 0);
-    uint64_t n = 0;
-    if (size >= at + 8) std::memcpy(&n, data + at, 8);
-    if (n > (64u << 20) && n <= (uint64_t{16} << 30)) return 0;
-  }
-
   // Exact-size heap copy of the payload so ASan sees any over-read; placeholders → the buffer.
   std::vector<uint8_t> payload(data + 2, data + size);
   for (size_t i = 0; i + 8 <= payload.size(); ++i) {
@@ -200,6 +191,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::memcpy(&x, &payload[i], 8);
     if (x == kDevicePlaceholder) std::memcpy(&payload[i], &g.buf, 8);
     if (x == kNvmlDevicePlaceholder) std::memcpy(&payload[i], &g_nvml_device, 8);
+  }
+
+  // A mapped buffer that would be made costs its size twice here (the copy and its shadow): big
+  // ones are left out (the refusal of sizes past the limit is still fed). Read from the payload
+  // after the placeholders are replaced: a placeholder straddling the size field makes a new
+  // size (0x100007e00 from the device buffer's address made an ASan out-of-memory abort).
+  if (op == rgpu::proto::kOpMappedAlloc || op == rgpu::proto::kOpManagedAlloc) {
+    const size_t at = op == rgpu::proto::kOpMappedAlloc ? 8 : 0;
+    uint64_t n = 0;
+    if (payload.size() >= at + 8) std::memcpy(&n, payload.data() + at, 8);
+    if (n > (64u << 20) && n <= (uint64_t{16} << 30)) return 0;
   }
 
   HandleMap handles;
@@ -332,6 +334,8 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   const uint64_t host = 0x5a0000400000ull;  // a mapped buffer's client address
   seed(proto::kOpSnapshot, [](rgpu::Writer&) {});
   seed(proto::kOpSessions, [](rgpu::Writer&) {});
+  // No sessions are listed here: refused before any checkpoint call reaches the fake.
+  seed(proto::kOpSessionControl, [](rgpu::Writer& w) { w.put_u8(proto::kSessionSuspend), w.put_u32(1), w.put_i32(-1); });
   seed(proto::kOpMappedAlloc, [&](rgpu::Writer& w) { w.put_u64(host), w.put_u64(8192), w.put_u32(0); });
   seed(proto::kOpMappedWrite, [&](rgpu::Writer& w) { w.put_u64(host), w.put_u64(16), w.append(bytes, sizeof bytes); });
   seed(proto::kOpMappedCopy, [&](rgpu::Writer& w) {

@@ -1,5 +1,5 @@
 // Fuzz target for protocol/wire/control.h and protocol/wire/dark_api.h (allocations ahead,
-// host-callback frames, the session list, the export-table ops): the server decodes the
+// host-callback frames, the session list and session control, the export-table ops): the server decodes the
 // requests, the client decodes the replies and the callback frames, so any bytes must decode or
 // be refused without reading past the end or taking a count over the limits. The first byte
 // picks the message.
@@ -22,7 +22,7 @@ using rgpu::Reader;
 using rgpu::Writer;
 
 bool decode_encode(uint8_t k, Reader& r, Writer* out) {
-  switch (k % 15) {
+  switch (k % 17) {
     case 0: {
       AllocAhead m;
       if (!read_alloc_ahead(r, &m)) return false;
@@ -114,10 +114,23 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
       put_export_table_ask(*out, id);
       return true;
     }
-    default: {
+    case 14: {
       uint64_t first;
       if (!read_export_table_word(r, &first)) return false;
       put_export_table_word(*out, first);
+      return true;
+    }
+    case 15: {
+      SessionControl m;
+      if (!read_session_control(r, &m)) return false;
+      put_session_control(*out, m);
+      return true;
+    }
+    default: {
+      SessionControlReply m;
+      if (!read_session_control_reply(r, &m)) return false;
+      if (m.message.size() > rgpu::proto::kMaxSessionControlMessage) abort();
+      put_session_control_reply(*out, m);
       return true;
     }
   }
@@ -162,4 +175,9 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   seed(13, table_ask);
   put_export_table_word(table_word, 0x1f8);
   seed(14, table_word);
+  Writer control, control_reply;
+  put_session_control(control, {rgpu::proto::kSessionMigrate, 1234, 1});
+  seed(15, control);
+  put_session_control_reply(control_reply, {"session 1234 is not suspended", CU_PROCESS_STATE_RUNNING});
+  seed(16, control_reply);
 }
