@@ -6,7 +6,7 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
-#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,torch,torchdev,bench,startup,train   the steps to run (default: all)
+#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,reconnect,torch,torchdev,bench,startup,train   the steps to run (default: all)
 #   RGPU_STARTUP_MODEL=small|gpt2   the model the startup step runs (default small)
 #   RGPU_TRAIN_DELAYS="0 30"  RGPU_TRAIN_MODELS="small"   what the training benchmark runs (default "0 1 30", "small gpt2")
 #   RGPU_TRAIN_PAIRS=N             interleaved local/rgpu pairs per model at 0 ms (default 3; 0 for none)
@@ -27,7 +27,7 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
-STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,suspend,torch,torchdev,bench,startup,train},"
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,suspend,reconnect,torch,torchdev,bench,startup,train},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
@@ -216,6 +216,12 @@ fi
 if want suspend; then
   step "rgpu-smi suspend / resume / migrate on the real driver, and the checkpoint API probe (tests/gpu/suspend.sh)"
   tests/gpu/suspend.sh "$OUT" "$REAL" 2>&1 | tee "$OUT/suspend.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if want reconnect; then
+  step "PyTorch CUDA training through rgpu: 10 cuts, and rgpu-server restarted mid-training (tests/gpu/reconnect.sh)"
+  tests/gpu/reconnect.sh "$OUT" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/reconnect.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
