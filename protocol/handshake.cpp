@@ -98,7 +98,20 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
     *err = "the peer at " + server_name + " does not speak the rgpu protocol; is RGPU_SERVER pointing at rgpu-server?";
     return false;
   }
-  (void)version;
+  if (version != kProtocolVersion) {
+    *err = log::format("rgpu-server at %s speaks protocol version %u and this client %u; use the same rgpu release on "
+                       "both sides",
+                       server_name.c_str(), version, kProtocolVersion);
+    return false;
+  }
+  if (!token_required && !token.empty()) {
+    // Only a server holding the token can prove it: one that asks for none may be an impostor,
+    // to whom this program would hand its data and code.
+    *err = "rgpu-server at " + server_name +
+           " does not ask for a token, but RGPU_TOKEN is set, so it cannot prove it holds the token: it may not be the "
+           "server you mean. Give that server the token (--token-file), or unset RGPU_TOKEN to use a server without one";
+    return false;
+  }
   if (token_required && token.empty()) {
     *err = "rgpu-server at " + server_name + " requires a token; set RGPU_TOKEN to the server's token";
     return false;
@@ -150,6 +163,11 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   if (!r.ok() || magic != kMagic) {
     *err = "the client's greeting is not an rgpu Hello (bad magic or truncated)";
     return false;
+  }
+  // The identity is the client's word, shown in logs and the session list: control characters
+  // (a tab would shift the list's columns, a newline forge a log line) become '?'.
+  for (char& c : identity) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   }
   out->identity = identity;
   if (version != kProtocolVersion) {

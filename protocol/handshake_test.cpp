@@ -21,7 +21,8 @@ struct Outcome {
   ServerHandshakeResult server;
 };
 
-Outcome run(const std::string& client_token, const std::string& server_token) {
+Outcome run(const std::string& client_token, const std::string& server_token,
+            const std::string& identity = "tester@host pid=1 prog=t") {
   int sv[2];
   EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   Outcome o;
@@ -29,7 +30,7 @@ Outcome run(const std::string& client_token, const std::string& server_token) {
     o.server_ok = server_handshake(sv[1], server_token, &o.server, &o.server_err);
     close(sv[1]);
   });
-  o.client_ok = client_handshake(sv[0], client_token, "tester@host pid=1 prog=t", "test-server", &o.client, &o.client_err);
+  o.client_ok = client_handshake(sv[0], client_token, identity, "test-server", &o.client, &o.client_err);
   close(sv[0]);  // a client that gave up closes, which ends the server's wait
   server.join();
   return o;
@@ -48,6 +49,47 @@ TEST(Handshake, SucceedsWithoutTokenWhenServerHasNone) {
   Outcome o = run("", "");
   EXPECT_TRUE(o.client_ok) << o.client_err;
   EXPECT_TRUE(o.server_ok) << o.server_err;
+}
+
+TEST(Handshake, AClientWithATokenRefusesAServerThatAsksForNone) {
+  // Such a server cannot prove it holds the token: it may be an impostor.
+  Outcome o = run("s3cret", "");
+  EXPECT_FALSE(o.client_ok);
+  EXPECT_NE(o.client_err.find("does not ask for a token"), std::string::npos) << o.client_err;
+  EXPECT_NE(o.client_err.find("RGPU_TOKEN"), std::string::npos) << o.client_err;
+}
+
+TEST(Handshake, ControlCharactersInTheClientsIdentityBecomeQuestionMarks) {
+  Outcome o = run("", "", "eve\tfake-peer\nrgpu-server: forged line\x7f");
+  ASSERT_TRUE(o.server_ok) << o.server_err;
+  EXPECT_EQ(o.server.identity, "eve?fake-peer?rgpu-server: forged line?");
+}
+
+TEST(Handshake, AClientRefusesAServerOfAnotherProtocolVersion) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  std::thread server([&] {
+    FrameHeader h;
+    std::vector<uint8_t> payload;
+    std::string why;
+    if (read_frame(sv[1], kMaxHandshakePayload, &h, &payload, &why) != ReadResult::kOk) return;
+    Writer challenge;  // a tokenless server's Challenge, from a later release
+    challenge.put_u32(kMagic);
+    challenge.put_u16(kProtocolVersion + 3);
+    challenge.put_u64(kOurCapabilities);
+    challenge.put_u8(0);
+    uint8_t zeros[64] = {0};
+    challenge.append(zeros, sizeof zeros);
+    write_frame(sv[1], kOpChallenge, 0, 0, 0, challenge.buf().data(), challenge.size());
+  });
+  ClientHandshakeResult r;
+  std::string err;
+  EXPECT_FALSE(client_handshake(sv[0], "", "tester", "test-server", &r, &err));
+  EXPECT_NE(err.find(std::to_string(kProtocolVersion + 3)), std::string::npos) << err;
+  EXPECT_NE(err.find("same rgpu release"), std::string::npos) << err;
+  server.join();
+  close(sv[0]);
+  close(sv[1]);
 }
 
 TEST(Handshake, WrongTokenIsRefusedWithAMessageSayingSo) {

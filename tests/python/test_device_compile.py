@@ -9,6 +9,7 @@ with the server's message; the default backend says which backend to use.
 Inductor compiles on the server's CPU take seconds each (a C++ compiler runs): the graphs here are
 few and small."""
 import re
+import time
 
 import pytest
 
@@ -209,6 +210,10 @@ print(ok)
 def _two_graphs_on(server):
     r = run_python(_TWO_GRAPHS, {"RGPU_OPSERVER": server.addr})
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
+    # The session logs its graphs' summaries as it ends, a moment after its client has gone.
+    deadline = time.time() + 20
+    while "ended" not in server.log_path.read_text() and time.time() < deadline:
+        time.sleep(0.05)
     return server.log_path.read_text()
 
 
