@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "common/crypto.h"
+#include "common/spin_policy.h"
 #include "common/wire.h"
 #include "protocol/handshake.h"
 #include "protocol/messages.h"
@@ -178,6 +179,7 @@ class Channel {
     Clock::time_point quiet_since{};
     int pings = 0;
     bool return_on_control = false;  // next_data_frame returns kControl after any other frame
+    bool spun = false;               // this read spun once already (spin_)
   };
 
   // All of these are called with mu_ held (lk) unless they say otherwise.
@@ -271,6 +273,7 @@ class Channel {
     Wait wait = Wait::kPassive;
   } cur_;
   Clock::time_point last_rx_{};
+  SpinPolicy spin_;  // how the reader waits for a reply (reader role only)
 
   ChannelStats stats_;
 };

@@ -21,7 +21,7 @@ except ImportError as e:
                      f"({e}); install torch first (pip install torch), then pip install ./python") from e
 
 SOURCES = sorted(glob.glob(os.path.join(HERE, "rgpu", "csrc", "*", "*.cpp"))) + [
-    os.path.join(ROOT, "common", f) for f in ("log.cpp", "env.cpp", "net.cpp", "crypto.cpp")
+    os.path.join(ROOT, "common", f) for f in ("log.cpp", "env.cpp", "net.cpp", "crypto.cpp", "spin_policy.cpp")
 ] + [os.path.join(ROOT, "protocol", f) for f in ("frame.cpp", "handshake.cpp", "transport.cpp", "channel.cpp",
                                               "client_session.cpp", "drain.cpp")]
 # setuptools wants paths relative to this directory.

@@ -31,6 +31,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/spin_policy.h"
 #include "common/wire.h"
 #include "gen/ops.gen.h"
 #include "protocol/channel.h"
@@ -50,7 +51,7 @@ namespace rgpu::server {
 namespace {
 
 constexpr size_t kMaxClientThreads = 1024;
-// How long an idle worker spins before it sleeps.
+// How long an idle worker may spin before it sleeps (when its SpinPolicy lets it).
 constexpr auto kSpin = std::chrono::microseconds(50);
 // How many payload bytes one client thread may have queued before the reader waits for it.
 constexpr size_t kMaxQueuedBytes = 512u << 20;
@@ -183,6 +184,7 @@ class Worker {
   std::condition_variable cv_;
   std::deque<Frame> queue_;
   std::atomic<size_t> queued_{0};
+  SpinPolicy spin_{kSpin};  // the loop's thread only
   size_t queued_bytes_ = 0;  // payload bytes in queue_, under mu_
   std::condition_variable space_cv_;
   std::mutex bulk_mu_;
@@ -544,11 +546,16 @@ void Worker::loop() {
   std::vector<uint8_t> body;
   Bytes bulk;  // reused: bulk replies (device-to-host data) are never zeroed or re-faulted
   for (;;) {
-    // Spin a little before sleeping: the next call of an active client thread usually arrives
-    // within microseconds, and waking a sleeping thread costs more than the call itself.
+    // Spin a little before sleeping where it pays (common/spin_policy.h): the next call of an
+    // active client thread usually arrives within microseconds, and on an idle many-core host
+    // waking a sleeping thread costs more than the call itself; on a busy or small machine the
+    // spin would take the core the client needs.
     if (queued_.load(std::memory_order_acquire) == 0) {
-      auto until = std::chrono::steady_clock::now() + kSpin;
-      while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
+      if (auto spin = spin_.before_wait(); spin.count() > 0) {
+        auto until = std::chrono::steady_clock::now() + spin;
+        while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
+        }
+        spin_.after_spin(queued_.load(std::memory_order_acquire) != 0);
       }
     }
     Frame f;
