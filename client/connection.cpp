@@ -439,7 +439,7 @@ bool Connection::send_control(uint16_t op, const void* payload, size_t len) {
 void Connection::goodbye() {
   std::lock_guard<std::mutex> lock(send_mu_);
   if (broken_) return;
-  ch_->send(proto::kOpGoodbye, proto::kNoReply, next_request_++, 0, nullptr, 0, true);
+  proto::send_goodbye(*ch_, next_request_++);
 }
 
 void Connection::callback_loop() {

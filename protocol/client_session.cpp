@@ -77,4 +77,19 @@ bool open_client_session(const ClientSessionOptions& o, ClientSession* out, std:
   return true;
 }
 
+void send_goodbye(Channel& channel, uint32_t request_id) {
+  channel.resume_until(Clock::now() + kGoodbyeResume, "this process is exiting");
+  // A connection that ended while this process was idle shows it only to a read (a write into it
+  // still succeeds, and is lost): look without waiting first, so that the break is known and the
+  // goodbye goes out on a resumed connection. What comes unasked for now is dropped: the process
+  // is exiting.
+  FrameHeader h{};
+  for (int i = 0; i < 64; ++i) {
+    if (channel.receive(&h, Wait::kPassive, std::chrono::milliseconds(0)) != Status::kOk) break;
+    if (channel.read_payload(nullptr, h.length) != Status::kOk) break;
+  }
+  channel.send(kOpGoodbye, kNoReply, request_id, 0, nullptr, 0, false);
+  channel.flush();  // repairs a broken connection first
+}
+
 }  // namespace rgpu::proto

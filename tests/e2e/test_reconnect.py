@@ -258,3 +258,53 @@ def test_rgpu_smi_shows_a_disconnected_session_and_its_time_left(runtime_dir):
         client.communicate()
         proxy.stop()
         server.stop()
+
+
+# Allocates, says so, waits for GO, then exits without another call: the goodbye at exit is the
+# first frame after the break.
+EXIT_AFTER_PAUSE = """
+import ctypes, os, sys, time
+cu = ctypes.CDLL(os.environ["SHIM"])
+assert cu.cuInit(0) == 0
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(ptr), 1 << 20) == 0
+print("ready", flush=True)
+deadline = time.time() + 60
+while not os.path.exists(os.environ["GO"]) and time.time() < deadline:
+    time.sleep(0.02)
+sys.exit(0)
+"""
+
+
+def test_a_goodbye_sent_across_a_break_still_ends_the_session(runtime_dir, tmp_path):
+    """A program that exits while its connection is broken redials to deliver its goodbye, so its
+    session ends then instead of keeping the GPU memory for the whole grace (600 s here)."""
+    server = Server(extra_args=["--runtime-dir", runtime_dir])
+    proxy = Proxy(server.addr, "--fault", "cut", "--on-signal", "--connections", "2")
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_AFTER_PAUSE)
+    go = tmp_path / "go"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(BUILD / "lib"), RGPU_SERVER=proxy.addr, GO=str(go),
+               SHIM=str(BUILD / "lib/libcuda.so.1"))
+    env.pop("RGPU_TOKEN", None)
+    client = subprocess.Popen(["python3", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert client.stdout.readline().strip() == "ready", client.stderr.read()
+        proxy.strike()
+        time.sleep(0.3)
+        go.touch()
+        start = time.time()
+        out, err = client.communicate(timeout=60)
+        assert client.returncode == 0, err
+        assert time.time() - start < 10
+        calls = wait_for_ended_sessions(server, 1, timeout=20)
+        assert len(calls) == 1, server.text()
+        assert "resumed from" in server.text(), server.text()
+    finally:
+        if client.poll() is None:
+            client.kill()
+        proxy.stop()
+        server.stop()

@@ -162,7 +162,7 @@ void Connection::connect(bool patient) {
 void Connection::goodbye() {
   std::lock_guard<std::mutex> lk(mu_);
   if (broken_ || !ch_) return;
-  ch_->send(proto::kOpGoodbye, proto::kNoReply, 0, 0, nullptr, 0, true);
+  proto::send_goodbye(*ch_, 0);
 }
 
 proto::ChannelStats Connection::channel_stats() const { return ch_->stats(); }
