@@ -308,24 +308,31 @@ void checkpoint_listen() {
 using namespace fake;
 using namespace fake::checkpoint;
 
-FAKE_API CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState* state) {
-  if (!state) return CUDA_ERROR_INVALID_VALUE;
+namespace {
+
+// The two queries: the target's answer to `action`, a number, into *out.
+CUresult ask_value(int pid, decltype(Request::action) action, int* out) {
   Request q;
-  q.action = kGetState;
+  q.action = action;
   Reply r;
   if (CUresult e = ask(pid, q, &r)) return e;
-  *state = static_cast<CUprocessState>(r.value);
+  *out = r.value;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState* state) {
+  if (!state) return CUDA_ERROR_INVALID_VALUE;
+  int value = 0;
+  if (CUresult e = ask_value(pid, kGetState, &value)) return e;
+  *state = static_cast<CUprocessState>(value);
   return CUDA_SUCCESS;
 }
 
 FAKE_API CUresult CUDAAPI cuCheckpointProcessGetRestoreThreadId(int pid, int* tid) {
   if (!tid) return CUDA_ERROR_INVALID_VALUE;
-  Request q;
-  q.action = kGetRestoreThreadId;
-  Reply r;
-  if (CUresult e = ask(pid, q, &r)) return e;
-  *tid = r.value;
-  return CUDA_SUCCESS;
+  return ask_value(pid, kGetRestoreThreadId, tid);
 }
 
 FAKE_API CUresult CUDAAPI cuCheckpointProcessLock(int pid, CUcheckpointLockArgs* args) {

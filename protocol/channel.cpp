@@ -661,38 +661,29 @@ Channel::Io Channel::read_more(uint8_t* dst, size_t cap, size_t* got, ReadWait& 
       gen = gen_;
     }
     const bool checking = w.wait == Wait::kAwaiting;
+    ssize_t r = Transport::kTimedOut;
     if (checking && !w.spun) {
       // A reply is owed: where it pays (common/spin_policy.h), look for it without sleeping for
       // a moment first; a reply that comes then costs no wake-up.
       w.spun = true;
       if (auto spin = spin_.before_wait(); spin.count() > 0) {
         const auto until = Clock::now() + spin;
-        ssize_t r = Transport::kTimedOut;
         do {
           r = t->read_some(dst, cap, std::chrono::milliseconds(0));
         } while (r == Transport::kTimedOut && Clock::now() < until);
         spin_.after_spin(r != Transport::kTimedOut);
-        if (r > 0) {
-          *got = static_cast<size_t>(r);
-          last_rx_ = Clock::now();
-          w.pings = 0;
-          return Io::kOk;
-        }
-        if (r != Transport::kTimedOut) {
-          std::lock_guard<std::mutex> lk(mu_);
-          break_locked(gen, "the connection closed");
-          return Io::kBroken;
-        }
       }
     }
-    Clock::time_point wake = w.deadline;
-    if (checking) wake = std::min(wake, std::max(w.quiet_since, last_rx_) + options_.heartbeat * (w.pings + 1));
-    auto timeout = kForever;
-    if (wake != Clock::time_point::max()) {
-      timeout = std::max(std::chrono::milliseconds(0),
-                         std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()));
+    if (r == Transport::kTimedOut) {
+      Clock::time_point wake = w.deadline;
+      if (checking) wake = std::min(wake, std::max(w.quiet_since, last_rx_) + options_.heartbeat * (w.pings + 1));
+      auto timeout = kForever;
+      if (wake != Clock::time_point::max()) {
+        timeout = std::max(std::chrono::milliseconds(0),
+                           std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()));
+      }
+      r = t->read_some(dst, cap, timeout);
     }
-    ssize_t r = t->read_some(dst, cap, timeout);
     if (r > 0) {
       *got = static_cast<size_t>(r);
       last_rx_ = Clock::now();
