@@ -392,13 +392,13 @@ bool Connection::take_notice(uint32_t length) {
 // (a draining server's) waits unread; and if the server has since ended the session and closed the
 // connection, the call's own write could break the connection before anything is read, losing the
 // notice with the reason, and the channel would redial a server that is gone. So the first call
-// after kIdleCatchUp without one reads what has arrived (without waiting) before it goes out. Cost:
+// after proto::kCatchUpAfterIdle without one reads what has arrived (without waiting) before it goes out. Cost:
 // a clock read per call, and one read of the socket after each idle second.
 void Connection::catch_up_after_idle() {
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch()).count();
   const int64_t last = last_call_ns_.exchange(now, std::memory_order_relaxed);
-  if (last == 0 || now - last < std::chrono::nanoseconds(kIdleCatchUp).count()) return;
+  if (last == 0 || now - last < std::chrono::nanoseconds(proto::kCatchUpAfterIdle).count()) return;
   std::unique_lock<std::mutex> lock(recv_mu_);
   if (reading_ || broken_) return;  // a reader is there already: it reads the notice
   reading_ = true;

@@ -134,9 +134,9 @@ class Connection {
   bool read_payload(void* dst, size_t n);
   // A kOpNotice frame of `length` bytes, its header read: logs it; false when it ends the session.
   bool take_notice(uint32_t length);
-  // Before a call goes out after kIdleCatchUp without one: reads what came meanwhile (a notice).
+  // Before a call goes out after proto::kCatchUpAfterIdle without one: reads what came meanwhile
+  // (a notice).
   void catch_up_after_idle();
-  static constexpr auto kIdleCatchUp = std::chrono::seconds(1);
   void idle_flusher();
   // Completes every pending slot as failed (the connection broke). recv_mu_ held.
   void fail_pending_locked();

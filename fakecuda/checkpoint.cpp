@@ -320,6 +320,12 @@ CUresult ask_value(int pid, decltype(Request::action) action, int* out) {
   return CUDA_SUCCESS;
 }
 
+// The transitions: the target's result of q, nothing else.
+CUresult ask_result(int pid, const Request& q) {
+  Reply r;
+  return ask(pid, q, &r);
+}
+
 }  // namespace
 
 FAKE_API CUresult CUDAAPI cuCheckpointProcessGetState(int pid, CUprocessState* state) {
@@ -342,16 +348,14 @@ FAKE_API CUresult CUDAAPI cuCheckpointProcessLock(int pid, CUcheckpointLockArgs*
     if (args->reserved0 || !zeroed(args->reserved1, 0, sizeof args->reserved1)) return CUDA_ERROR_INVALID_VALUE;
     q.timeout_ms = args->timeoutMs;
   }
-  Reply r;
-  return ask(pid, q, &r);
+  return ask_result(pid, q);
 }
 
 FAKE_API CUresult CUDAAPI cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs* args) {
   if (args && !zeroed(*args, 0, sizeof *args)) return CUDA_ERROR_INVALID_VALUE;
   Request q;
   q.action = kCheckpoint;
-  Reply r;
-  return ask(pid, q, &r);
+  return ask_result(pid, q);
 }
 
 FAKE_API CUresult CUDAAPI cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs* args) {
@@ -364,14 +368,12 @@ FAKE_API CUresult CUDAAPI cuCheckpointProcessRestore(int pid, CUcheckpointRestor
     q.pair_count = args->gpuPairsCount;
     for (uint32_t i = 0; i < q.pair_count; ++i) q.pairs[i] = args->gpuPairs[i];
   }
-  Reply r;
-  return ask(pid, q, &r);
+  return ask_result(pid, q);
 }
 
 FAKE_API CUresult CUDAAPI cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs* args) {
   if (args && !zeroed(*args, 0, sizeof *args)) return CUDA_ERROR_INVALID_VALUE;
   Request q;
   q.action = kUnlock;
-  Reply r;
-  return ask(pid, q, &r);
+  return ask_result(pid, q);
 }

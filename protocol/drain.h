@@ -60,6 +60,10 @@ inline constexpr int kEndNow = -2;
 // reason the calls fail from now on); kMalformed: *why says so (the caller drops the session).
 enum class NoticeAction { kDraining, kEnded, kMalformed };
 NoticeAction take_notice(Channel& ch, const uint8_t* payload, size_t n, std::string* why);
+// A client idle this long reads what came meanwhile (a notice) before its next call goes out:
+// otherwise that call's write could meet a connection the server has closed, the notice with the
+// reason unread, and the channel would redial a server that is gone.
+inline constexpr std::chrono::seconds kCatchUpAfterIdle{1};
 
 // ---- In a session process ----
 

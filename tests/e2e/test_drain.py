@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import BUILD, IMAGE, Server, run_client, free_port
-from test_reconnect import PROGRAM, Proxy, runtime_dir, totals  # noqa: F401 (runtime_dir: a fixture)
+from test_reconnect import PROGRAM, Proxy, finish_on, runtime_dir, totals  # noqa: F401 (runtime_dir: a fixture)
 
 
 def start_paused_client(addr, go, rounds):
@@ -140,13 +140,7 @@ def test_sighup_leaves_the_session_to_the_next_server_on_the_port(runtime_dir, t
         # The port is free at once: the spare was ended before the listener exited.
         second = Server(extra_args=args, port=port)
         assert second.alive(), second.text()
-        proxy.proc.send_signal(signal.SIGUSR1)
-        go.touch()
-        out, err = client.communicate(timeout=120)
-        assert client.returncode == 0, out + err
-        assert "rounds 10" in out
-        assert "reconnecting" in err, err
-        assert "resumes session" in second.text(), second.text()
+        finish_on(second, client, proxy, go, 10)
     finally:
         if client.poll() is None:
             client.kill()

@@ -32,6 +32,18 @@ def runtime_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+def finish_on(second, client, proxy, go, rounds):
+    """A paused reconnect_test whose first server is gone: cuts its connection, lets it go on, and
+    checks that it finished its rounds in the session `second` handed it."""
+    proxy.strike()
+    go.touch()
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 0, out + err
+    assert f"rounds {rounds}" in out
+    assert "reconnecting" in err, err
+    assert "resumes session" in second.text(), second.text()
+
+
 def calls_served(server):
     """The call counts of the sessions the server's log says ended, in order."""
     return [int(n) for n in re.findall(r"session for .* ended after (\d+) calls", server.text())]
@@ -137,13 +149,7 @@ def test_a_restarted_server_hands_the_reconnecting_client_its_session(runtime_di
             second.log.close()
             second = None
         assert second, "a second rgpu-server could not listen on the port"
-        proxy.strike()
-        go.touch()
-        out, err = client.communicate(timeout=120)
-        assert client.returncode == 0, out + err
-        assert "rounds 30" in out
-        assert "reconnecting" in err, err
-        assert "resumes session" in second.text(), second.text()
+        finish_on(second, client, proxy, go, 30)
     finally:
         if client.poll() is None:
             client.kill()

@@ -351,7 +351,7 @@ void Connection::take_notice(const proto::FrameHeader& h) {
 
 void Connection::catch_up_after_idle_locked() {
   const auto now = std::chrono::steady_clock::now();
-  const bool idle = now - last_call_ > std::chrono::seconds(1);
+  const bool idle = now - last_call_ > proto::kCatchUpAfterIdle;
   last_call_ = now;
   if (!idle) return;
   proto::FrameHeader h{};

@@ -105,10 +105,9 @@ class Connection {
   void expect_reply(uint16_t op, uint32_t id, proto::FrameHeader* h);
   // Reads a kOpNotice's payload and acts on it (protocol/drain.h take_notice).
   void take_notice(const proto::FrameHeader& h);
-  // Called with call_mu_ held before a call goes out: after a second without one, reads what
-  // came meanwhile (a draining server's notices) without waiting. Otherwise a server that ended
-  // the session and closed the connection could see this call's write break the connection first,
-  // the notice with the reason unread, and the channel would redial a server that is gone.
+  // Called with call_mu_ held before a call goes out: after proto::kCatchUpAfterIdle without one,
+  // reads what came meanwhile (a draining server's notices) without waiting (protocol/drain.h
+  // says why).
   void catch_up_after_idle_locked();
   // The same for one-way calls, when no call holds the reading role.
   void catch_up_if_free();
