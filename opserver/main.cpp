@@ -19,6 +19,7 @@
 #include "opserver/session.h"
 #include "protocol/accept_loop.h"
 #include "protocol/handshake.h"
+#include "protocol/server_options.h"
 
 #ifndef RGPU_TORCH_LIB_DIR
 #define RGPU_TORCH_LIB_DIR ""
@@ -63,24 +64,17 @@ int main(int argc, char** argv) {
       "seconds to finish, sessions still running then are ended, and the server exits 0; a second SIGTERM or\n"
       "SIGINT ends them at once. SIGHUP: the server exits at once and leaves its sessions running.",
       "rgpu-opserver"};
-  std::string listen = "127.0.0.1:9720";
+  rgpu::proto::ServerOptions server;
+  server.listen = {"info", "", "127.0.0.1:9720", 9720, false, "this machine"};
   std::string device = "cuda";
-  std::string token_file;
   std::string pretend_version;
-  bool insecure = false;
-  std::string log_level = "info";
   double max_storage_gb = 1024;
   int devices = 0;
   bool no_cpu_reuse = false;
-  unsigned drain_timeout = 60;
   std::string compile = rgpu::opserver::inductor_built() ? "inductor" : "none";
-  unsigned session_grace = 600;
-  std::string runtime_dir;
-  app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9720, loopback only)");
+  rgpu::proto::add_server_options(app, &server, "tensors");
   app.add_option("--device", device, "where ops run: cuda (default) or cpu (tests, machines without a GPU)")
       ->check(CLI::IsMember({"cuda", "cpu"}));
-  app.add_option("--token-file", token_file, "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
-  app.add_flag("--insecure", insecure, "allow listening on a non-loopback address without a token");
   app.add_option("--devices", devices,
                  "how many devices clients see (rgpu:0 .. rgpu:N-1): on cuda the first N GPUs (default: all of "
                  "them), on cpu N names for the one CPU (default 1; tests of several devices)")
@@ -93,17 +87,6 @@ int main(int argc, char** argv) {
                  "embeds Python: Inductor compiles each graph at its first run, opserver/inductor.h) or none (op by op)")
       ->check(CLI::IsMember({"inductor", "none"}));
   app.add_option("--max-storage-gb", max_storage_gb, "largest single tensor storage a client may allocate, in GiB (default 1024)");
-  app.add_option("--session-grace", session_grace,
-                 "seconds a session whose connection broke keeps its tensors for its client to reconnect (default "
-                 "600); past it the session ends");
-  app.add_option("--runtime-dir", runtime_dir,
-                 "directory of the live sessions' sockets, through which a client reconnects to its session, also "
-                 "after this server restarts (default $XDG_RUNTIME_DIR/rgpu, else /run/rgpu, else /tmp/rgpu-UID)");
-  app.add_option("--drain-timeout", drain_timeout,
-                 "seconds the sessions get to finish after SIGTERM or SIGINT (default 60); a session still running "
-                 "after it is ended")
-      ->check(CLI::Range(0, 24 * 3600));
-  app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   app.add_option("--pretend-torch-version", pretend_version, "report this torch version in the hello (tests of the version check)")
       ->group("");
   CLI11_PARSE(app, argc, argv);
@@ -112,7 +95,7 @@ int main(int argc, char** argv) {
   rgpu::log::set_prefix("rgpu-opserver");
   std::string token, err;
   rgpu::net::Address addr;
-  if (!rgpu::proto::prepare_listen({log_level, token_file, listen, 9720, insecure, "this machine"}, &token, &addr))
+  if (!rgpu::proto::prepare_listen(server.listen, &token, &addr))
     return 2;
 
   rgpu::opserver::SessionOptions opt;
@@ -175,14 +158,14 @@ int main(int argc, char** argv) {
 
   // Live sessions listen in a directory per port for their clients to come back
   // (protocol/session_dir.h); an opserver restarted on the same port finds them.
-  const std::string door_dir = rgpu::proto::server_session_dir(runtime_dir, addr.port);
+  const std::string door_dir = rgpu::proto::server_session_dir(server.runtime_dir, addr.port);
   rgpu::proto::AcceptLoop loop;
   loop.name = "rgpu-opserver";
   loop.token = token;
-  loop.drain.timeout = std::chrono::seconds(drain_timeout);
+  loop.drain.timeout = std::chrono::seconds(server.drain_timeout);
   loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapChannel;
   loop.session_dir = door_dir;
-  loop.session = [&opt, &token, &door_dir, session_grace](int fd, const std::string&,
+  loop.session = [&opt, &token, &door_dir, grace = server.session_grace](int fd, const std::string&,
                                                           const rgpu::proto::ServerHandshakeResult& hs) {
     if (!(hs.capabilities & rgpu::proto::kCapChannel)) {
       rgpu::log::warn("client %s does not speak the channel (an older rgpu release); closing", hs.identity.c_str());
@@ -191,7 +174,7 @@ int main(int argc, char** argv) {
     rgpu::proto::ServerChannelSetup channel;
     channel.session = hs.session;
     channel.token = token;
-    channel.grace = std::chrono::seconds(session_grace);
+    channel.grace = std::chrono::seconds(grace);
     channel.door_dir = door_dir;
     channel.identity = hs.identity;
     int status = rgpu::opserver::serve(fd, opt, channel);

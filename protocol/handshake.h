@@ -52,6 +52,9 @@ struct ServerHandshakeResult {
   SessionId session{};
   uint64_t capabilities = 0;
   std::string identity;
+  // The tenant whose token the client proved (--token-file's NAME; "" with one unnamed token or
+  // none). Sessions, modules and quotas are kept apart per tenant.
+  std::string tenant;
   // On failure: the peer closed before sending anything (a port check, such as rgpu-run's).
   bool said_nothing = false;
   // On "failure" with allow_resume: the first frame was kOpResume (a client resuming a session

@@ -1,6 +1,8 @@
 // The rgpu driver-path wire protocol: the commented spec.
 //
-// Transport: one TCP connection per client process (TLS where configured), carrying frames.
+// Transport: one TCP connection per client process carrying frames, in clear or inside TLS 1.3.
+// A TLS connection (RGPU_SERVER=tls://...) starts with a clear preamble (TlsPreamble below) that
+// says which process is to terminate it, then the TLS handshake; every frame is inside TLS.
 // Every frame is a fixed 16-byte header followed by `length` payload bytes:
 //
 //   offset size field
@@ -63,6 +65,26 @@ inline constexpr uint32_t kHeaderSize = 16;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 // Largest handshake message; anything bigger before authentication is hostile.
 inline constexpr uint32_t kMaxHandshakePayload = 4096;
+
+// The clear preamble of a TLS connection, sent by the client before its TLS ClientHello (in the
+// same packet: no round trip). A session's TLS state lives in the process that terminated it and
+// cannot move, so the listener must know before TLS begins which process is to run the handshake:
+// a new session's spare process, or the live session process a resuming client comes back to
+// (protocol/session_dir.h). The session id is not a secret (the resume proof inside TLS is what
+// authenticates a resume); seeing it tells an observer only that a connection resumes some session.
+//   offset size field
+//   0      4    magic     kTlsPreambleMagic ("RGPT"; as a frame's length it would be over
+//                         kMaxPayload, so a server without TLS tells it from a clear Hello)
+//   4      1    kind      kTlsNew or kTlsResume
+//   5      3    reserved  zero
+//   8      16   session   the session to resume (zero for kTlsNew)
+// A server that cannot serve the connection before TLS (too many sessions, a clear-text server)
+// answers with a clear kOpRefused frame in place of the TLS ServerHello; a TLS client whose
+// handshake fails reads it and reports its reason, marked as unauthenticated.
+inline constexpr uint32_t kTlsPreambleMagic = 0x54504752;  // "RGPT" on the wire
+inline constexpr uint32_t kTlsPreambleSize = 24;
+inline constexpr uint8_t kTlsNew = 0;
+inline constexpr uint8_t kTlsResume = 1;
 
 struct FrameHeader {
   uint32_t length;

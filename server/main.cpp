@@ -16,6 +16,7 @@
 #include "gen/driver_table.gen.h"
 #include "protocol/accept_loop.h"
 #include "protocol/handshake.h"
+#include "protocol/server_options.h"
 #include "protocol/session_dir.h"
 #include "server/module_cache.h"
 #include "server/nvml/nvml_server.h"
@@ -44,27 +45,20 @@ int main(int argc, char** argv) {
       "SIGHUP hands over: the server exits at once and its sessions keep running for the next rgpu-server started\n"
       "on the same port (and --runtime-dir), which hands them their clients when they reconnect (an upgrade).",
       "rgpu-server"};
-  std::string listen = "127.0.0.1:9713";
+  rgpu::proto::ServerOptions server;
+  server.listen = {"info", "", "127.0.0.1:9713", 9713, false, "this GPU"};
   std::string driver = "libcuda.so.1";
-  std::string token_file;
   std::string nvml;
-  bool insecure = false;
-  std::string log_level = "info";
   std::string prewarm = "context";
   std::string cache_dir = rgpu::server::module_cache::default_dir();
   uint64_t cache_max_mb = 4096;
-  unsigned session_grace = 600;
-  unsigned drain_timeout = 60;
-  std::string runtime_dir;
-  app.add_option("--listen", listen, "HOST:PORT to listen on (default 127.0.0.1:9713, loopback only)");
+  rgpu::proto::add_server_options(app, &server, "GPU state");
   app.add_option("--driver", driver,
                  "path of the CUDA driver library to serve (default: the system's libcuda.so.1), or 'fake' for "
                  "rgpu's fake driver (tests, machines without a GPU)");
   app.add_option("--nvml", nvml,
                  "path of the NVML library that answers clients' NVML calls (default: the system's libnvidia-ml.so.1, "
                  "or rgpu's fake NVML with --driver fake)");
-  app.add_option("--token-file", token_file, "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
-  app.add_flag("--insecure", insecure, "allow listening on a non-loopback address without a token");
   app.add_option("--cache-dir", cache_dir,
                  "directory of the persistent module-image cache, shared by all sessions: clients send a module's "
                  "bytes only when it is not there (default $XDG_CACHE_HOME/rgpu or ~/.cache/rgpu/modules; 'none' "
@@ -76,23 +70,12 @@ int main(int argc, char** argv) {
                  "0's context, held for the client: 0.2 to 0.3 s off each client's start-up on an H200, at the cost of one idle context "
                  "on GPU 0), 'init' (the driver's and NVML's init only) or 'none' (default context)")
       ->check(CLI::IsMember({"none", "init", "context"}));
-  app.add_option("--session-grace", session_grace,
-                 "seconds a session whose connection broke keeps its GPU state for its client to reconnect "
-                 "(default 600); past it the session ends");
-  app.add_option("--drain-timeout", drain_timeout,
-                 "seconds the sessions get to finish after SIGTERM or SIGINT (default 60): their clients are told "
-                 "at once, and a session still running after it is ended with that reason")
-      ->check(CLI::Range(0, 24 * 3600));
-  app.add_option("--runtime-dir", runtime_dir,
-                 "directory of the live sessions' sockets, through which a client reconnects to its session, also "
-                 "after this server restarts (default $XDG_RUNTIME_DIR/rgpu, else /run/rgpu, else /tmp/rgpu-UID)");
-  app.add_option("--log-level", log_level, "error, warn, info or debug")->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   CLI11_PARSE(app, argc, argv);
 
   rgpu::log::set_prefix("rgpu-server");
   std::string token, err;
   rgpu::net::Address addr;
-  if (!rgpu::proto::prepare_listen({log_level, token_file, listen, 9713, insecure, "this GPU"}, &token, &addr))
+  if (!rgpu::proto::prepare_listen(server.listen, &token, &addr))
     return 2;
 
   if (cache_dir == "none") cache_dir.clear();
@@ -129,7 +112,7 @@ int main(int argc, char** argv) {
   // (protocol/session_dir.h), and are listed as files in its list/ (rgpu-smi shows them); a
   // server restarted on the same port finds both.
   static std::string door_dir, sessions_dir;
-  door_dir = rgpu::proto::server_session_dir(runtime_dir, addr.port);
+  door_dir = rgpu::proto::server_session_dir(server.runtime_dir, addr.port);
   if (!door_dir.empty()) {
     sessions_dir = door_dir + "/list";
     if (mkdir(sessions_dir.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -137,7 +120,7 @@ int main(int argc, char** argv) {
       sessions_dir.clear();
     }
   }
-  static unsigned grace = session_grace;
+  static unsigned grace = server.session_grace;
   rgpu::log::info("listening on %s, driver %s (%d entry points)%s, module cache %s, prewarm %s", addr.str().c_str(),
                   driver_path.c_str(), found, token.empty() ? ", no token" : ", token required",
                   rgpu::server::module_cache::enabled() ? cache_dir.c_str() : "off", prewarm.c_str());
@@ -150,7 +133,7 @@ int main(int argc, char** argv) {
   loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapPushedSnapshot | rgpu::proto::kCapChannel;
   loop.session_dir = door_dir;
   loop.sessions_list = sessions_dir;
-  loop.drain.timeout = std::chrono::seconds(drain_timeout);
+  loop.drain.timeout = std::chrono::seconds(server.drain_timeout);
   loop.welcomed = [](int fd, uint64_t agreed) {
     return !(agreed & rgpu::proto::kCapPushedSnapshot) || rgpu::server::push_snapshot(fd, table);
   };

@@ -34,6 +34,7 @@ void bytes(const char* name, const rgpu::Writer& w) {
 int main() {
 #define C(x) constant(#x, static_cast<unsigned long long>(x))
   C(kMagic), C(kProtocolVersion), C(kHeaderSize), C(kMaxPayload), C(kMaxHandshakePayload);
+  C(kTlsPreambleMagic), C(kTlsPreambleSize), C(kTlsNew), C(kTlsResume);
   C(kReply), C(kNoReply);
   C(kCapDeferredErrors), C(kCapClientHandles), C(kCapBulkSink), C(kCapPushedSnapshot), C(kCapChannel), C(kOurCapabilities);
   C(kOpInvalid), C(kOpHello), C(kOpChallenge), C(kOpAuth), C(kOpWelcome), C(kOpRefused), C(kOpSnapshot);
