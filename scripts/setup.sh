@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # If apt cannot help (no network), say so and go on: the build below fails loudly if something
 # it needs is really missing.
 need_pkgs=()
-for p in cmake ninja-build g++ libssl-dev libgtest-dev libcli11-dev liblz4-dev libzstd-dev python3-pip python3-venv openssh-server openssh-client; do
+for p in cmake ninja-build ccache g++ libssl-dev libgtest-dev libcli11-dev liblz4-dev libzstd-dev python3-pip python3-venv openssh-server openssh-client; do
   case $p in
     cmake | g++) command -v "$p" >/dev/null && continue ;;
     ninja-build) command -v ninja >/dev/null && continue ;;
