@@ -846,6 +846,40 @@ Channel::Io Channel::next_data_frame(ReadWait& w) {
   }
 }
 
+bool Channel::wait_acknowledged(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  uint64_t sent;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    sent = next_seq_ - 1;
+    if (peer_acked_ >= sent) return true;
+  }
+  // The peer acknowledges what it has when it answers a ping; a ping that went out ahead of the
+  // frame (the channel's own frames go first, and a resume resends the backlog behind them) is
+  // answered too early, so the ping is repeated until the answer covers everything.
+  constexpr auto kPingAgain = std::chrono::milliseconds(50);
+  auto next_ping = Clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (peer_acked_ >= sent) return true;
+      if (lost_) return false;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    if (now >= next_ping) {
+      send_ping();
+      next_ping = now + kPingAgain;
+    }
+    // Short reads: the pong that carries the acknowledgement is taken inside receive(), which
+    // goes on waiting for a data frame; coming back often notices it within a millisecond.
+    FrameHeader h{};
+    Status st = receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
+    if (st == Status::kLost) return false;
+    if (st == Status::kOk && read_payload(nullptr, h.length) != Status::kOk) return false;
+  }
+}
+
 void Channel::send_ping() {
   std::unique_lock<std::mutex> lk(mu_);
   ping_owed_ = true;

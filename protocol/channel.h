@@ -145,6 +145,14 @@ class Channel {
   // receive() and the whole payload.
   Status receive_frame(FrameHeader* h, Bytes* payload, Wait wait, std::chrono::milliseconds timeout = kForever);
 
+  // Waits until the peer has acknowledged every frame sent so far (asking it to answer at once
+  // with a ping), reading and dropping what arrives meanwhile: for a last frame whose loss would
+  // go unnoticed (the client's goodbye), since a write into a connection that then broke
+  // succeeds. A break meanwhile is repaired as by any read, and the resume's exchange says what
+  // the peer received (the frame is resent if it was lost). False at `timeout`, or when the
+  // session is lost. The caller must not be reading on another thread.
+  bool wait_acknowledged(std::chrono::milliseconds timeout);
+
   // Server: a client's new connection whose kOpResume (hello) named this session. Runs the proof
   // exchange on it; with a right proof the connection replaces the current one (which is broken
   // off if it still looked alive) and true. Otherwise the client is sent kOpRefused, *why says why,

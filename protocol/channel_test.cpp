@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <random>
 #include <thread>
@@ -48,6 +49,27 @@ class CuttingTransport : public Transport {
  private:
   std::unique_ptr<Transport> inner_;
   size_t budget_;
+};
+
+// A connection that dies right after a write: once armed, the next write is accepted (as a
+// socket accepts bytes its peer will never see) and the connection is then broken.
+class DroppingTransport : public Transport {
+ public:
+  DroppingTransport(std::unique_ptr<Transport> inner, std::atomic<bool>* armed) : inner_(std::move(inner)), armed_(armed) {}
+  bool write(const iovec* iov, int count) override {
+    if (dead_) return false;
+    if (!armed_->load()) return inner_->write(iov, count);
+    dead_ = true;
+    inner_->shutdown();
+    return true;
+  }
+  ssize_t read_some(void* buf, size_t n, std::chrono::milliseconds t) override { return inner_->read_some(buf, n, t); }
+  void shutdown() override { inner_->shutdown(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::atomic<bool>* armed_;
+  bool dead_ = false;
 };
 
 enum class Kind { kMemory, kTcp };
@@ -106,10 +128,14 @@ SessionId some_session() {
 // resume on a thread of its own (as rgpu-server's listener will).
 class Session {
  public:
-  Session(Kind kind, ChannelOptions copt, ChannelOptions sopt, uint64_t seed = 0, size_t max_cut = 0)
+  using Wrap = std::function<std::unique_ptr<Transport>(std::unique_ptr<Transport>)>;
+  // wrap_first: what the client's first connection goes through (redials are not wrapped).
+  Session(Kind kind, ChannelOptions copt, ChannelOptions sopt, uint64_t seed = 0, size_t max_cut = 0,
+          Wrap wrap_first = nullptr)
       : links_(kind), id_(some_session()), rng_(seed), max_cut_(max_cut),
         client(Side::kClient, id_, "tok", copt), server(Side::kServer, id_, "tok", sopt) {
     auto [c, s] = links_.make();
+    if (wrap_first) c = wrap_first(std::move(c));
     // The first connection is cut only after both openings crossed it: a break before the session
     // secret is agreed cannot be resumed (the handshake is simply run again then).
     client.start(std::move(c));
@@ -231,6 +257,36 @@ TEST_P(ChannelTest, DeliversEveryFrameOnceInOrderAcrossCutsAtRandomPoints) {
     EXPECT_GT(s.client.stats().resumes, 0u);
     if (HasFatalFailure()) return;
   }
+}
+
+// The client's goodbye case: a last frame written into a connection that broke right after is
+// lost, and nothing would notice; wait_acknowledged resumes and the frame is resent.
+TEST_P(ChannelTest, ALastFrameLostToABreakAfterItsWriteIsDeliveredByWaitingForItsAcknowledgement) {
+  std::atomic<bool> armed{false};
+  Session s(GetParam(), test_options("server"), test_options("client"), 0, 0,
+            [&](std::unique_ptr<Transport> t) { return std::make_unique<DroppingTransport>(std::move(t), &armed); });
+  FrameHeader h;
+  EXPECT_EQ(s.client.receive(&h, Wait::kAwaiting, 20ms), Status::kTimeout);  // both openings crossed
+  EXPECT_EQ(s.server.receive(&h, Wait::kPassive, 20ms), Status::kTimeout);
+  armed = true;
+  ASSERT_EQ(send_vec(s.client, 301, 7, payload_of(7), true), Status::kOk);  // "written", then the break
+  std::atomic<bool> done{false};
+  std::thread server([&] {  // a server session's loop: it goes on reading (and answering pings)
+    FrameHeader got{};
+    Bytes p;
+    ASSERT_EQ(s.server.receive_frame(&got, &p, Wait::kPassive, 10s), Status::kOk) << s.server.why();
+    EXPECT_EQ(got.request_id, 7u);
+    EXPECT_EQ(std::vector<uint8_t>(p.begin(), p.end()), payload_of(7));
+    while (!done) EXPECT_EQ(s.server.receive(&got, Wait::kPassive, 20ms), Status::kTimeout);
+  });
+  EXPECT_TRUE(s.client.wait_acknowledged(5s)) << s.client.why();
+  EXPECT_EQ(s.client.stats().resumes, 1u);
+  // Nothing unacknowledged: it returns at once.
+  const auto start = Clock::now();
+  EXPECT_TRUE(s.client.wait_acknowledged(5s));
+  EXPECT_LT(Clock::now() - start, 1s);
+  done = true;
+  server.join();
 }
 
 TEST_P(ChannelTest, AWriterPastTheReplayBoundWaitsUntilAcknowledged) {

@@ -90,6 +90,10 @@ void send_goodbye(Channel& channel, uint32_t request_id) {
   }
   channel.send(kOpGoodbye, kNoReply, request_id, 0, nullptr, 0, false);
   channel.flush();  // repairs a broken connection first
+  // A goodbye written into a connection that broke right after is lost, and the session would
+  // keep its GPU state for the whole grace: wait (one round trip) for the server to acknowledge
+  // it, resuming (and resending it) if the connection breaks meanwhile.
+  channel.wait_acknowledged(kGoodbyeResume);
 }
 
 }  // namespace rgpu::proto

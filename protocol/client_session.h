@@ -56,9 +56,10 @@ bool open_client_session(const ClientSessionOptions& options, ClientSession* out
 inline constexpr std::chrono::seconds kGoodbyeResume{2};
 
 // Tells the server this process is leaving (kOpGoodbye), so that its session ends with the
-// connection instead of keeping its GPU state for the whole grace. A connection that is broken
-// now, or breaks meanwhile, is redialled and resumed for at most kGoodbyeResume: an exit never
-// waits long for a server that is gone.
+// connection instead of keeping its GPU state for the whole grace, and waits for the server to
+// acknowledge it (one round trip at exit). A connection that is broken now, or breaks meanwhile,
+// is redialled and resumed for at most kGoodbyeResume: an exit never waits long for a server that
+// is gone.
 void send_goodbye(Channel& channel, uint32_t request_id);
 
 }  // namespace rgpu::proto
