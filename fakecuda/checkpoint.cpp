@@ -32,8 +32,9 @@
 // INVALID_VALUE for a bad argument (no state pointer, nonzero reserved fields, an unknown UUID),
 // NOT_READY for a lock that timed out (the header lists it for cuCheckpointProcessLock, and the
 // lock's timeout is its only documented way to fail short of a wrong state), NOT_INITIALIZED for
-// a pid that has not initialised CUDA, INVALID_VALUE for a pid no process has. The last two, and
-// the reserved-field check, are guesses until tests/gpu/checkpoint_probe.c has run on a GPU.
+// a pid that has not initialised CUDA (pid 1 on driver 580), OPERATING_SYSTEM for a pid no process
+// has (as driver 580 answers: tests/gpu/checkpoint_probe.c on an H100, 2026-12-06), INVALID_VALUE
+// for a nonzero reserved field of the restore's arguments (likewise).
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -244,7 +245,7 @@ void serve(int listen_fd) {
 // Asks process pid; the caller's side of every entry point.
 CUresult ask(int pid, const Request& q, Reply* out) {
   if (pid <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return CUDA_ERROR_INVALID_VALUE;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return CUDA_ERROR_OPERATING_SYSTEM;  // as driver 580
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
   socklen_t len;

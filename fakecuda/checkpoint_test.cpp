@@ -222,7 +222,7 @@ TEST(CheckpointArguments, BadPidsAndArgumentsAreRefused) {
   CUprocessState s;
   EXPECT_EQ(cuCheckpointProcessGetState(getpid(), nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuCheckpointProcessGetState(0, &s), CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(cuCheckpointProcessGetState(INT_MAX, &s), CUDA_ERROR_INVALID_VALUE);  // no such process
+  EXPECT_EQ(cuCheckpointProcessGetState(INT_MAX, &s), CUDA_ERROR_OPERATING_SYSTEM);  // no such process (driver 580)
   // A process that never initialised CUDA: a child that only sleeps.
   pid_t child = fork();
   if (child == 0) {
