@@ -6,7 +6,11 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
-#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,reconnect,torch,torchdev,bench,startup,train   the steps to run (default: all)
+#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,reconnect,tls,torch,torchdev,torchstep,bench,abbench,startup,train
+#                                  the steps to run (default: all but abbench)
+#   RGPU_GPU_BASE_TREE=DIR         abbench: the source tree of the commit to compare against (e.g. from
+#                                  `git archive BASE | tar -x -C DIR`); it is built in DIR/build-base and its
+#                                  driver path timed against this one's, A B A B (bench/pair_driver_bench.sh)
 #   RGPU_STARTUP_MODEL=small|gpt2   the model the startup step runs (default small)
 #   RGPU_TRAIN_DELAYS="0 30"  RGPU_TRAIN_MODELS="small"   what the training benchmark runs (default "0 1 30", "small gpt2")
 #   RGPU_TRAIN_PAIRS=N             interleaved local/rgpu pairs per model at 0 ms (default 3; 0 for none)
@@ -27,7 +31,7 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
-STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,suspend,reconnect,torch,torchdev,bench,startup,train},"
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,suspend,reconnect,tls,torch,torchdev,torchstep,bench,startup,train},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
@@ -148,6 +152,14 @@ if want torchdev; then
       tests/python/test_device_*.py \
       2>&1 | tee "$OUT/torchdev.log" | tail -5
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  else
+    echo "rgpu-opserver was not built (no torch found by CMake): skipped"
+  fi
+fi
+
+if want torchstep; then
+  step "PyTorch device rgpu: training step against local cuda, eager and compiled (bench/train_bench.py)"
+  if [ -x build/bin/rgpu-opserver ]; then
     # The 6-layer model, fp32: local cuda against the rgpu device (opserver on this GPU), the same
     # program on both (fused AdamW, the local run's default).
     build/bin/rgpu-opserver --device cuda --listen 127.0.0.1:19720 >"$OUT/opserver.log" 2>&1 &
@@ -219,6 +231,12 @@ if want suspend; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
+if want tls; then
+  step "over TLS 1.3: the driver-API program, and PyTorch CUDA training against plain TCP (tests/gpu/tls.sh)"
+  tests/gpu/tls.sh "$OUT" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/tls.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
 if want reconnect; then
   step "PyTorch CUDA training through rgpu: 10 cuts, and rgpu-server restarted mid-training (tests/gpu/reconnect.sh)"
   tests/gpu/reconnect.sh "$OUT" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/reconnect.log"
@@ -230,6 +248,15 @@ if want bench && [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
   bench/run_driver_bench.sh $QUICK --driver "$REAL" --out "$OUT" >"$OUT/bench.log" 2>&1 || status=1
   cat "$OUT/driver_bench.md" 2>/dev/null || tail -30 "$OUT/bench.log"
   cp "$OUT/driver_bench.md" "$OUT/driver_bench.json" "$RESULTS/" 2>/dev/null
+fi
+if want abbench && [ -n "${RGPU_GPU_BASE_TREE:-}" ]; then
+  step "driver path against the commit in $RGPU_GPU_BASE_TREE, A B A B (bench/pair_driver_bench.sh)"
+  base=$RGPU_GPU_BASE_TREE
+  { cmake -S "$base" -B "$base/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "$base/build-base" -j"$nproc_" --target rgpu-server driver_bench rgpu_cuda; } >"$OUT/build_base.log" 2>&1 ||
+    { tail -20 "$OUT/build_base.log"; status=1; }
+  bench/pair_driver_bench.sh "$base/build-base" build "$RESULTS/abbench" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" ||
+    status=1
 fi
 if want startup; then
   SMODEL=${RGPU_STARTUP_MODEL:-small}
