@@ -5,18 +5,21 @@
 # it, same machine, same run, interleaved"). Writes OUT/{base,new}-N.json, OUT/tcp-N.json and
 # OUT/pairs.json (per pair and the medians: the small synchronous call, launch, launch + sync,
 # 8-byte copies, bulk bandwidth, and new/base).
-#   bench/pair_driver_bench.sh BASE_BUILD NEW_BUILD OUT [--driver PATH|fake] [--pairs N] [--quick]
+#   bench/pair_driver_bench.sh BASE_BUILD NEW_BUILD OUT [--driver PATH|fake] [--pairs N] [--quick] [--tls-new]
+# --tls-new: the new side's server runs with `--tls auto` and its client dials tls:// with the
+# fingerprint pinned (issue 17: TLS against plain TCP, one build given twice).
 # Each build needs bin/rgpu-server, bin/driver_bench and lib/libcuda.so.1; the kernel image and
 # tcp_baseline are NEW_BUILD's.
 set -uo pipefail
 BASE=$1 NEW=$2 OUT=$3
 shift 3
-DRIVER=fake PAIRS=4 QUICK=""
+DRIVER=fake PAIRS=4 QUICK="" TLS_NEW=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --driver) DRIVER=$2; shift 2 ;;
     --pairs) PAIRS=$2; shift 2 ;;
     --quick) QUICK=--quick; shift ;;
+    --tls-new) TLS_NEW=1; shift ;;
     *) echo "pair_driver_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -26,13 +29,18 @@ one() {  # one SIDE BUILD PAIR
   local port=$((20000 + RANDOM % 20000)) rt
   rt=$(mktemp -d /tmp/rgpu-rt-XXXX)
   # --runtime-dir only where the build knows it (the commit before the channel does not).
-  local extra=()
+  local extra=() client=(RGPU_SERVER=127.0.0.1:$port) tls=0
   "$2/bin/rgpu-server" --help 2>&1 | grep -q -- --runtime-dir && extra=(--runtime-dir "$rt")
+  [ "$1" = new ] && [ $TLS_NEW = 1 ] && tls=1 && extra+=(--tls auto --state-dir "$rt/state")
   "$2/bin/rgpu-server" --listen 127.0.0.1:$port --driver "$DRIVER" --cache-dir none "${extra[@]}" \
     >"$OUT/server-$1-$3.log" 2>&1 &
   local sp=$!
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
-  LD_LIBRARY_PATH=$2/lib RGPU_SERVER=127.0.0.1:$port RGPU_ANSWER_CACHE=none \
+  if [ $tls = 1 ]; then
+    client=(RGPU_SERVER=tls://127.0.0.1:$port
+      RGPU_TLS_FINGERPRINT="$(grep -o 'fingerprint sha256:[0-9a-f]*' "$OUT/server-$1-$3.log" | head -1 | cut -d' ' -f2)")
+  fi
+  env LD_LIBRARY_PATH=$2/lib "${client[@]}" RGPU_ANSWER_CACHE=none \
     "$2/bin/driver_bench" "$IMAGE" "$OUT/$1-$3.json" $QUICK >"$OUT/$1-$3.txt" 2>&1 || echo "$1 pair $3: driver_bench failed"
   kill $sp; wait $sp 2>/dev/null
   rm -rf "$rt"
