@@ -165,6 +165,7 @@ int route_resume(int fd, const std::string& peer, const std::vector<uint8_t>& pa
 // client could lose the refusal before reading it.
 void drain_input(int fd) {
   ::shutdown(fd, SHUT_WR);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   net::set_recv_timeout(fd, 1);
   char sink[4096];
   for (int i = 0; i < 64 && ::recv(fd, sink, sizeof sink, 0) > 0; ++i) {
@@ -263,6 +264,7 @@ std::string local_name(int fd) {
     std::unique_ptr<TlsTransport> t = tls_accept(loop.tls, fd, true, deadline, &err);
     if (!t) {
       log::warn("connection from %s: %s", peer.c_str(), err.c_str());
+      drain_input(fd);  // the alert OpenSSL sent must reach the client before the connection ends
       _exit(1);
     }
     hs.transport = std::shared_ptr<Transport>(std::move(t));

@@ -121,7 +121,7 @@ bool wait_fd(int fd, bool for_write, Clock::time_point deadline) {
     if (deadline != Clock::time_point::max()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left < 0) return false;
-      ms = static_cast<int>(std::min<long long>(left + 1, INT32_MAX));
+      ms = left == 0 ? 0 : static_cast<int>(std::min<long long>(left + 1, INT32_MAX));
     }
     pollfd p{fd, static_cast<short>(for_write ? POLLOUT : POLLIN), 0};
     int r = poll(&p, 1, ms);
