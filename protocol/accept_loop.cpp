@@ -159,19 +159,24 @@ int route_resume(int fd, const std::string& peer, const std::vector<uint8_t>& pa
   return 1;
 }
 
-// Refuses a connection whose first bytes were read only in part (the rest of a Hello, or of a
-// ClientHello): the refusal is written, then what the client sent is read and dropped until it
-// closes (at most a second), since closing with unread bytes would reset the connection and the
-// client could lose the refusal before reading it.
+// Ends a connection whose client's bytes were read only in part (the rest of a Hello, of a
+// ClientHello), after a refusal or a TLS alert was written: what the client sent is read and
+// dropped until it closes (at most a second), since closing with unread bytes would reset the
+// connection, and the client could lose the refusal before reading it.
 void drain_input(int fd) {
   ::shutdown(fd, SHUT_WR);
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  net::set_recv_timeout(fd, 1);
+  // At most a second in all, however the client trickles its bytes.
+  const auto until = Clock::now() + std::chrono::seconds(1);
   char sink[4096];
-  for (int i = 0; i < 64 && ::recv(fd, sink, sizeof sink, 0) > 0; ++i) {
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0 || ::recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
+      return;
   }
 }
 
+// Refuses in clear (before TLS, or instead of it) and ends the connection as above.
 void refuse_and_drain(int fd, const std::string& reason) {
   refuse(fd, reason);
   drain_input(fd);

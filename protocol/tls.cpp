@@ -549,6 +549,11 @@ bool read_tls_preamble_rest(int fd, TlsPreamble* out, Clock::time_point deadline
     }
     got += static_cast<size_t>(r);
   }
+  return decode_tls_preamble_rest(rest, sizeof rest, out);
+}
+
+bool decode_tls_preamble_rest(const uint8_t* rest, size_t n, TlsPreamble* out) {
+  if (n != kTlsPreambleSize - 4) return false;
   out->kind = rest[0];
   std::memcpy(out->session.data(), rest + 4, out->session.size());
   return (out->kind == kTlsNew || out->kind == kTlsResume) && rest[1] == 0 && rest[2] == 0 && rest[3] == 0;

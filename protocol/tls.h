@@ -106,6 +106,8 @@ struct TlsPreamble {
 };
 // Reads the rest of a preamble whose 4 magic bytes have been read. False on a short or malformed one.
 bool read_tls_preamble_rest(int fd, TlsPreamble* out, Clock::time_point deadline);
+// Decodes those 20 bytes: false for an unknown kind, reserved bytes that are not zero, or n != 20.
+bool decode_tls_preamble_rest(const uint8_t* rest, size_t n, TlsPreamble* out);
 
 // "sha256:" and the lowercase hex SHA-256 of a DER certificate.
 std::string fingerprint_of_der(const uint8_t* der, size_t n);

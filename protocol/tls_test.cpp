@@ -430,6 +430,25 @@ TEST_F(TlsTest, TheSameRelayOverPlainTcpPassesTheProofOn) {
   EXPECT_TRUE(r.server_ok) << r.server_err;
 }
 
+TEST(TlsPreambleDecode, TakesTheTwoKindsAndRefusesTheRest) {
+  uint8_t rest[20] = {};
+  TlsPreamble p;
+  EXPECT_TRUE(decode_tls_preamble_rest(rest, 20, &p));
+  EXPECT_EQ(p.kind, kTlsNew);
+  rest[0] = kTlsResume;
+  rest[4] = 0xab;
+  EXPECT_TRUE(decode_tls_preamble_rest(rest, 20, &p));
+  EXPECT_EQ(p.kind, kTlsResume);
+  EXPECT_EQ(p.session[0], 0xab);
+  rest[0] = 2;
+  EXPECT_FALSE(decode_tls_preamble_rest(rest, 20, &p));  // an unknown kind
+  rest[0] = kTlsNew;
+  rest[2] = 1;
+  EXPECT_FALSE(decode_tls_preamble_rest(rest, 20, &p));  // reserved bytes not zero
+  rest[2] = 0;
+  EXPECT_FALSE(decode_tls_preamble_rest(rest, 19, &p));  // short
+}
+
 TEST(TlsFingerprint, NormalizesWhatUsersWriteAndRejectsTheRest) {
   const std::string hex64(64, 'a');
   EXPECT_EQ(normalize_fingerprint("sha256:" + hex64), "sha256:" + hex64);

@@ -138,6 +138,34 @@ def test_a_tls_client_at_a_plaintext_server_is_told_to_drop_tls_quickly(server):
     assert "asked for TLS" in server.text()
 
 
+def test_a_tls_server_drops_hostile_openings_and_serves_on(short_dir):
+    import socket
+    import struct
+    server = tls_server(short_dir)
+    try:
+        openings = [
+            struct.pack("<I", 0x54504752) + b"\x07" + bytes(19),                 # a preamble of an unknown kind
+            struct.pack("<I", 0x54504752) + bytes(20) + b"\x16\x03\x01" + bytes(200),  # a broken ClientHello
+            struct.pack("<I", 0x54504752) + bytes(3),                          # a preamble cut short
+        ]
+        for data in openings:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=15) as s:
+                s.sendall(data)
+                s.shutdown(socket.SHUT_WR)
+                s.settimeout(15)
+                try:
+                    while s.recv(4096):
+                        pass
+                except ConnectionResetError:
+                    pass
+        r = run_client([PROGRAM, IMAGE], "tls://" + server.addr, env_extra={"RGPU_TLS_FINGERPRINT": fingerprint(server)})
+        assert r.returncode == 0, r.stdout + r.stderr
+        log = server.text()
+        assert "malformed or incomplete TLS preamble" in log and "TLS handshake failed" in log, log
+    finally:
+        server.stop()
+
+
 def test_client_certificates_are_required_with_tls_client_ca(short_dir):
     client_ca = make_ca(short_dir, "clientca")
     client_cert, client_key = make_signed(short_dir, "client", client_ca, "DNS:client")
