@@ -45,6 +45,7 @@ class Transport {
   // The TLS exporter value (RFC 8446 section 7.5) for `label`, 32 bytes, which both ends of one
   // TLS connection agree on and a relay that terminates TLS cannot reproduce: the handshake's and
   // the resume's proofs mix it in. False for a stream without TLS (their proofs stay as before).
+  // A transport that wraps another must pass this on, or its proofs will not match the peer's.
   virtual bool export_key(const char* label, uint8_t out[32]) {
     (void)label;
     (void)out;
