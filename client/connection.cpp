@@ -59,14 +59,16 @@ Connection* Connection::open(const std::string& server, const std::string& token
   net::Address addr;
   // Several servers (comma-separated) are a later feature; the first one serves all devices now.
   std::string first = server.substr(0, server.find(','));
-  if (!net::parse_address(first, 9713, &addr, err)) {
+  bool tls = false;
+  if (!proto::parse_server_address(first, 9713, &addr, &tls, err)) {
     *err += " (from RGPU_SERVER)";
     return nullptr;
   }
+  proto::ClientSessionOptions o;
+  if (tls && !(o.tls = proto::tls_client_context(proto::TlsClientConfig::from_env(), err))) return nullptr;
   const env::Settings& settings = env::get();
   auto* c = new Connection();
   c->server_name_ = addr.str();
-  proto::ClientSessionOptions o;
   o.address = addr;
   o.token = token;
   o.identity = proto::client_identity();
@@ -74,11 +76,14 @@ Connection* Connection::open(const std::string& server, const std::string& token
   o.connect_timeout = std::chrono::seconds(settings.connect_timeout_s);
   o.fix = "is the server running? see rgpu-server --help (RGPU_CONNECT_TIMEOUT sets how long to keep trying)";
   // The snapshot the server pushes behind the handshake.
-  o.after_handshake = [c](int fd, const proto::ClientHandshakeResult& hs, std::string* why) {
+  const auto snapshot_wait = std::chrono::seconds(settings.connect_timeout_s);
+  o.after_handshake = [c, snapshot_wait](int, proto::Transport& t, const proto::ClientHandshakeResult& hs,
+                                         std::string* why) {
     if (!(hs.capabilities & proto::kCapPushedSnapshot)) return proto::Attempt::kDone;
     proto::FrameHeader h{};
     std::string rwhy;
-    proto::ReadResult rr = proto::read_frame(fd, proto::kMaxPayload, &h, &c->pushed_snapshot_, &rwhy);
+    proto::ReadResult rr = proto::read_frame(t, proto::kMaxPayload, &h, &c->pushed_snapshot_, &rwhy,
+                                             proto::Clock::now() + snapshot_wait);
     if (rr != proto::ReadResult::kOk || h.op != proto::kOpSnapshot || !(h.flags & proto::kReply) || h.request_id != 0) {
       *why = "rgpu-server at " + c->server_name_ + " did not send its device snapshot after the handshake (" +
              (rr != proto::ReadResult::kOk ? rwhy : "it sent message " + std::to_string(h.op)) +

@@ -15,7 +15,8 @@ constexpr unsigned kShims = kClient | kNvml;
 // The source of the README's table (rgpu-env-table --write README.md). Keep the meanings to one
 // line each; say where the longer story is.
 constexpr Variable kVariables[] = {
-    {"RGPU_SERVER", "127.0.0.1:9713", nullptr, kShims, "`host:port` of rgpu-server"},
+    {"RGPU_SERVER", "127.0.0.1:9713", nullptr, kShims,
+     "`host:port` of rgpu-server, `tls://host:port` for one started with TLS (`--tls`)"},
     {"RGPU_TOKEN", "", "none", kShims | kServer | kOpserver | kTorch,
      "the shared token; it never crosses the wire (HMAC-SHA256 challenge and response); the servers "
      "take it when given no `--token-file`"},
@@ -25,7 +26,17 @@ constexpr Variable kVariables[] = {
     {"RGPU_BATCH", "1", nullptr, kClient, "`0`: every call waits for its reply (debugging)"},
     {"RGPU_STATS", "", "none", kClient,
      "a file path: round trips, one-way calls, bytes and per-call waits, as JSON at exit"},
-    {"RGPU_OPSERVER", "127.0.0.1:9720", nullptr, kTorch, "`host:port` of rgpu-opserver for the PyTorch device"},
+    {"RGPU_OPSERVER", "127.0.0.1:9720", nullptr, kTorch,
+     "`host:port` of rgpu-opserver for the PyTorch device, `tls://host:port` for one started with TLS"},
+    {"RGPU_TLS_CA", "", "the system's CA store", kShims | kTorch,
+     "PEM file of the CA certificates a `tls://` server's certificate must verify against (its name "
+     "must match the host dialled)"},
+    {"RGPU_TLS_FINGERPRINT", "", "none", kShims | kTorch,
+     "`sha256:HEX`: trust the `tls://` server whose certificate has this fingerprint (rgpu-server "
+     "prints its own at start), instead of a CA"},
+    {"RGPU_TLS_CERT", "", "none", kShims | kTorch,
+     "PEM client certificate for a server started with `--tls-client-ca` (with `RGPU_TLS_KEY`)"},
+    {"RGPU_TLS_KEY", "", "none", kShims | kTorch, "PEM private key of `RGPU_TLS_CERT`"},
     {"CUDA_VISIBLE_DEVICES", "", "all", kClient,
      "which of the server's GPUs the program sees, as with a local driver: indices or UUIDs "
      "(`GPU-...`), up to the first entry that names none"},
@@ -91,7 +102,10 @@ constexpr Variable kVariables[] = {
      "rgpu-server keeps its live sessions' sockets (how a reconnecting client finds its session, also "
      "after a restart) in `$XDG_RUNTIME_DIR/rgpu/PORT/`; unset: `/run/rgpu/PORT/`, else "
      "`/tmp/rgpu-UID/PORT/` (`--runtime-dir` overrides)"},
-    {"HOME", "", "unset", kClient | kServer,
+    {"XDG_STATE_HOME", "", "unset", kServer | kOpserver,
+     "`--tls auto` keeps its certificate in `$XDG_STATE_HOME/rgpu/`; unset: `$HOME/.local/state/rgpu/`, "
+     "else `/var/lib/rgpu/` (`--state-dir` overrides)"},
+    {"HOME", "", "unset", kClient | kServer | kOpserver,
      "without `XDG_CACHE_HOME` the caches live in `$HOME/.cache/rgpu/` (the server's in `modules/` "
      "there); with neither, none is kept"},
     {"USER", "", "unset: `?`", kShims | kTorch,
@@ -162,6 +176,11 @@ void read_all() {
   s.xdg_cache_home = str("XDG_CACHE_HOME");
   s.xdg_runtime_dir = str("XDG_RUNTIME_DIR");
   s.home = str("HOME");
+  s.xdg_state_home = str("XDG_STATE_HOME");
+  s.tls_ca = str("RGPU_TLS_CA");
+  s.tls_fingerprint = str("RGPU_TLS_FINGERPRINT");
+  s.tls_cert = str("RGPU_TLS_CERT");
+  s.tls_key = str("RGPU_TLS_KEY");
   s.user = str("USER");
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
   s.fake_noop_kernels = str("RGPU_FAKE_NOOP_KERNELS") == "1";

@@ -73,6 +73,11 @@ struct Settings {
   std::string xdg_cache_home;               // XDG_CACHE_HOME (common/files.h, server/module_cache.h)
   std::string xdg_runtime_dir;              // XDG_RUNTIME_DIR (protocol/session_dir.h)
   std::string home;                         // HOME
+  std::string xdg_state_home;               // XDG_STATE_HOME (protocol/tls.h: --tls auto's certificate)
+  std::string tls_ca;                       // RGPU_TLS_CA (protocol/tls.h)
+  std::string tls_fingerprint;              // RGPU_TLS_FINGERPRINT
+  std::string tls_cert;                     // RGPU_TLS_CERT
+  std::string tls_key;                      // RGPU_TLS_KEY
   std::string user;                         // USER: the identity a connection gives the server
   long long order_wait_ms = 0;              // RGPU_ORDER_WAIT_MS (server/session.cpp)
   bool fake_noop_kernels = false;           // RGPU_FAKE_NOOP_KERNELS=1 (fakecuda/launch.cpp)

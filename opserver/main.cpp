@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   rgpu::log::set_prefix("rgpu-opserver");
   std::string token, err;
   rgpu::net::Address addr;
-  if (!rgpu::proto::prepare_listen(server.listen, &token, &addr))
+  std::shared_ptr<rgpu::proto::TlsContext> tls;
+  if (!rgpu::proto::prepare_listen(server.listen, &token, &addr, &tls))
     return 2;
 
   rgpu::opserver::SessionOptions opt;
@@ -153,7 +154,9 @@ int main(int argc, char** argv) {
                                  rgpu::opserver::inductor_missing_reason() + ")";
   rgpu::log::info("listening on %s, torch %s on %s (%d device%s)%s, %s%s%s", addr.str().c_str(),
                   rgpu::opserver::torch_version().c_str(), device.c_str(), opt.device_count,
-                  opt.device_count == 1 ? "" : "s", token.empty() ? ", no token" : ", token required", graphs.c_str(),
+                  opt.device_count == 1 ? "" : "s", tls ? (token.empty() ? ", TLS, no token" : ", TLS, token required")
+                      : (token.empty() ? ", no token" : ", token required"),
+                  graphs.c_str(),
                   device == "cpu" && omp_wait ? ", OMP_WAIT_POLICY=" : "", device == "cpu" && omp_wait ? omp_wait : "");
 
   // Live sessions listen in a directory per port for their clients to come back
@@ -165,7 +168,8 @@ int main(int argc, char** argv) {
   loop.drain.timeout = std::chrono::seconds(server.drain_timeout);
   loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapChannel;
   loop.session_dir = door_dir;
-  loop.session = [&opt, &token, &door_dir, grace = server.session_grace](int fd, const std::string&,
+  loop.tls = tls;
+  loop.session = [&opt, &token, &door_dir, &tls, grace = server.session_grace](int fd, const std::string&,
                                                           const rgpu::proto::ServerHandshakeResult& hs) {
     if (!(hs.capabilities & rgpu::proto::kCapChannel)) {
       rgpu::log::warn("client %s does not speak the channel (an older rgpu release); closing", hs.identity.c_str());
@@ -177,6 +181,8 @@ int main(int argc, char** argv) {
     channel.grace = std::chrono::seconds(grace);
     channel.door_dir = door_dir;
     channel.identity = hs.identity;
+    channel.transport = hs.transport;
+    channel.tls = tls;
     int status = rgpu::opserver::serve(fd, opt, channel);
     rgpu::log::info("session for %s ended", hs.identity.c_str());
     return status;

@@ -47,7 +47,53 @@ bool read_token(const std::string& path, std::string* token, std::string* err) {
 
 }  // namespace
 
-bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* addr) {
+bool prepare_tls(const ListenOptions& o, std::shared_ptr<TlsContext>* tls) {
+  tls->reset();
+  const bool have_files = !o.tls_cert.empty() || !o.tls_key.empty();
+  if (!o.tls.empty() && o.tls != "auto") {
+    log::error("--tls takes `auto` (a self-signed certificate kept in --state-dir); give --tls-cert and --tls-key "
+               "for a certificate of your own");
+    return false;
+  }
+  if (o.tls == "auto" && have_files) {
+    log::error("--tls auto and --tls-cert/--tls-key both given; give one of them");
+    return false;
+  }
+  if (have_files && (o.tls_cert.empty() || o.tls_key.empty())) {
+    log::error("--tls-cert and --tls-key go together: give the certificate and its private key");
+    return false;
+  }
+  if (o.tls.empty() && !have_files) {
+    if (!o.tls_client_ca.empty()) {
+      log::error("--tls-client-ca needs TLS: add --tls auto or --tls-cert and --tls-key");
+      return false;
+    }
+    return true;
+  }
+  TlsServerConfig config{o.tls_cert, o.tls_key, o.tls_client_ca};
+  std::string err;
+  if (o.tls == "auto") {
+    std::string dir = o.state_dir.empty() ? default_state_dir() : o.state_dir;
+    if (!ensure_auto_certificate(dir, &config.cert_file, &config.key_file, &err)) {
+      log::error("%s", err.c_str());
+      return false;
+    }
+  }
+  *tls = tls_server_context(config, &err);
+  if (!*tls) {
+    log::error("%s", err.c_str());
+    return false;
+  }
+  const std::string print = tls_fingerprint(**tls);
+  log::info("TLS 1.3 with the certificate %s, fingerprint %s; clients use RGPU_SERVER=tls://HOST:PORT with "
+            "RGPU_TLS_FINGERPRINT=%s (or RGPU_TLS_CA)%s",
+            config.cert_file.c_str(), print.c_str(), print.c_str(),
+            o.tls_client_ca.empty() ? "" : ", and client certificates signed by --tls-client-ca");
+  return true;
+}
+
+bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* addr,
+                    std::shared_ptr<TlsContext>* tls) {
   if (o.log_level == "debug") log::set_level(log::kDebug);
   if (o.log_level == "warn") log::set_level(log::kWarn);
   if (o.log_level == "error") log::set_level(log::kError);
@@ -65,11 +111,16 @@ bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* ad
     log::error("--listen: %s", err.c_str());
     return false;
   }
-  if (!net::is_loopback(addr->host) && token->empty() && !o.insecure) {
+  if (!prepare_tls(o, tls)) return false;
+  if (!net::is_loopback(addr->host) && (token->empty() || !*tls) && !o.insecure) {
+    const char* missing = token->empty() && !*tls ? "without TLS and a token"
+                          : token->empty()        ? "without a token"
+                                                  : "without TLS";
     log::error(
-        "refusing to listen on %s without a token: anyone who can reach it could run code on %s. "
-        "Give --token-file (or RGPU_TOKEN), or --insecure if the network is trusted.",
-        addr->str().c_str(), o.reach.c_str());
+        "refusing to listen on %s %s: anyone who can reach it could run code on %s, or read and change what "
+        "crosses the network. Give --tls auto (or --tls-cert and --tls-key) and --token-file (or RGPU_TOKEN), or "
+        "--insecure if the network is trusted.",
+        addr->str().c_str(), missing, o.reach.c_str());
     return false;
   }
   return true;
@@ -105,6 +156,46 @@ int route_resume(int fd, const std::string& peer, const std::vector<uint8_t>& pa
   log::info("connection from %s asked to resume session %s: %s", peer.c_str(), session_hex(hello.session).c_str(),
             why.c_str());
   refuse(fd, "session lost: " + why);
+  return 1;
+}
+
+// Ends a connection whose client's bytes were read only in part (the rest of a Hello, of a
+// ClientHello), after a refusal or a TLS alert was written: what the client sent is read and
+// dropped until it closes (at most a second), since closing with unread bytes would reset the
+// connection, and the client could lose the refusal before reading it.
+void drain_input(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  // At most a second in all, however the client trickles its bytes.
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  char sink[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0 || ::recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
+      return;
+  }
+}
+
+// Refuses in clear (before TLS, or instead of it) and ends the connection as above.
+void refuse_and_drain(int fd, const std::string& reason) {
+  refuse(fd, reason);
+  drain_input(fd);
+}
+
+// A TLS client resuming its session: its raw socket goes to the session's process, which runs the
+// TLS handshake and the resume proof. Returns this process's exit status.
+int route_tls_resume(int fd, const std::string& peer, const SessionId& session, const AcceptLoop& loop) {
+  std::string why;
+  if (loop.session_dir.empty()) {
+    why = "this server keeps no sessions for resuming";
+  } else if (hand_over_tls(loop.session_dir, fd, session, &why)) {
+    log::info("TLS connection from %s resumes session %s", peer.c_str(), session_hex(session).c_str());
+    return 0;
+  }
+  log::info("TLS connection from %s asked to resume session %s: %s", peer.c_str(), session_hex(session).c_str(),
+            why.c_str());
+  // Before TLS, in clear: the client reports it as unauthenticated (protocol/messages.h).
+  refuse_and_drain(fd, "session lost: " + why);
   return 1;
 }
 
@@ -151,7 +242,50 @@ std::string local_name(int fd) {
   net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
   ServerHandshakeResult hs;
   std::string err;
-  if (!server_handshake(fd, loop.token, &hs, &err, loop.capabilities, loop.welcomed, true)) {
+  bool ok;
+  if (loop.tls) {
+    // The clear preamble says who terminates TLS: this process (a new session), or the live
+    // session a resuming client comes back to (protocol/messages.h, TlsPreamble).
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    uint32_t magic = 0;
+    ssize_t n = net::read_full(fd, &magic, sizeof magic);
+    if (n == 0) {
+      log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
+      _exit(1);
+    }
+    if (n < 0 || magic != kTlsPreambleMagic) {
+      log::warn("connection from %s did not begin with TLS (a client without tls://?); refused", peer.c_str());
+      refuse_and_drain(fd, "this server speaks only TLS: dial it as tls://HOST:PORT (in RGPU_SERVER or RGPU_OPSERVER), "
+                           "with RGPU_TLS_FINGERPRINT or RGPU_TLS_CA to trust its certificate");
+      _exit(1);
+    }
+    TlsPreamble pre;
+    if (!read_tls_preamble_rest(fd, &pre, deadline)) {
+      log::warn("connection from %s: a malformed or incomplete TLS preamble", peer.c_str());
+      refuse_and_drain(fd, "malformed TLS preamble");
+      _exit(1);
+    }
+    if (pre.kind == kTlsResume) _exit(route_tls_resume(fd, peer, pre.session, loop));
+    std::unique_ptr<TlsTransport> t = tls_accept(loop.tls, fd, true, deadline, &err);
+    if (!t) {
+      log::warn("connection from %s: %s", peer.c_str(), err.c_str());
+      drain_input(fd);  // the alert OpenSSL sent must reach the client before the connection ends
+      _exit(1);
+    }
+    hs.transport = std::shared_ptr<Transport>(std::move(t));
+    ok = server_handshake(*hs.transport, loop.token, &hs, &err, loop.capabilities, loop.welcomed, false, deadline);
+  } else {
+    auto plain = socket_transport(fd, false);
+    ok = server_handshake(*plain, loop.token, &hs, &err, loop.capabilities, loop.welcomed, true);
+    if (!ok && hs.tls_preamble) {
+      log::warn("connection from %s asked for TLS (tls://), which this server does not speak (--tls); refused",
+                peer.c_str());
+      // The refusal is written; what is left of the preamble and the ClientHello is read first.
+      drain_input(fd);
+      _exit(1);
+    }
+  }
+  if (!ok) {
     if (hs.resume) _exit(route_resume(fd, peer, hs.resume_payload, loop));
     if (hs.said_nothing)
       log::info("connection from %s closed before the handshake (a port check)", peer.c_str());

@@ -24,11 +24,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/net.h"
 #include "protocol/drain.h"
 #include "protocol/handshake.h"
+#include "protocol/tls.h"
 
 namespace rgpu::proto {
 
@@ -38,13 +40,21 @@ struct ListenOptions {
   std::string token_file;  // --token-file; empty: RGPU_TOKEN, else no token
   std::string listen;      // --listen HOST[:PORT]
   uint16_t default_port = 0;
-  bool insecure = false;   // --insecure: a public address without a token is allowed
+  bool insecure = false;   // --insecure: a public address without TLS and a token is allowed
   std::string reach;       // what a tokenless public listener exposes, for the refusal ("this GPU")
+  // TLS (protocol/tls.h): --tls-cert and --tls-key, or --tls auto (a self-signed certificate made
+  // once in --state-dir); --tls-client-ca asks clients for certificates it signed.
+  std::string tls;  // "" or "auto"
+  std::string tls_cert, tls_key, tls_client_ca;
+  std::string state_dir;  // "": default_state_dir()
 };
 
-// Applies the log level, reads the token and the address, and refuses to listen beyond loopback
-// without a token unless insecure. False after logging why (the caller exits with status 2).
-bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* addr);
+// Applies the log level, reads the token and the address, sets up TLS (*tls stays nullptr
+// without it; its fingerprint is logged for clients to pin), and refuses to listen beyond
+// loopback without both TLS and a token unless insecure. False after logging why (the caller
+// exits with status 2).
+bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* addr,
+                    std::shared_ptr<TlsContext>* tls);
 
 struct AcceptLoop {
   std::string name;   // "rgpu-server": the prefix of each session process's log lines
@@ -68,6 +78,9 @@ struct AcceptLoop {
   // --drain-timeout, and how notices name this server (empty: "<name> at <the address the client
   // reached>"); protocol/drain.h.
   DrainSettings drain;
+  // TLS (prepare_listen's): every connection must then begin with a TLS preamble; a new session's
+  // spare terminates TLS, a resuming client's raw socket goes to its session's process first.
+  std::shared_ptr<TlsContext> tls;
 };
 
 // Serves the listening socket until SIGTERM, SIGINT or SIGHUP (above): reaps session processes on

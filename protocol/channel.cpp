@@ -8,6 +8,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "protocol/frame.h"
+#include "protocol/tls.h"
 
 namespace rgpu::proto {
 
@@ -49,14 +50,23 @@ using Nonce = std::array<uint8_t, 32>;
 
 std::string_view key_of(const crypto::Digest& d) { return {reinterpret_cast<const char*>(d.data()), d.size()}; }
 
+// Over TLS the proofs end with the connection's exporter value (protocol/tls.h), as the
+// handshake's do: a relay that terminates TLS cannot pass them on.
+struct TlsBinding {
+  uint8_t value[32];
+  bool tls = false;
+  explicit TlsBinding(Transport& t) { tls = t.export_key(kResumeProofExporter, value); }
+};
+
 crypto::Digest resume_proof(const crypto::Digest& secret, const char* label, const SessionId& session,
-                            const Nonce& first, const Nonce& second, uint64_t received) {
+                            const Nonce& first, const Nonce& second, uint64_t received, const TlsBinding& binding) {
   Writer w;
   w.append(label, std::strlen(label));
   w.append(session.data(), session.size());
   w.append(first.data(), first.size());
   w.append(second.data(), second.size());
   w.put_u64(received);
+  if (binding.tls) w.append(binding.value, sizeof binding.value);
   return crypto::hmac_sha256(key_of(secret), w.buf().data(), w.size());
 }
 
@@ -182,9 +192,9 @@ Channel::~Channel() {
   if (resender_.joinable()) resender_.join();
 }
 
-bool Channel::start(std::unique_ptr<Transport> transport) {
+bool Channel::start(std::shared_ptr<Transport> transport) {
   std::unique_lock<std::mutex> lk(mu_);
-  transport_ = std::shared_ptr<Transport>(std::move(transport));
+  transport_ = std::move(transport);
   gen_ = 1;
   connected_ = true;
   last_rx_ = Clock::now();
@@ -972,6 +982,7 @@ bool Channel::client_resume(std::unique_lock<std::mutex>& lk, Clock::time_point 
   if (!t) return fail(err, true);
   // Each step of the exchange may take up to the silence bound.
   auto step = [&] { return std::min(deadline, Clock::now() + options_.heartbeat * options_.silent_heartbeats); };
+  const TlsBinding binding(*t);
   ResumeHello hello{session_, {}};
   crypto::random_bytes(hello.nonce.data(), hello.nonce.size());
   Writer w;
@@ -986,11 +997,11 @@ bool Channel::client_resume(std::unique_lock<std::mutex>& lk, Clock::time_point 
   if (h.op != kOpResumeChallenge || !decode(r, &challenge))
     return fail(log::format("%s answered the resume with message %u", options_.peer.c_str(), h.op), true);
   crypto::Digest expected =
-      resume_proof(secret, "rgpu-resume-server", session_, hello.nonce, challenge.nonce, challenge.received);
+      resume_proof(secret, "rgpu-resume-server", session_, hello.nonce, challenge.nonce, challenge.received, binding);
   if (!crypto::equal_constant_time(expected.data(), challenge.proof.data(), expected.size()))
     return fail(options_.peer + " did not prove it holds this session (its resume proof is wrong)", true);
-  ResumeProof proof{resume_proof(secret, "rgpu-resume-client", session_, challenge.nonce, hello.nonce, received),
-                    received};
+  ResumeProof proof{
+      resume_proof(secret, "rgpu-resume-client", session_, challenge.nonce, hello.nonce, received, binding), received};
   Writer pw;
   encode(proof, &pw);
   if (!write_plain(*t, kOpResumeProof, pw.buf())) return fail("the new connection closed during the resume", false);
@@ -1008,6 +1019,7 @@ bool Channel::client_resume(std::unique_lock<std::mutex>& lk, Clock::time_point 
 
 bool Channel::accept_resume(std::unique_ptr<Transport> transport, const ResumeHello& hello, std::string* why) {
   std::shared_ptr<Transport> t(std::move(transport));
+  const TlsBinding binding(*t);
   auto refuse = [&](const std::string& reason) {
     Writer w;
     w.put_str(reason);
@@ -1031,7 +1043,8 @@ bool Channel::accept_resume(std::unique_ptr<Transport> transport, const ResumeHe
   ResumeChallenge challenge;
   crypto::random_bytes(challenge.nonce.data(), challenge.nonce.size());
   challenge.received = received;
-  challenge.proof = resume_proof(secret, "rgpu-resume-server", session_, hello.nonce, challenge.nonce, received);
+  challenge.proof =
+      resume_proof(secret, "rgpu-resume-server", session_, hello.nonce, challenge.nonce, received, binding);
   Writer w;
   encode(challenge, &w);
   if (!write_plain(*t, kOpResumeChallenge, w.buf())) {
@@ -1050,7 +1063,7 @@ bool Channel::accept_resume(std::unique_ptr<Transport> transport, const ResumeHe
   Reader r(payload.data(), payload.size());
   if (h.op != kOpResumeProof || !decode(r, &proof)) return refuse("expected the resume proof");
   crypto::Digest expected =
-      resume_proof(secret, "rgpu-resume-client", session_, challenge.nonce, hello.nonce, proof.received);
+      resume_proof(secret, "rgpu-resume-client", session_, challenge.nonce, hello.nonce, proof.received, binding);
   if (!crypto::equal_constant_time(expected.data(), proof.proof.data(), expected.size()))
     return refuse("the resume proof is wrong: this connection does not hold the session's secret");
   std::unique_lock<std::mutex> lk(mu_);

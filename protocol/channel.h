@@ -121,7 +121,7 @@ class Channel {
 
   // Takes the connection the handshake ran on and sends this side's kOpChannelOpen on it. The
   // peer's is read by the first read. False when the connection is already gone.
-  bool start(std::unique_ptr<Transport> transport);
+  bool start(std::shared_ptr<Transport> transport);
   // Client: how to get a new connection when this one breaks. Without one a break loses the session.
   void set_redial(Redial redial);
 

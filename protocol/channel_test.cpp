@@ -1,4 +1,5 @@
-// Tests of protocol/channel.h, each run over the in-memory pair and over loopback TCP: exactly-once
+// Tests of protocol/channel.h, each run over the in-memory pair, loopback TCP and TLS 1.3 on
+// loopback (protocol/tls.h: its reader and writer share one SSL object under a lock): exactly-once
 // in-order delivery across cuts at random points, the replay bound, heartbeats, a refused resume,
 // duplicates dropped. Every wait is bounded; the tests end by themselves.
 #include "protocol/channel.h"
@@ -17,6 +18,7 @@
 
 #include "common/crypto.h"
 #include "protocol/frame.h"
+#include "protocol/tls.h"
 #include "common/net.h"
 
 namespace rgpu::proto {
@@ -45,6 +47,7 @@ class CuttingTransport : public Transport {
   }
   ssize_t read_some(void* buf, size_t n, std::chrono::milliseconds t) override { return inner_->read_some(buf, n, t); }
   void shutdown() override { inner_->shutdown(); }
+  bool export_key(const char* label, uint8_t out[32]) override { return inner_->export_key(label, out); }
 
  private:
   std::unique_ptr<Transport> inner_;
@@ -65,6 +68,7 @@ class DroppingTransport : public Transport {
   }
   ssize_t read_some(void* buf, size_t n, std::chrono::milliseconds t) override { return inner_->read_some(buf, n, t); }
   void shutdown() override { inner_->shutdown(); }
+  bool export_key(const char* label, uint8_t out[32]) override { return inner_->export_key(label, out); }
 
  private:
   std::unique_ptr<Transport> inner_;
@@ -72,13 +76,47 @@ class DroppingTransport : public Transport {
   bool dead_ = false;
 };
 
-enum class Kind { kMemory, kTcp };
+enum class Kind { kMemory, kTcp, kTls };
+
+// A self-signed server certificate, and a client that pins it (made once per test run).
+struct TlsContexts {
+  std::shared_ptr<TlsContext> server, client;
+  static const TlsContexts& get() {
+    static const TlsContexts c = [] {
+      TlsContexts t;
+      char dir[] = "/tmp/rgpu-channel-tls-XXXXXX";
+      EXPECT_NE(mkdtemp(dir), nullptr);
+      std::string cert, key, err;
+      CertificateSpec spec;
+      spec.names = {"127.0.0.1"};
+      EXPECT_TRUE(make_certificate(spec, &cert, &key, &err)) << err;
+      const std::string cert_file = std::string(dir) + "/c.pem", key_file = std::string(dir) + "/k.pem";
+      FILE* f = fopen(cert_file.c_str(), "w");
+      fputs(cert.c_str(), f);
+      fclose(f);
+      f = fopen(key_file.c_str(), "w");
+      fputs(key.c_str(), f);
+      fclose(f);
+      t.server = tls_server_context({cert_file, key_file, ""}, &err);
+      EXPECT_TRUE(t.server) << err;
+      TlsClientConfig client;
+      client.fingerprint = tls_fingerprint(*t.server);
+      t.client = tls_client_context(client, &err);
+      EXPECT_TRUE(t.client) << err;
+      unlink(cert_file.c_str());
+      unlink(key_file.c_str());
+      rmdir(dir);
+      return t;
+    }();
+    return c;
+  }
+};
 
 // Makes connected transport pairs of one kind: (client end, server end).
 class Links {
  public:
   explicit Links(Kind kind) : kind_(kind) {
-    if (kind_ == Kind::kTcp) {
+    if (kind_ != Kind::kMemory) {
       std::string err;
       listen_fd_ = net::listen_tcp({"127.0.0.1", 0}, &err);
       EXPECT_GE(listen_fd_, 0) << err;
@@ -99,7 +137,23 @@ class Links {
     int s = ::accept(listen_fd_, nullptr, nullptr);
     EXPECT_GE(s, 0);
     set_liveness(c);
-    return {socket_transport(c), socket_transport(s)};
+    if (kind_ == Kind::kTcp) return {socket_transport(c), socket_transport(s)};
+    // TLS: the preamble, then the handshake, as a server's spare and a client run them.
+    const TlsContexts& ctx = TlsContexts::get();
+    std::unique_ptr<Transport> server_end;
+    std::string server_err, client_err;
+    std::thread server([&] {
+      uint32_t magic = 0;
+      TlsPreamble pre;
+      if (net::read_full(s, &magic, 4) == 4 && read_tls_preamble_rest(s, &pre, Clock::now() + 5s))
+        server_end = tls_accept(ctx.server, s, true, Clock::now() + 5s, &server_err);
+    });
+    TlsFailure failure;
+    std::unique_ptr<Transport> client_end =
+        tls_connect(ctx.client, c, true, "127.0.0.1", kTlsNew, SessionId{}, "test", Clock::now() + 5s, &client_err, &failure);
+    server.join();
+    EXPECT_TRUE(client_end && server_end) << client_err << " / " << server_err;
+    return {std::move(client_end), std::move(server_end)};
   }
 
  private:
@@ -158,6 +212,7 @@ class Session {
           bool write(const iovec* iov, int n) override { return t->write(iov, n); }
           ssize_t read_some(void* b, size_t n, std::chrono::milliseconds to) override { return t->read_some(b, n, to); }
           void shutdown() override { t->shutdown(); }
+          bool export_key(const char* label, uint8_t out[32]) override { return t->export_key(label, out); }
         };
         auto b = std::make_unique<Borrowed>();
         b->t = s;
@@ -446,8 +501,10 @@ TEST_P(ChannelTest, DuplicatesAreDroppedBySequenceNumber) {
   EXPECT_NE(server.why().find("missing"), std::string::npos) << server.why();
 }
 
-INSTANTIATE_TEST_SUITE_P(OverBothTransports, ChannelTest, ::testing::Values(Kind::kMemory, Kind::kTcp),
-                         [](const auto& info) { return info.param == Kind::kMemory ? "Memory" : "Tcp"; });
+INSTANTIATE_TEST_SUITE_P(OverEachTransport, ChannelTest, ::testing::Values(Kind::kMemory, Kind::kTcp, Kind::kTls),
+                         [](const auto& info) {
+                           return info.param == Kind::kMemory ? "Memory" : info.param == Kind::kTcp ? "Tcp" : "Tls";
+                         });
 
 TEST(Backoff, DoublesFromAQuarterSecondToTenWithJitter) {
   Backoff b(250ms, 10000ms, 42);

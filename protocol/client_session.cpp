@@ -27,28 +27,69 @@ std::string client_identity(const std::string& suffix) {
   return suffix.empty() ? id : id + " " + suffix;
 }
 
+bool parse_server_address(const std::string& s, uint16_t default_port, net::Address* out, bool* tls,
+                          std::string* err) {
+  static const std::string kTls = "tls://";
+  *tls = s.compare(0, kTls.size(), kTls) == 0;
+  if (!*tls && s.find("://") != std::string::npos) {
+    *err = "the address " + s + " has a scheme rgpu does not know; give host:port, or tls://host:port for TLS";
+    return false;
+  }
+  return net::parse_address(*tls ? s.substr(kTls.size()) : s, default_port, out, err);
+}
+
+namespace {
+
+// A TLS client that the server refused after its TLS handshake (TLS 1.3 tells the client only at
+// its first read): the alert says why; a client certificate it did not take is the usual cause.
+std::string tls_refusal(const std::string& server, const std::string& alert) {
+  if (alert.find("certificate") != std::string::npos)
+    return server + " refused this client's TLS certificate (" + alert +
+           "): it asks for a client certificate its --tls-client-ca signed; set RGPU_TLS_CERT and RGPU_TLS_KEY to one";
+  return server + " ended the TLS connection: " + alert;
+}
+
+}  // namespace
+
 bool open_client_session(const ClientSessionOptions& o, ClientSession* out, std::string* err) {
-  const std::string server = o.server_program + " at " + o.address.str();
+  const std::string server = o.server_program + " at " + (o.tls ? "tls://" : "") + o.address.str();
   DialOptions dialing;
   dialing.total = o.connect_timeout;
   dialing.peer = o.server_program;
   dialing.fix = o.fix;
   dialing.log_attempts = !o.quiet;
   out->handshake = {};
-  // Each attempt: the handshake, then what the server sends behind it.
+  // The connection of the attempt under way: the TLS stream, or the socket (borrowed: dial()
+  // closes the socket of a failed attempt).
+  std::unique_ptr<Transport> conn;
+  // Each attempt: TLS, the handshake, then what the server sends behind it.
   auto setup = [&](int fd, Clock::time_point deadline, std::string* why) {
     auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - Clock::now()).count();
     net::set_recv_timeout(fd, static_cast<int>(std::max<long long>(1, left)));
     out->handshake = {};
-    if (!client_handshake(fd, o.token, o.identity, o.address.str(), &out->handshake, why,
-                          o.capabilities | kCapChannel))
+    conn.reset();
+    if (o.tls) {
+      TlsFailure failure;
+      conn = tls_connect(o.tls, fd, false, o.address.host, kTlsNew, SessionId{}, server, deadline, why, &failure);
+      if (!conn) return failure == TlsFailure::kClosed ? Attempt::kRetry : Attempt::kGiveUp;
+    } else {
+      conn = socket_transport(fd, false);
+    }
+    if (!client_handshake(*conn, o.token, o.identity, o.address.str(), &out->handshake, why,
+                          o.capabilities | kCapChannel, deadline)) {
+      std::string alert = conn->failure();
+      if (o.tls && !alert.empty()) {
+        *why = tls_refusal(server, alert);
+        return Attempt::kGiveUp;
+      }
       return out->handshake.closed ? Attempt::kRetry : Attempt::kGiveUp;
+    }
     if (!(out->handshake.capabilities & kCapChannel)) {
       *why = server + " does not speak this client's channel (an older release); use the same rgpu release on both sides";
       return Attempt::kGiveUp;
     }
     if (o.after_handshake) {
-      Attempt a = o.after_handshake(fd, out->handshake, why);
+      Attempt a = o.after_handshake(fd, *conn, out->handshake, why);
       if (a != Attempt::kDone) return a;
     }
     net::set_recv_timeout(fd, 0);  // replies to a long synchronize may take as long as the kernel
@@ -60,16 +101,34 @@ bool open_client_session(const ClientSessionOptions& o, ClientSession* out, std:
   ChannelOptions channel = o.channel;
   channel.peer = server;
   out->channel = std::make_unique<Channel>(Side::kClient, out->handshake.session, o.token, channel);
-  // A broken connection: dial again (the session's own resume runs on what this returns).
-  out->channel->set_redial([addr = o.address, dialing](Clock::time_point deadline, std::string* why) -> std::unique_ptr<Transport> {
+  // A broken connection: dial again (the session's own resume runs on what this returns). Over
+  // TLS the preamble names the session, so that the listener hands the socket to the session's
+  // process before TLS begins; that process runs the TLS handshake.
+  out->channel->set_redial([addr = o.address, dialing, tls = o.tls, server, session = out->handshake.session](
+                               Clock::time_point deadline, std::string* why) -> std::unique_ptr<Transport> {
     DialOptions d = dialing;
     d.total = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    int nfd = proto::dial(addr, d, nullptr, why);
+    std::unique_ptr<TlsTransport> secure;
+    DialSetup tls_setup = [&](int nfd, Clock::time_point until, std::string* e) {
+      TlsFailure failure;
+      secure = tls_connect(tls, nfd, false, addr.host, kTlsResume, session, server, until, e, &failure);
+      if (secure) return Attempt::kDone;
+      return failure == TlsFailure::kClosed ? Attempt::kRetry : Attempt::kGiveUp;
+    };
+    int nfd = proto::dial(addr, d, tls ? tls_setup : DialSetup(), why);
     if (nfd < 0) return nullptr;
     set_liveness(nfd);
-    return socket_transport(nfd);
+    if (!secure) return socket_transport(nfd);
+    secure->own_fd();
+    return secure;
   });
-  if (!out->channel->start(socket_transport(fd))) {
+  std::shared_ptr<Transport> first = conn ? std::shared_ptr<Transport>(std::move(conn)) : nullptr;
+  if (o.tls) {
+    static_cast<TlsTransport*>(first.get())->own_fd();
+  } else {
+    first = socket_transport(fd);  // owning the socket from now on
+  }
+  if (!out->channel->start(first)) {
     *err = server + " closed the connection right after the handshake; see its log";
     out->channel.reset();
     return false;

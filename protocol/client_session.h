@@ -13,6 +13,7 @@
 #include "common/net.h"
 #include "protocol/channel.h"
 #include "protocol/handshake.h"
+#include "protocol/tls.h"
 #include "protocol/transport.h"
 
 namespace rgpu::proto {
@@ -21,8 +22,16 @@ namespace rgpu::proto {
 // handshake, and so in the server's log and session list.
 std::string client_identity(const std::string& suffix = "");
 
+// Parses a server address as RGPU_SERVER and RGPU_OPSERVER give it: "host:port", or
+// "tls://host:port" (*tls set). False with *err.
+bool parse_server_address(const std::string& s, uint16_t default_port, net::Address* out, bool* tls,
+                          std::string* err);
+
 struct ClientSessionOptions {
   net::Address address;
+  // TLS (tls:// addresses): the client's context (tls_client_context, from RGPU_TLS_*); nullptr:
+  // plain TCP.
+  std::shared_ptr<TlsContext> tls;
   std::string token;     // RGPU_TOKEN ("" for none)
   std::string identity;  // client_identity()
   // The server's program, in messages ("rgpu-server", "rgpu-opserver").
@@ -35,10 +44,10 @@ struct ClientSessionOptions {
   std::string fix;
   // No info line per failed attempt (a probe: is_available()).
   bool quiet = false;
-  // Optional: runs on the socket right after a successful handshake, to read what the server
-  // sends behind Welcome (the driver path's pushed snapshot). kRetry: that server went away
-  // mid-way, try again; kGiveUp: stop, with *why.
-  std::function<Attempt(int fd, const ClientHandshakeResult& hs, std::string* why)> after_handshake;
+  // Optional: runs on the connection right after a successful handshake, to read what the server
+  // sends behind Welcome (the driver path's pushed snapshot), through t (the TLS stream, or the
+  // socket fd). kRetry: that server went away mid-way, try again; kGiveUp: stop, with *why.
+  std::function<Attempt(int fd, Transport& t, const ClientHandshakeResult& hs, std::string* why)> after_handshake;
   ChannelOptions channel = ChannelOptions::from_env();
 };
 

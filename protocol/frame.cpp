@@ -51,6 +51,65 @@ bool write_frame(int fd, uint16_t op, uint16_t flags, uint32_t request_id, uint3
   return net::writev_full(fd, iov, b_len ? 3 : 2);
 }
 
+namespace {
+
+// Reads exactly n bytes. kClosed when the stream ended before the first byte.
+ReadResult read_exact(Transport& t, void* dst, size_t n, Clock::time_point deadline, std::string* why) {
+  auto* p = static_cast<uint8_t*>(dst);
+  const size_t want = n;
+  while (n) {
+    auto timeout = kForever;
+    if (deadline != Clock::time_point::max()) {
+      timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (timeout.count() <= 0) {
+        *why = "timed out waiting for the peer to send a message";
+        return ReadResult::kError;
+      }
+    }
+    ssize_t r = t.read_some(p, n, timeout);
+    if (r == Transport::kTimedOut) {
+      if (deadline != Clock::time_point::max()) continue;
+      *why = "timed out waiting for the peer to send a message";
+      return ReadResult::kError;
+    }
+    if (r <= 0) {
+      if (n == want) return ReadResult::kClosed;
+      *why = "the connection broke in the middle of a message";
+      return ReadResult::kError;
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return ReadResult::kOk;
+}
+
+}  // namespace
+
+ReadResult read_frame(Transport& t, uint32_t max_payload, FrameHeader* h, std::vector<uint8_t>* payload,
+                      std::string* why, Clock::time_point deadline) {
+  ReadResult rr = read_exact(t, h, sizeof *h, deadline, why);
+  if (rr != ReadResult::kOk) return rr;
+  if (h->length > max_payload) {
+    *why = log::format("frame length %u is over the limit of %u bytes (op %u)", h->length, max_payload, h->op);
+    return ReadResult::kError;
+  }
+  payload->resize(h->length);
+  if (!h->length) return ReadResult::kOk;
+  rr = read_exact(t, payload->data(), h->length, deadline, why);
+  if (rr == ReadResult::kClosed) {
+    *why = log::format("connection broke in the middle of a %u-byte frame (op %u)", h->length, h->op);
+    return ReadResult::kError;
+  }
+  return rr;
+}
+
+bool write_frame(Transport& t, uint16_t op, uint16_t flags, uint32_t request_id, uint32_t thread_id, const void* a,
+                 size_t a_len) {
+  FrameHeader h = make_header(op, flags, request_id, thread_id, a_len);
+  iovec iov[2] = {{&h, sizeof h}, {const_cast<void*>(a), a_len}};
+  return t.write(iov, a_len ? 2 : 1);
+}
+
 }  // namespace rgpu::proto
 
 namespace rgpu::proto {

@@ -10,10 +10,18 @@
 
 #include "common/wire.h"
 #include "protocol/messages.h"
+#include "protocol/transport.h"
 
 namespace rgpu::proto {
 
 enum class ReadResult { kOk, kClosed, kError };
+
+// The same over a Transport (a TLS stream, or a socket): what the handshake and what a server
+// sends behind it use. Reads wait until `deadline` at most (max: as the stream waits).
+ReadResult read_frame(Transport& t, uint32_t max_payload, FrameHeader* h, std::vector<uint8_t>* payload,
+                      std::string* why, Clock::time_point deadline = Clock::time_point::max());
+bool write_frame(Transport& t, uint16_t op, uint16_t flags, uint32_t request_id, uint32_t thread_id, const void* a,
+                 size_t a_len);
 
 // Reads one header. kClosed on orderly EOF before any byte; kError (with *why) on a short read
 // or a length over max_payload.

@@ -9,28 +9,48 @@
 #include "common/wire.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
+#include "protocol/tls.h"
 
 namespace rgpu::proto {
 namespace {
 
 using Nonce = std::array<uint8_t, 32>;
 
-crypto::Digest proof(const std::string& token, const char* label, const Nonce& first, const Nonce& second) {
+// The TLS exporter value that binds the proofs to this connection (handshake.h), when it is TLS.
+struct Binding {
+  uint8_t value[32];
+  bool tls = false;
+};
+
+Binding binding_of(Transport& t) {
+  Binding b;
+  b.tls = t.export_key(kTokenProofExporter, b.value);
+  return b;
+}
+
+crypto::Digest proof(const std::string& token, const char* label, const Nonce& first, const Nonce& second,
+                     const Binding& binding) {
   std::vector<uint8_t> msg(label, label + std::strlen(label));
   msg.insert(msg.end(), first.begin(), first.end());
   msg.insert(msg.end(), second.begin(), second.end());
+  if (binding.tls) msg.insert(msg.end(), binding.value, binding.value + sizeof binding.value);
   return crypto::hmac_sha256(token, msg.data(), msg.size());
 }
 
-bool send(int fd, uint16_t op, Writer& w) { return write_frame(fd, op, 0, 0, 0, w.buf().data(), w.size()); }
+bool send(Transport& t, uint16_t op, Writer& w) { return write_frame(t, op, 0, 0, 0, w.buf().data(), w.size()); }
 
 // Reads one handshake message of the expected op (or Refused, whose reason goes to *err).
 // *closed (when given) tells a peer that closed before the message began.
-bool expect(int fd, uint16_t op, std::vector<uint8_t>* payload, std::string* err, const std::string& peer,
-            bool* closed = nullptr, bool* resume = nullptr) {
+bool expect(Transport& t, uint16_t op, std::vector<uint8_t>* payload, std::string* err, const std::string& peer,
+            Clock::time_point deadline, bool* closed = nullptr, bool* resume = nullptr, bool* tls_preamble = nullptr) {
   FrameHeader h{};
   std::string why;
-  ReadResult rr = read_frame(fd, kMaxHandshakePayload, &h, payload, &why);
+  ReadResult rr = read_frame(t, kMaxHandshakePayload, &h, payload, &why, deadline);
+  if (tls_preamble && rr == ReadResult::kError && h.length == kTlsPreambleMagic) {
+    *tls_preamble = true;
+    *err = peer + " asked for TLS (tls://), which this server does not speak";
+    return false;
+  }
   if (rr == ReadResult::kClosed) {
     *err = peer + " closed the connection during the handshake";
     if (closed) *closed = true;
@@ -60,14 +80,33 @@ bool expect(int fd, uint16_t op, std::vector<uint8_t>* payload, std::string* err
 
 }  // namespace
 
-void refuse(int fd, const std::string& reason) {
+void refuse(Transport& t, const std::string& reason) {
   Writer w;
   w.put_str(reason);
-  send(fd, kOpRefused, w);
+  send(t, kOpRefused, w);
+}
+
+void refuse(int fd, const std::string& reason) {
+  auto t = socket_transport(fd, false);
+  refuse(*t, reason);
 }
 
 bool client_handshake(int fd, const std::string& token, const std::string& identity, const std::string& server_name,
                       ClientHandshakeResult* out, std::string* err, uint64_t capabilities) {
+  auto t = socket_transport(fd, false);
+  return client_handshake(*t, token, identity, server_name, out, err, capabilities);
+}
+
+bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
+                      uint64_t capabilities, const Welcomed& welcomed, bool allow_resume) {
+  auto t = socket_transport(fd, false);
+  return server_handshake(*t, token, out, err, capabilities, welcomed, allow_resume);
+}
+
+bool client_handshake(Transport& t, const std::string& token, const std::string& identity,
+                      const std::string& server_name, ClientHandshakeResult* out, std::string* err,
+                      uint64_t capabilities, Clock::time_point deadline) {
+  const Binding binding = binding_of(t);
   Nonce client_nonce;
   crypto::random_bytes(client_nonce.data(), client_nonce.size());
   Writer hello;
@@ -78,14 +117,14 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
   SessionId none{};
   hello.append(none.data(), none.size());
   hello.append(client_nonce.data(), client_nonce.size());
-  if (!send(fd, kOpHello, hello)) {
+  if (!send(t, kOpHello, hello)) {
     out->closed = true;
     *err = "cannot talk to rgpu-server at " + server_name + ": the connection closed while sending the greeting";
     return false;
   }
 
   std::vector<uint8_t> payload;
-  if (!expect(fd, kOpChallenge, &payload, err, "rgpu-server at " + server_name, &out->closed)) return false;
+  if (!expect(t, kOpChallenge, &payload, err, "rgpu-server at " + server_name, deadline, &out->closed)) return false;
   Reader r(payload.data(), payload.size());
   uint32_t magic = r.u32();
   uint16_t version = r.u16();
@@ -117,23 +156,26 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
     return false;
   }
   if (token_required) {
-    crypto::Digest expected = proof(token, "rgpu-server-proof", client_nonce, server_nonce);
+    crypto::Digest expected = proof(token, "rgpu-server-proof", client_nonce, server_nonce, binding);
     if (!crypto::equal_constant_time(expected.data(), server_proof.data(), expected.size())) {
       *err = "rgpu-server at " + server_name +
-             " does not hold the same token as RGPU_TOKEN (its proof did not match); check the token on both sides";
+             " does not hold the same token as RGPU_TOKEN (its proof did not match); check the token on both sides" +
+             (binding.tls ? ". Over TLS the proof is bound to the TLS connection: a proxy that terminates TLS "
+                            "between here and the server also makes it fail"
+                          : "");
       return false;
     }
   }
   Writer auth;
   crypto::Digest p{};
-  if (token_required) p = proof(token, "rgpu-client-proof", server_nonce, client_nonce);
+  if (token_required) p = proof(token, "rgpu-client-proof", server_nonce, client_nonce, binding);
   auth.append(p.data(), p.size());
-  if (!send(fd, kOpAuth, auth)) {
+  if (!send(t, kOpAuth, auth)) {
     out->closed = true;
     *err = "rgpu-server at " + server_name + " closed the connection during the handshake";
     return false;
   }
-  if (!expect(fd, kOpWelcome, &payload, err, "rgpu-server at " + server_name, &out->closed)) return false;
+  if (!expect(t, kOpWelcome, &payload, err, "rgpu-server at " + server_name, deadline, &out->closed)) return false;
   Reader w(payload.data(), payload.size());
   w.take(out->session.data(), out->session.size());
   out->capabilities = w.u64() & caps;
@@ -144,11 +186,15 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
   return true;
 }
 
-bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
-                      uint64_t capabilities, const Welcomed& welcomed, bool allow_resume) {
+bool server_handshake(Transport& t, const std::string& token, ServerHandshakeResult* out, std::string* err,
+                      uint64_t capabilities, const Welcomed& welcomed, bool allow_resume, Clock::time_point deadline) {
+  const Binding binding = binding_of(t);
   std::vector<uint8_t> payload;
-  if (!expect(fd, kOpHello, &payload, err, "client", &out->said_nothing, allow_resume ? &out->resume : nullptr)) {
+  if (!expect(t, kOpHello, &payload, err, "client", deadline, &out->said_nothing,
+              allow_resume ? &out->resume : nullptr, binding.tls ? nullptr : &out->tls_preamble)) {
     if (out->resume) out->resume_payload = std::move(payload);
+    if (out->tls_preamble)
+      refuse(t, "this server does not speak TLS; use host:port without tls:// (in RGPU_SERVER or RGPU_OPSERVER)");
     return false;
   }
   Reader r(payload.data(), payload.size());
@@ -174,7 +220,7 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
     std::string reason = log::format(
         "protocol version %u is not supported by this server (it speaks %u); use the same rgpu release on both sides",
         version, kProtocolVersion);
-    refuse(fd, reason);
+    refuse(t, reason);
     *err = "refused " + identity + ": " + reason;
     return false;
   }
@@ -188,7 +234,7 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   ch.put_u8(token.empty() ? 0 : 1);
   ch.append(server_nonce.data(), server_nonce.size());
   crypto::Digest sp{};
-  if (!token.empty()) sp = proof(token, "rgpu-server-proof", client_nonce, server_nonce);
+  if (!token.empty()) sp = proof(token, "rgpu-server-proof", client_nonce, server_nonce, binding);
   ch.append(sp.data(), sp.size());
   crypto::random_bytes(out->session.data(), out->session.size());
   out->capabilities = caps & capabilities;
@@ -200,13 +246,13 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   // connection (30 ms of every process start at a 30 ms round trip). With a token, Welcome waits
   // for the client's proof.
   const bool welcome_early = token.empty();
-  auto welcome = [&] { return send(fd, kOpWelcome, wel) && (!welcomed || welcomed(fd, out->capabilities)); };
-  if (!send(fd, kOpChallenge, ch) || (welcome_early && !welcome())) {
+  auto welcome = [&] { return send(t, kOpWelcome, wel) && (!welcomed || welcomed(t, out->capabilities)); };
+  if (!send(t, kOpChallenge, ch) || (welcome_early && !welcome())) {
     *err = "client " + identity + " went away during the handshake";
     return false;
   }
 
-  if (!expect(fd, kOpAuth, &payload, err, "client " + identity)) return false;
+  if (!expect(t, kOpAuth, &payload, err, "client " + identity, deadline)) return false;
   Reader a(payload.data(), payload.size());
   crypto::Digest cp{};
   a.take(cp.data(), cp.size());
@@ -215,10 +261,12 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
     return false;
   }
   if (!token.empty()) {
-    crypto::Digest expected = proof(token, "rgpu-client-proof", server_nonce, client_nonce);
+    crypto::Digest expected = proof(token, "rgpu-client-proof", server_nonce, client_nonce, binding);
     if (!crypto::equal_constant_time(expected.data(), cp.data(), cp.size())) {
-      refuse(fd, "the token was refused: RGPU_TOKEN does not match the server's token");
-      *err = "refused " + identity + ": wrong token";
+      refuse(t, "the token was refused: RGPU_TOKEN does not match the server's token");
+      *err = "refused " + identity + ": wrong token" +
+             (binding.tls ? " (or a proxy that terminates TLS relayed the proof: it is bound to the TLS connection)"
+                          : "");
       return false;
     }
   }

@@ -18,7 +18,11 @@
 //   server proof = HMAC-SHA256(token, "rgpu-server-proof" || client nonce || server nonce)
 //   client proof = HMAC-SHA256(token, "rgpu-client-proof" || server nonce || client nonce)
 // Each side proves it holds the token over the other's fresh nonce, so neither proof can be
-// replayed and a client with a token also knows it reached the right server. A server without a
+// replayed and a client with a token also knows it reached the right server.
+// Over TLS (protocol/tls.h) both proofs end with the connection's TLS exporter value
+// (label kTokenProofExporter, 32 bytes) after the nonces: a relay that terminates TLS, and so
+// holds two TLS sessions with different exporter values, cannot pass a proof from one side to the
+// other. Over plain TCP the proofs are as above. A server without a
 // token sends token_required = 0 and zero proofs. A version mismatch is refused by the server
 // with a reason naming both versions.
 #pragma once
@@ -26,10 +30,12 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "protocol/messages.h"
+#include "protocol/transport.h"
 
 namespace rgpu::proto {
 
@@ -43,8 +49,14 @@ struct ClientHandshakeResult {
   bool closed = false;
 };
 
-// Runs the client side on a connected socket, asking for `capabilities`. On failure returns false
-// with *err a sentence for the user (e.g. that the server refused the token and what to do).
+// Runs the client side on a connected stream (a socket, or a TLS stream), asking for
+// `capabilities`, waiting for each answer until `deadline` at most (max: as the stream waits). On
+// failure returns false with *err a sentence for the user (e.g. that the server refused the token
+// and what to do).
+bool client_handshake(Transport& t, const std::string& token, const std::string& identity,
+                      const std::string& server_name, ClientHandshakeResult* out, std::string* err,
+                      uint64_t capabilities = kOurCapabilities, Clock::time_point deadline = Clock::time_point::max());
+// The same on a socket (which stays the caller's).
 bool client_handshake(int fd, const std::string& token, const std::string& identity, const std::string& server_name,
                       ClientHandshakeResult* out, std::string* err, uint64_t capabilities = kOurCapabilities);
 
@@ -61,19 +73,33 @@ struct ServerHandshakeResult {
   // whose connection broke, protocol/channel.h), not Hello; its payload. No handshake ran.
   bool resume = false;
   std::vector<uint8_t> resume_payload;
+  // On failure: the first bytes were a TLS preamble (protocol/messages.h) and this server speaks
+  // no TLS; the client has been refused with a reason that says so.
+  bool tls_preamble = false;
+  // The TLS stream the handshake ran on (protocol/tls.h), which the session must run on too;
+  // nullptr on plain TCP (the session takes the socket). Set by the accept loop.
+  std::shared_ptr<Transport> transport;
 };
 
 // Runs after Welcome is written, with the agreed capabilities: what the server sends unasked
 // (kCapPushedSnapshot). False when the connection is gone.
-using Welcomed = std::function<bool(int fd, uint64_t agreed)>;
+using Welcomed = std::function<bool(Transport& t, uint64_t agreed)>;
 
 // Runs the server side, offering `capabilities`. On failure returns false with *err saying why
 // (for the server's log); the client has already been sent a Refused message where one applies.
 // With allow_resume, a first frame kOpResume returns false with out->resume set instead.
+// A first message that is a TLS preamble (a tls:// client at a server without TLS) is refused with
+// a reason that says to drop tls:// (out->tls_preamble).
+// Each read waits until `deadline` at most (max: as the stream waits).
+bool server_handshake(Transport& t, const std::string& token, ServerHandshakeResult* out, std::string* err,
+                      uint64_t capabilities = kOurCapabilities, const Welcomed& welcomed = nullptr,
+                      bool allow_resume = false, Clock::time_point deadline = Clock::time_point::max());
+// The same on a socket (which stays the caller's).
 bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
                       uint64_t capabilities = kOurCapabilities, const Welcomed& welcomed = nullptr,
                       bool allow_resume = false);
 // Tells a peer no (kOpRefused with the reason), as the handshake does.
+void refuse(Transport& t, const std::string& reason);
 void refuse(int fd, const std::string& reason);
 
 }  // namespace rgpu::proto

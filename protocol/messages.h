@@ -33,6 +33,8 @@
 //   texture.h    texture and surface objects; tensor_map.h tensor maps
 //
 // Connection life:
+//   0. TLS connections only: the TlsPreamble (below), then the TLS 1.3 handshake (protocol/tls.h);
+//      everything after is inside TLS, and the handshake's proofs are bound to it.
 //   1. Handshake (protocol/handshake.h): Hello → Challenge → Auth → Welcome | Refused.
 //   2. Calls. A request whose flags lack kNoReply gets exactly one reply frame (kReply set),
 //      whose payload starts with a ReplyPrefix. A request with kNoReply gets no reply; if it

@@ -8,7 +8,18 @@ void add_server_options(CLI::App& app, ServerOptions* o, const std::string& kept
   app.add_option("--listen", l.listen, "HOST:PORT to listen on (default " + l.listen + ", loopback only)");
   app.add_option("--token-file", l.token_file,
                  "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
-  app.add_flag("--insecure", l.insecure, "allow listening on a non-loopback address without a token");
+  app.add_flag("--insecure", l.insecure, "allow listening on a non-loopback address without TLS and a token");
+  app.add_option("--tls", l.tls,
+                 "`auto`: TLS 1.3 with a self-signed certificate made once in --state-dir; its SHA-256 fingerprint "
+                 "is printed at start for clients to pin (RGPU_TLS_FINGERPRINT); clients dial tls://HOST:PORT")
+      ->check(CLI::IsMember({"auto"}));
+  app.add_option("--tls-cert", l.tls_cert, "PEM certificate (and chain) for TLS 1.3, with --tls-key");
+  app.add_option("--tls-key", l.tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", l.tls_client_ca,
+                 "PEM CA certificates: clients must present a certificate they signed (RGPU_TLS_CERT, RGPU_TLS_KEY)");
+  app.add_option("--state-dir", l.state_dir,
+                 "directory of what the server keeps across restarts (--tls auto's certificate; default "
+                 "$XDG_STATE_HOME/rgpu, else $HOME/.local/state/rgpu, else /var/lib/rgpu)");
   app.add_option("--session-grace", o->session_grace,
                  "seconds a session whose connection broke keeps its " + kept +
                      " for its client to reconnect (default 600); past it the session ends");

@@ -12,7 +12,7 @@
 namespace rgpu::proto {
 
 struct ServerOptions {
-  ListenOptions listen;        // --listen, --token-file, --insecure, --log-level
+  ListenOptions listen;        // --listen, --token-file, --insecure, --log-level, --tls*, --state-dir
   unsigned session_grace = 600;  // --session-grace: seconds a broken connection may take to come back
   unsigned drain_timeout = 60;   // --drain-timeout: seconds the sessions get after SIGTERM or SIGINT
   std::string runtime_dir;       // --runtime-dir: the live sessions' sockets ("": the default)

@@ -21,8 +21,10 @@
 namespace rgpu::proto {
 namespace {
 
-// The encoded ResumeHello that travels with the fd (channel.cpp's encode: 16 + 32 bytes).
+// The encoded ResumeHello that travels with the fd (channel.cpp's encode: 16 + 32 bytes), or for a
+// TLS connection the session id alone.
 constexpr size_t kHelloBytes = 48;
+constexpr size_t kTlsHandOverBytes = 16;
 
 bool make_dirs(const std::string& path, std::string* err) {
   for (size_t i = 1; i <= path.size(); ++i) {
@@ -149,8 +151,12 @@ int clean_stale(const std::string& dir) {
   return removed;
 }
 
-bool hand_over(const std::string& dir, int fd, const ResumeHello& hello, std::string* why) {
-  std::string path = dir + "/" + session_hex(hello.session);
+namespace {
+
+// Sends fd with `message` to the door of `session`.
+bool pass_fd(const std::string& dir, int fd, const SessionId& session, const std::vector<uint8_t>& message,
+             std::string* why) {
+  std::string path = dir + "/" + session_hex(session);
   int door = connect_unix(path);
   if (door < 0) {
     if (errno == ECONNREFUSED) unlink(path.c_str());  // its process is gone
@@ -159,9 +165,7 @@ bool hand_over(const std::string& dir, int fd, const ResumeHello& hello, std::st
                : log::format("cannot reach the session's process (%s)", std::strerror(errno));
     return false;
   }
-  Writer w;
-  encode(hello, &w);
-  FdMessage msg(const_cast<uint8_t*>(w.buf().data()), w.size());
+  FdMessage msg(const_cast<uint8_t*>(message.data()), message.size());
   cmsghdr* c = CMSG_FIRSTHDR(&msg.m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -172,11 +176,24 @@ bool hand_over(const std::string& dir, int fd, const ResumeHello& hello, std::st
   while (sent < 0 && errno == EINTR);
   int e = errno;
   ::close(door);
-  if (sent != static_cast<ssize_t>(w.size())) {
+  if (sent != static_cast<ssize_t>(message.size())) {
     *why = log::format("handing the connection to the session's process failed (%s)", std::strerror(e));
     return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool hand_over(const std::string& dir, int fd, const ResumeHello& hello, std::string* why) {
+  Writer w;
+  encode(hello, &w);
+  return pass_fd(dir, fd, hello.session, w.buf(), why);
+}
+
+bool hand_over_tls(const std::string& dir, int fd, const SessionId& session, std::string* why) {
+  // The session id alone (kTlsHandOverBytes): the door tells it from a ResumeHello by its size.
+  return pass_fd(dir, fd, session, std::vector<uint8_t>(session.begin(), session.end()), why);
 }
 
 SessionDoor::~SessionDoor() { close(); }
@@ -238,13 +255,17 @@ void SessionDoor::serve() {
     for (cmsghdr* h = n > 0 ? CMSG_FIRSTHDR(&msg.m) : nullptr; h; h = CMSG_NXTHDR(&msg.m, h))
       if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && h->cmsg_len == CMSG_LEN(sizeof(int)))
         std::memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    if (fd >= 0 && n == static_cast<ssize_t>(kTlsHandOverBytes)) {
+      on_resume_(fd, nullptr);
+      continue;
+    }
     ResumeHello hello;
     Reader r(buf, n > 0 ? static_cast<size_t>(n) : 0);
     if (fd < 0 || n != static_cast<ssize_t>(kHelloBytes) || !decode(r, &hello)) {
       if (fd >= 0) ::close(fd);
       continue;
     }
-    on_resume_(fd, hello);
+    on_resume_(fd, &hello);
   }
 }
 
@@ -264,7 +285,7 @@ std::unique_ptr<Channel> start_server_channel(int fd, const ServerChannelSetup& 
   auto ch = std::make_unique<Channel>(Side::kServer, setup.session, setup.token, o);
   set_liveness(fd);  // a client gone without a word is noticed by the kernel too
   const std::string peer = net::peer_name(fd);
-  if (!ch->start(socket_transport(fd))) {
+  if (!ch->start(setup.transport ? setup.transport : std::shared_ptr<Transport>(socket_transport(fd)))) {
     log::warn("the connection from %s closed right after the handshake", peer.c_str());
     return nullptr;
   }
@@ -275,13 +296,50 @@ std::unique_ptr<Channel> start_server_channel(int fd, const ServerChannelSetup& 
   std::string err;
   Channel* raw = ch.get();
   const std::string identity = setup.identity;
+  const std::shared_ptr<TlsContext> tls = setup.tls;
+  const SessionId session = setup.session;
   if (!door->open(setup.door_dir, setup.session,
-                  [raw, identity](int nfd, const ResumeHello& hello) {
+                  [raw, identity, tls, session](int nfd, const ResumeHello* plain_hello) {
                     std::string why;
                     std::string from = net::peer_name(nfd);
                     net::set_nodelay(nfd);
                     set_liveness(nfd);
-                    if (raw->accept_resume(socket_transport(nfd), hello, &why))
+                    std::unique_ptr<Transport> t;
+                    ResumeHello hello;
+                    if (plain_hello) {
+                      hello = *plain_hello;
+                      t = socket_transport(nfd);
+                    } else {
+                      // A TLS connection, handed over before its TLS began: this process runs the
+                      // TLS handshake, then reads the resume inside it (bounded: a client that
+                      // stalls holds this door for 10 s at most).
+                      if (!tls) {
+                        log::warn("a TLS resume from %s reached a session without TLS; closing it", from.c_str());
+                        ::close(nfd);
+                        return;
+                      }
+                      const auto deadline = Clock::now() + std::chrono::seconds(10);
+                      std::unique_ptr<TlsTransport> secure = tls_accept(tls, nfd, true, deadline, &why);
+                      if (!secure) {
+                        ::close(nfd);
+                        log::warn("a resume of the session for %s from %s failed: %s", identity.c_str(), from.c_str(),
+                                  why.c_str());
+                        return;
+                      }
+                      t = std::move(secure);
+                      if (!read_resume_hello(*t, &hello, &why, std::chrono::seconds(10))) {
+                        log::warn("a resume of the session for %s from %s failed: %s", identity.c_str(), from.c_str(),
+                                  why.c_str());
+                        return;
+                      }
+                      if (hello.session != session) {
+                        // The preamble named this session and the resume inside TLS another: the
+                        // channel refuses it as no such session.
+                        log::warn("a TLS resume from %s named another session inside TLS than in its preamble",
+                                  from.c_str());
+                      }
+                    }
+                    if (raw->accept_resume(std::move(t), hello, &why))
                       log::info("session for %s resumed from %s", identity.c_str(), from.c_str());
                     else
                       log::warn("a resume of the session for %s from %s was refused: %s", identity.c_str(), from.c_str(),

@@ -8,7 +8,9 @@
 //
 // The hand-over goes through a directory per listening port, `<runtime dir>/<port>/`, mode 0700:
 // every live session process listens on a Unix socket there named by its session id in hex, and
-// takes connections passed to it with SCM_RIGHTS, each with the client's ResumeHello. A socket
+// takes connections passed to it with SCM_RIGHTS, each with the client's ResumeHello (or, for a
+// TLS connection, only the session id from its clear preamble: TLS has not begun, and the
+// session's process runs the TLS handshake and reads the ResumeHello inside it). A socket
 // that no process listens on (its session died) is stale: connecting to it is refused, and it is
 // removed (clean_stale at start, and by the hand-over that finds it).
 #pragma once
@@ -18,6 +20,7 @@
 #include <thread>
 
 #include "protocol/channel.h"
+#include "protocol/tls.h"
 
 namespace rgpu::proto {
 
@@ -42,12 +45,15 @@ std::string session_hex(const SessionId& id);
 // process of that session. The caller keeps fd and closes it either way. False with *why when no
 // live process holds that session (the caller tells the client: its session is gone).
 bool hand_over(const std::string& dir, int fd, const ResumeHello& hello, std::string* why);
+// The same for a TLS connection whose preamble (kTlsResume) named `session`: TLS has not begun.
+bool hand_over_tls(const std::string& dir, int fd, const SessionId& session, std::string* why);
 
 // The session process's end: a Unix socket at <dir>/<session hex>, and a thread that gives each
 // handed-over connection to on_resume (which owns the fd from then on).
 class SessionDoor {
  public:
-  using OnResume = std::function<void(int fd, const ResumeHello& hello)>;
+  // hello is nullptr for a TLS connection handed over before its TLS handshake (hand_over_tls).
+  using OnResume = std::function<void(int fd, const ResumeHello* hello)>;
   SessionDoor() = default;
   ~SessionDoor();
   SessionDoor(const SessionDoor&) = delete;
@@ -75,6 +81,10 @@ struct ServerChannelSetup {
   std::chrono::seconds grace{600};  // how long a broken connection may take to come back
   std::string door_dir;      // prepare_session_dir's; empty: no resume through another process
   std::string identity;      // the client, for messages
+  // TLS: the stream the handshake ran on (the channel runs on it instead of a socket on fd), and
+  // the server's context, for the TLS handshake of a resuming client's connection. nullptr: plain.
+  std::shared_ptr<Transport> transport;
+  std::shared_ptr<TlsContext> tls;
   // ChannelOptions::on_connection (the server's session list shows disconnected sessions).
   std::function<void(bool connected)> on_connection;
 };

@@ -27,8 +27,10 @@ namespace {
 
 class SocketTransport : public Transport {
  public:
-  explicit SocketTransport(int fd) : fd_(fd) {}
-  ~SocketTransport() override { ::close(fd_); }
+  SocketTransport(int fd, bool owns_fd) : fd_(fd), owns_fd_(owns_fd) {}
+  ~SocketTransport() override {
+    if (owns_fd_) ::close(fd_);
+  }
 
   bool write(const iovec* iov, int count) override {
     // writev_full advances the iovecs it is given; work on a copy.
@@ -71,6 +73,7 @@ class SocketTransport : public Transport {
 
  private:
   int fd_;
+  bool owns_fd_;
   std::chrono::milliseconds timeout_ = kForever;
 };
 
@@ -143,7 +146,9 @@ class MemoryTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> socket_transport(int fd) { return std::make_unique<SocketTransport>(fd); }
+std::unique_ptr<Transport> socket_transport(int fd, bool owns_fd) {
+  return std::make_unique<SocketTransport>(fd, owns_fd);
+}
 
 std::pair<std::unique_ptr<Transport>, std::unique_ptr<Transport>> memory_pair(size_t capacity) {
   auto s = std::make_shared<PairState>();

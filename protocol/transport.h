@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <random>
@@ -41,10 +42,23 @@ class Transport {
   // Breaks the connection from this side: blocked and later reads and writes on this end fail at
   // once, and the peer sees the stream end.
   virtual void shutdown() = 0;
+  // The TLS exporter value (RFC 8446 section 7.5) for `label`, 32 bytes, which both ends of one
+  // TLS connection agree on and a relay that terminates TLS cannot reproduce: the handshake's and
+  // the resume's proofs mix it in. False for a stream without TLS (their proofs stay as before).
+  // A transport that wraps another must pass this on, or its proofs will not match the peer's.
+  virtual bool export_key(const char* label, uint8_t out[32]) {
+    (void)label;
+    (void)out;
+    return false;
+  }
+  // Why the stream broke when it knows more than that it closed (the TLS alert the peer sent);
+  // "" otherwise.
+  virtual std::string failure() const { return ""; }
 };
 
-// A connected socket; the transport owns fd and closes it.
-std::unique_ptr<Transport> socket_transport(int fd);
+// A connected socket; the transport owns fd and closes it (owns_fd false: the caller keeps it, as
+// for a handshake whose socket is then given to the channel).
+std::unique_ptr<Transport> socket_transport(int fd, bool owns_fd = true);
 
 // Two connected in-memory ends. Each direction buffers at most `capacity` bytes (a writer past it
 // waits, as on a socket whose peer does not read). shutdown() on either end ends both directions:

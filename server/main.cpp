@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
   rgpu::log::set_prefix("rgpu-server");
   std::string token, err;
   rgpu::net::Address addr;
-  if (!rgpu::proto::prepare_listen(server.listen, &token, &addr))
+  static std::shared_ptr<rgpu::proto::TlsContext> tls;
+  if (!rgpu::proto::prepare_listen(server.listen, &token, &addr, &tls))
     return 2;
 
   if (cache_dir == "none") cache_dir.clear();
@@ -122,7 +123,9 @@ int main(int argc, char** argv) {
   }
   static unsigned grace = server.session_grace;
   rgpu::log::info("listening on %s, driver %s (%d entry points)%s, module cache %s, prewarm %s", addr.str().c_str(),
-                  driver_path.c_str(), found, token.empty() ? ", no token" : ", token required",
+                  driver_path.c_str(), found,
+                  tls ? (token.empty() ? ", TLS, no token" : ", TLS, token required")
+                      : (token.empty() ? ", no token" : ", token required"),
                   rgpu::server::module_cache::enabled() ? cache_dir.c_str() : "off", prewarm.c_str());
 
   rgpu::proto::AcceptLoop loop;
@@ -134,8 +137,9 @@ int main(int argc, char** argv) {
   loop.session_dir = door_dir;
   loop.sessions_list = sessions_dir;
   loop.drain.timeout = std::chrono::seconds(server.drain_timeout);
-  loop.welcomed = [](int fd, uint64_t agreed) {
-    return !(agreed & rgpu::proto::kCapPushedSnapshot) || rgpu::server::push_snapshot(fd, table);
+  loop.tls = tls;
+  loop.welcomed = [](rgpu::proto::Transport& t, uint64_t agreed) {
+    return !(agreed & rgpu::proto::kCapPushedSnapshot) || rgpu::server::push_snapshot(t, table);
   };
   loop.session = [token](int fd, const std::string& peer, const rgpu::proto::ServerHandshakeResult& hs) {
     rgpu::server::prewarm::session_started();
@@ -145,6 +149,8 @@ int main(int argc, char** argv) {
     opt.token = token;
     opt.grace = std::chrono::seconds(grace);
     opt.door_dir = door_dir;
+    opt.transport = hs.transport;
+    opt.tls = tls;
     return rgpu::server::run_session(fd, opt);
   };
   rgpu::proto::run_accept_loop(lfd, loop);

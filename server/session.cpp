@@ -206,6 +206,11 @@ class Session : public ClientCallbacks {
   int run() {
     std::string why;
     int status = 0;
+    if (opt_.transport && !opt_.channel) {
+      log::warn("client %s does not speak the channel (an older rgpu release), which TLS needs; closing",
+                opt_.identity.c_str());
+      return 1;
+    }
     if (opt_.channel && !start_channel()) return 1;
     std::optional<proto::FrameReader> reader;
     if (!ch_) reader.emplace(fd_, proto::kMaxPayload);
@@ -463,6 +468,8 @@ class Session : public ClientCallbacks {
     setup.grace = opt_.grace;
     setup.door_dir = opt_.door_dir;
     setup.identity = opt_.identity;
+    setup.transport = opt_.transport;
+    setup.tls = opt_.tls;
     setup.on_connection = [this](bool connected) {
       const long long ends = connected ? 0 : static_cast<long long>(time(nullptr)) + opt_.grace.count();
       write_session_entry(opt_.sessions_dir, opt_.identity, opt_.peer, start_time_, ends);
@@ -707,7 +714,7 @@ void sessions(Dispatch& d) {
 }
 }  // namespace handlers
 
-bool push_snapshot(int fd, const DriverTable& driver) {
+bool push_snapshot(proto::Transport& t, const DriverTable& driver) {
   HandleMap handles;
   std::vector<uint8_t> body;
   Writer out(&body);
@@ -717,7 +724,7 @@ bool push_snapshot(int fd, const DriverTable& driver) {
   proto::ReplyPrefix prefix{};
   proto::FrameHeader h = proto::make_header(proto::kOpSnapshot, proto::kReply, 0, 0, sizeof prefix + body.size());
   iovec iov[3] = {{&h, sizeof h}, {&prefix, sizeof prefix}, {body.data(), body.size()}};
-  return net::writev_full(fd, iov, 3);
+  return t.write(iov, 3);
 }
 
 int run_session(int fd, const SessionOptions& options) {

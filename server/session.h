@@ -14,6 +14,7 @@
 #include <string>
 
 #include "protocol/handshake.h"
+#include "protocol/tls.h"
 
 #include "gen/driver_table.gen.h"
 
@@ -35,6 +36,10 @@ struct SessionOptions {
   std::string token;
   std::chrono::seconds grace{600};
   std::string door_dir;
+  // TLS: the stream the handshake ran on (the session runs on it, not on the socket), and the
+  // server's context for resuming clients' TLS handshakes (protocol/tls.h). nullptr: plain TCP.
+  std::shared_ptr<proto::Transport> transport;
+  std::shared_ptr<proto::TlsContext> tls;
 };
 
 // The session process's entry in the sessions directory: written at start, removed at exit.
@@ -57,6 +62,6 @@ int run_session(int fd, const SessionOptions& options);
 // Sends the device snapshot unasked, right behind the handshake's Welcome (kCapPushedSnapshot,
 // protocol/handshake.h): the reply kOpSnapshot would get, with request id 0. False when the
 // connection is gone.
-bool push_snapshot(int fd, const DriverTable& driver);
+bool push_snapshot(proto::Transport& t, const DriverTable& driver);
 
 }  // namespace rgpu::server

@@ -124,11 +124,13 @@ class Service:
 
 
 def _host_port(text: str) -> str:
-    """argparse type for HOST:PORT (IPv6 as [::1]:9713); returns it unchanged."""
-    host, sep, port = text.rpartition(":")
+    """argparse type for HOST:PORT (IPv6 as [::1]:9713), or tls://HOST:PORT for a server started
+    with --tls; returns it unchanged."""
+    bare = text[len("tls://"):] if text.startswith("tls://") else text
+    host, sep, port = bare.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not HOST:PORT (for example gpu-host:9720 or [::1]:9720)")
+            f"{text!r} is not HOST:PORT (for example gpu-host:9720, [::1]:9720 or tls://gpu-host:9720)")
     return text
 
 

@@ -54,13 +54,13 @@ def test_right_token_is_accepted(token_server):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_server_refuses_a_public_address_without_a_token():
+def test_server_refuses_a_public_address_without_tls_and_a_token():
     import subprocess
     from conftest import free_port
     r = subprocess.run([str(BUILD / "bin/rgpu-server"), "--listen", f"0.0.0.0:{free_port()}", "--driver", "fake"],
                        capture_output=True, text=True, timeout=10, env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 2
-    assert "without a token" in r.stderr and "--insecure" in r.stderr, r.stderr
+    assert "without TLS and a token" in r.stderr and "--insecure" in r.stderr, r.stderr
 
 
 def test_server_refuses_its_own_shim_as_a_driver():

@@ -115,6 +115,14 @@ class TestDirectAddresses:
                      """), env=env)
         assert (r.returncode, r.stdout.strip()) == (0, "[::1]:9713 left:1"), r.stderr
 
+    def test_a_tls_address_is_passed_on_as_given(self):
+        r = rgpu_run("--server", "tls://gpu-box:9713", "--",
+                     *python_command("""
+                         import os
+                         print(os.environ["RGPU_SERVER"])
+                     """))
+        assert (r.returncode, r.stdout.strip()) == (0, "tls://gpu-box:9713"), r.stderr
+
     def test_command_killed_by_a_signal_exits_128_plus_the_signal(self):
         r = rgpu_run("--opserver", "h:1", "--",
                      *python_command("import os, signal; os.kill(os.getpid(), signal.SIGKILL)"))

@@ -116,7 +116,12 @@ void Connection::connect(bool patient) {
   const env::Settings& s = env::get();
   proto::ClientSessionOptions o;
   std::string err;
-  if (!net::parse_address(s.opserver, 9720, &o.address, &err)) TORCH_CHECK(false, "RGPU_OPSERVER: ", err);
+  bool tls = false;
+  if (!proto::parse_server_address(s.opserver, 9720, &o.address, &tls, &err)) TORCH_CHECK(false, "RGPU_OPSERVER: ", err);
+  if (tls) {
+    o.tls = proto::tls_client_context(proto::TlsClientConfig::from_env(), &err);
+    TORCH_CHECK(o.tls, "RGPU_OPSERVER: ", err);
+  }
   address_ = o.address.str();
   o.token = s.token;
   o.identity = proto::client_identity("torch");
@@ -125,7 +130,7 @@ void Connection::connect(bool patient) {
   o.quiet = !patient;
   o.fix = "is it running? start it with rgpu-opserver --device cpu|cuda (and point RGPU_OPSERVER at it; "
           "RGPU_CONNECT_TIMEOUT sets how long to keep trying)";
-  o.after_handshake = [](int fd, const proto::ClientHandshakeResult&, std::string*) {
+  o.after_handshake = [](int fd, proto::Transport&, const proto::ClientHandshakeResult&, std::string*) {
     net::set_buffers(fd, 4 << 20);
     return proto::Attempt::kDone;
   };

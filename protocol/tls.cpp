@@ -1,0 +1,728 @@
+// Implementation of protocol/tls.h.
+#include "protocol/tls.h"
+
+#include <fcntl.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "common/env.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "protocol/frame.h"
+
+namespace rgpu::proto {
+
+class TlsContext {
+ public:
+  ~TlsContext() {
+    if (ctx) SSL_CTX_free(ctx);
+  }
+  SSL_CTX* ctx = nullptr;
+  bool server = false;
+  std::string pin;        // client: the normalized RGPU_TLS_FINGERPRINT ("": verify a chain)
+  std::string own_print;  // server: its certificate's fingerprint
+};
+
+namespace {
+
+// The last OpenSSL error as a sentence fragment ("" when there is none), clearing the queue.
+std::string ssl_errors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    // "error:0A000086:SSL routines::certificate verify failed": keep the words.
+    std::string s = buf;
+    size_t at = s.rfind(':');
+    if (at != std::string::npos && at + 1 < s.size()) s = s.substr(at + 1);
+    if (!out.empty()) out += "; ";
+    out += s;
+  }
+  return out;
+}
+
+std::string hex(const uint8_t* p, size_t n) {
+  static const char* k = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s += k[p[i] >> 4];
+    s += k[p[i] & 15];
+  }
+  return s;
+}
+
+std::string fingerprint_of(X509* cert) {
+  if (!cert) return "";
+  unsigned char* der = nullptr;
+  int n = i2d_X509(cert, &der);
+  if (n <= 0) return "";
+  std::string out = fingerprint_of_der(der, static_cast<size_t>(n));
+  OPENSSL_free(der);
+  return out;
+}
+
+// ---- A socket BIO that never raises SIGPIPE ----
+
+int bio_write(BIO* b, const char* data, int n) {
+  BIO_clear_retry_flags(b);
+  ssize_t r;
+  do r = ::send(static_cast<int>(BIO_get_fd(b, nullptr)), data, static_cast<size_t>(n), MSG_NOSIGNAL);
+  while (r < 0 && errno == EINTR);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_write(b);
+  return static_cast<int>(r);
+}
+
+int bio_read(BIO* b, char* data, int n) {
+  BIO_clear_retry_flags(b);
+  ssize_t r;
+  do r = ::recv(static_cast<int>(BIO_get_fd(b, nullptr)), data, static_cast<size_t>(n), 0);
+  while (r < 0 && errno == EINTR);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) BIO_set_retry_read(b);
+  return static_cast<int>(r);
+}
+
+BIO_METHOD* socket_method() {
+  // The standard socket BIO's controls (get_fd, flush, ...) with our read and write.
+  static BIO_METHOD* m = [] {
+    BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "rgpu socket");
+    const BIO_METHOD* base = BIO_s_socket();
+    BIO_meth_set_write(meth, bio_write);
+    BIO_meth_set_read(meth, bio_read);
+    BIO_meth_set_ctrl(meth, BIO_meth_get_ctrl(base));
+    BIO_meth_set_create(meth, BIO_meth_get_create(base));
+    BIO_meth_set_destroy(meth, BIO_meth_get_destroy(base));
+    return meth;
+  }();
+  return m;
+}
+
+// Waits until fd is readable (or writable), at most until deadline. False on timeout.
+bool wait_fd(int fd, bool for_write, Clock::time_point deadline) {
+  for (;;) {
+    int ms = -1;
+    if (deadline != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left < 0) return false;
+      ms = left == 0 ? 0 : static_cast<int>(std::min<long long>(left + 1, INT32_MAX));
+    }
+    pollfd p{fd, static_cast<short>(for_write ? POLLOUT : POLLIN), 0};
+    int r = poll(&p, 1, ms);
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) return true;  // let the caller's read or write see the error
+  }
+}
+
+// What the client's verification saw (SSL ex data), for the message when it fails.
+struct VerifySeen {
+  std::string fingerprint;  // the server's leaf certificate
+  std::string error;        // the first verification error
+};
+int g_verify_index = -1;
+
+int verify_callback(int ok, X509_STORE_CTX* store) {
+  SSL* ssl = static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  auto* seen = ssl ? static_cast<VerifySeen*>(SSL_get_ex_data(ssl, g_verify_index)) : nullptr;
+  if (seen && seen->fingerprint.empty()) seen->fingerprint = fingerprint_of(X509_STORE_CTX_get0_cert(store));
+  if (seen && seen->error.empty() && !ok)
+    seen->error = X509_verify_cert_error_string(X509_STORE_CTX_get_error(store));
+  return ok;
+}
+
+// A pinned client takes any chain during the handshake and compares the pin right after it.
+int accept_any(int, X509_STORE_CTX*) { return 1; }
+
+bool is_ip(const std::string& host) {
+  return !host.empty() && (host.find(':') != std::string::npos ||
+                           std::all_of(host.begin(), host.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; }));
+}
+
+// Reads a clear frame (a refusal before TLS) from a non-blocking socket.
+bool read_clear(int fd, void* dst, size_t n, Clock::time_point deadline) {
+  auto* p = static_cast<uint8_t*>(dst);
+  while (n) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) return false;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    if (!wait_fd(fd, false, deadline)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---- The stream ----
+
+struct TlsTransport::State {
+  SSL* ssl = nullptr;
+  int fd = -1;
+  std::mutex mu;  // every SSL call
+  std::atomic<bool> shut{false};
+  std::string failure;  // under mu
+  std::vector<uint8_t> gather;  // write(): small pieces gathered into one record
+};
+
+struct TlsHandshake {
+  static std::unique_ptr<TlsTransport> make(SSL* ssl, int fd, bool owns_fd) {
+    std::unique_ptr<TlsTransport> t(new TlsTransport());
+    t->s_ = std::make_unique<TlsTransport::State>();
+    t->s_->ssl = ssl;
+    t->s_->fd = fd;
+    t->owns_fd_ = owns_fd;
+    return t;
+  }
+};
+
+TlsTransport::~TlsTransport() {
+  if (!s_) return;
+  if (s_->ssl) SSL_free(s_->ssl);
+  if (owns_fd_) ::close(s_->fd);
+}
+
+bool TlsTransport::write(const iovec* iov, int count) {
+  // Pieces up to 16 KiB are gathered (a frame's header with its payload: one record, one send);
+  // larger ones go out as they are, without a copy.
+  constexpr size_t kGather = 16 << 10;
+  auto send_all = [&](const uint8_t* p, size_t n) {
+    while (n) {
+      if (s_->shut) return false;
+      size_t done = 0;
+      int r, e;
+      {
+        std::lock_guard<std::mutex> lock(s_->mu);
+        r = SSL_write_ex(s_->ssl, p, n, &done);
+        e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(s_->ssl, r);
+        if (e != SSL_ERROR_NONE && e != SSL_ERROR_WANT_WRITE && e != SSL_ERROR_WANT_READ) {
+          std::string why = ssl_errors();
+          if (s_->failure.empty() && !why.empty()) s_->failure = why;
+        }
+      }
+      if (r == 1) {
+        p += done;
+        n -= done;
+        continue;
+      }
+      if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+        wait_fd(s_->fd, e == SSL_ERROR_WANT_WRITE, Clock::time_point::max());
+        continue;
+      }
+      return false;
+    }
+    return true;
+  };
+  std::vector<uint8_t>& g = s_->gather;
+  g.clear();
+  for (int i = 0; i < count; ++i) {
+    const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
+    size_t n = iov[i].iov_len;
+    if (n <= kGather - std::min(kGather, g.size()) || n < 512) {
+      g.insert(g.end(), p, p + n);
+      if (g.size() >= kGather) {
+        if (!send_all(g.data(), g.size())) return false;
+        g.clear();
+      }
+      continue;
+    }
+    if (!g.empty()) {
+      if (!send_all(g.data(), g.size())) return false;
+      g.clear();
+    }
+    if (!send_all(p, n)) return false;
+  }
+  return g.empty() || send_all(g.data(), g.size());
+}
+
+ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds timeout) {
+  const auto deadline = timeout == kForever ? Clock::time_point::max() : Clock::now() + timeout;
+  for (;;) {
+    if (s_->shut) return kBroken;
+    size_t got = 0;
+    int r, e;
+    {
+      std::lock_guard<std::mutex> lock(s_->mu);
+      r = SSL_read_ex(s_->ssl, buf, n, &got);
+      e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(s_->ssl, r);
+      if (e == SSL_ERROR_SSL || e == SSL_ERROR_SYSCALL) {
+        std::string why = ssl_errors();
+        if (s_->failure.empty() && !why.empty()) s_->failure = why;
+      }
+    }
+    if (r == 1) return static_cast<ssize_t>(got);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      if (!wait_fd(s_->fd, e == SSL_ERROR_WANT_WRITE, deadline)) return kTimedOut;
+      continue;
+    }
+    return kBroken;  // close_notify, an alert, or the socket's end
+  }
+}
+
+void TlsTransport::shutdown() {
+  s_->shut = true;
+  ::shutdown(s_->fd, SHUT_RDWR);
+}
+
+bool TlsTransport::export_key(const char* label, uint8_t out[32]) {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return SSL_export_keying_material(s_->ssl, out, 32, label, std::strlen(label), nullptr, 0, 0) == 1;
+}
+
+std::string TlsTransport::failure() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->failure;
+}
+
+std::string TlsTransport::peer_fingerprint() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  X509* cert = SSL_get0_peer_certificate(s_->ssl);
+  return fingerprint_of(cert);
+}
+
+// ---- Contexts ----
+
+TlsClientConfig TlsClientConfig::from_env() {
+  const env::Settings& s = env::get();
+  return TlsClientConfig{s.tls_ca, s.tls_fingerprint, s.tls_cert, s.tls_key};
+}
+
+namespace {
+
+SSL_CTX* new_ctx(bool server, std::string* err) {
+  if (g_verify_index < 0) g_verify_index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+  if (!ctx) {
+    *err = "cannot set up TLS: " + ssl_errors();
+    return nullptr;
+  }
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  // No session tickets: rgpu resumes its own sessions (protocol/channel.h), and a ticket would be
+  // bytes and work after every handshake for nothing.
+  SSL_CTX_set_num_tickets(ctx, 0);
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
+  return ctx;
+}
+
+bool load_pair(SSL_CTX* ctx, const std::string& cert, const std::string& key, const char* what, std::string* err) {
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) {
+    *err = log::format("cannot use the certificate %s (%s): %s; give a PEM certificate file", what, cert.c_str(),
+                       ssl_errors().c_str());
+    return false;
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    *err = log::format("cannot use the private key %s for the certificate %s: %s; give the PEM key of that "
+                       "certificate",
+                       key.c_str(), cert.c_str(), ssl_errors().c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<TlsContext> tls_server_context(const TlsServerConfig& c, std::string* err) {
+  auto t = std::make_shared<TlsContext>();
+  t->server = true;
+  t->ctx = new_ctx(true, err);
+  if (!t->ctx || !load_pair(t->ctx, c.cert_file, c.key_file, "--tls-cert", err)) return nullptr;
+  t->own_print = fingerprint_of(SSL_CTX_get0_certificate(t->ctx));
+  if (!c.client_ca_file.empty()) {
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(c.client_ca_file.c_str());
+    if (!names || SSL_CTX_load_verify_locations(t->ctx, c.client_ca_file.c_str(), nullptr) != 1) {
+      *err = log::format("cannot use --tls-client-ca %s: %s; give a PEM file of CA certificates",
+                         c.client_ca_file.c_str(), ssl_errors().c_str());
+      if (names) sk_X509_NAME_pop_free(names, X509_NAME_free);
+      return nullptr;
+    }
+    SSL_CTX_set_client_CA_list(t->ctx, names);
+    SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return t;
+}
+
+std::shared_ptr<TlsContext> tls_client_context(const TlsClientConfig& c, std::string* err) {
+  auto t = std::make_shared<TlsContext>();
+  t->ctx = new_ctx(false, err);
+  if (!t->ctx) return nullptr;
+  if (!c.fingerprint.empty()) {
+    t->pin = normalize_fingerprint(c.fingerprint);
+    if (t->pin.empty()) {
+      *err = "RGPU_TLS_FINGERPRINT=" + c.fingerprint +
+             " is not a SHA-256 fingerprint; give it as sha256: and 64 hex digits (rgpu-server prints its own at start)";
+      return nullptr;
+    }
+    SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, accept_any);
+  } else {
+    bool loaded = c.ca_file.empty() ? SSL_CTX_set_default_verify_paths(t->ctx) == 1
+                                    : SSL_CTX_load_verify_locations(t->ctx, c.ca_file.c_str(), nullptr) == 1;
+    if (!loaded) {
+      *err = c.ca_file.empty() ? "cannot load the system's CA certificates: " + ssl_errors() +
+                                     "; set RGPU_TLS_CA or RGPU_TLS_FINGERPRINT"
+                               : log::format("cannot use RGPU_TLS_CA=%s: %s; give a PEM file of CA certificates",
+                                             c.ca_file.c_str(), ssl_errors().c_str());
+      return nullptr;
+    }
+    SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, verify_callback);
+  }
+  if (c.cert_file.empty() != c.key_file.empty()) {
+    *err = "RGPU_TLS_CERT and RGPU_TLS_KEY go together: set both (a client certificate and its key) or neither";
+    return nullptr;
+  }
+  if (!c.cert_file.empty() && !load_pair(t->ctx, c.cert_file, c.key_file, "RGPU_TLS_CERT", err)) return nullptr;
+  return t;
+}
+
+std::string tls_fingerprint(const TlsContext& server) { return server.own_print; }
+
+// ---- Handshakes ----
+
+std::unique_ptr<TlsTransport> tls_connect(const std::shared_ptr<TlsContext>& ctx, int fd, bool owns_fd,
+                                          const std::string& host, uint8_t kind, const SessionId& session,
+                                          const std::string& server, Clock::time_point deadline, std::string* err,
+                                          TlsFailure* failure) {
+  *failure = TlsFailure::kRefused;
+  // The preamble goes out before the ClientHello, in the same packet when the kernel merges them
+  // (TCP_NODELAY sends it alone; either way no round trip is added).
+  uint8_t pre[kTlsPreambleSize] = {};
+  std::memcpy(pre, &kTlsPreambleMagic, 4);  // little-endian hosts only, as the whole wire
+  pre[4] = kind;
+  std::memcpy(pre + 8, session.data(), session.size());
+  if (::send(fd, pre, sizeof pre, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof pre)) {
+    *failure = TlsFailure::kClosed;
+    *err = server + " closed the connection before TLS began";
+    return nullptr;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  SSL* ssl = SSL_new(ctx->ctx);
+  BIO* bio = BIO_new(socket_method());
+  BIO_set_fd(bio, fd, BIO_NOCLOSE);
+  SSL_set_bio(ssl, bio, bio);
+  SSL_set_connect_state(ssl);
+  VerifySeen seen;
+  SSL_set_ex_data(ssl, g_verify_index, &seen);
+  if (ctx->pin.empty()) {
+    if (is_ip(host))
+      X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str());
+    else
+      SSL_set1_host(ssl, host.c_str());
+  }
+  if (!is_ip(host)) SSL_set_tlsext_host_name(ssl, host.c_str());
+  auto t = TlsHandshake::make(ssl, fd, false);  // the caller keeps fd on failure
+  bool first_read = true;
+  for (;;) {
+    int r = SSL_do_handshake(ssl);
+    if (r == 1) break;
+    int e = SSL_get_error(ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      if (!wait_fd(fd, e == SSL_ERROR_WANT_WRITE, deadline)) {
+        *failure = TlsFailure::kClosed;
+        *err = "the TLS handshake with " + server + " timed out";
+        return nullptr;
+      }
+      if (e == SSL_ERROR_WANT_READ && first_read) {
+        first_read = false;
+        // The server's first bytes: a TLS record (handshake 0x16 or alert 0x15, version 3.x), or
+        // a clear rgpu frame, a refusal before TLS (a server without TLS, or one that is full).
+        uint8_t b[2] = {};
+        ssize_t n = ::recv(fd, b, sizeof b, MSG_PEEK);
+        if (n == 0) {
+          *failure = TlsFailure::kClosed;
+          *err = server + " closed the connection before the TLS handshake";
+          return nullptr;
+        }
+        if (n > 0 && !((b[0] == 0x16 || b[0] == 0x15) && (n < 2 || b[1] == 0x03))) {
+          FrameHeader h{};
+          std::vector<uint8_t> payload;
+          bool ok = read_clear(fd, &h, sizeof h, deadline) && h.length <= kMaxHandshakePayload;
+          if (ok) {
+            payload.resize(h.length);
+            ok = read_clear(fd, payload.data(), payload.size(), deadline);
+          }
+          Reader rd(payload.data(), payload.size());
+          std::string reason = ok && h.op == kOpRefused ? rd.str(kMaxHandshakePayload) : "";
+          if (ok && h.op == kOpRefused && rd.ok())
+            *err = server + " refused the connection before TLS (unauthenticated): " + reason;
+          else
+            *err = server + " does not answer with TLS; is it an rgpu server started with --tls? For a server "
+                            "without TLS use host:port without tls://";
+          return nullptr;
+        }
+      }
+      continue;
+    }
+    std::string why = ssl_errors();
+    if (!seen.error.empty()) {
+      *err = log::format(
+          "the TLS certificate of %s is not trusted (%s); it has fingerprint %s. If that is the server's "
+          "certificate (rgpu-server prints its fingerprint at start), set RGPU_TLS_FINGERPRINT=%s to trust it, or "
+          "RGPU_TLS_CA to the CA that signed it",
+          server.c_str(), seen.error.c_str(), seen.fingerprint.c_str(), seen.fingerprint.c_str());
+      return nullptr;
+    }
+    if (e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN || why.empty()) {
+      *failure = TlsFailure::kClosed;
+      *err = server + " closed the connection during the TLS handshake" + (why.empty() ? "" : ": " + why);
+      return nullptr;
+    }
+    *err = "the TLS handshake with " + server + " failed: " + why;
+    return nullptr;
+  }
+  if (!ctx->pin.empty()) {
+    std::string got = fingerprint_of(SSL_get0_peer_certificate(ssl));
+    if (got != ctx->pin) {
+      *err = log::format(
+          "the TLS certificate of %s has fingerprint %s, not the pinned RGPU_TLS_FINGERPRINT %s: the server's "
+          "certificate changed, or this is not the server you mean. If it is (rgpu-server prints its fingerprint at "
+          "start), set RGPU_TLS_FINGERPRINT=%s to trust it",
+          server.c_str(), got.c_str(), ctx->pin.c_str(), got.c_str());
+      return nullptr;
+    }
+  }
+  SSL_set_ex_data(ssl, g_verify_index, nullptr);
+  *failure = TlsFailure::kNone;
+  if (owns_fd) t->own_fd();
+  return t;
+}
+
+std::unique_ptr<TlsTransport> tls_accept(const std::shared_ptr<TlsContext>& ctx, int fd, bool owns_fd,
+                                         Clock::time_point deadline, std::string* err) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  SSL* ssl = SSL_new(ctx->ctx);
+  BIO* bio = BIO_new(socket_method());
+  BIO_set_fd(bio, fd, BIO_NOCLOSE);
+  SSL_set_bio(ssl, bio, bio);
+  SSL_set_accept_state(ssl);
+  auto t = TlsHandshake::make(ssl, fd, false);  // the caller keeps fd on failure
+  for (;;) {
+    int r = SSL_do_handshake(ssl);
+    if (r == 1) {
+      if (owns_fd) t->own_fd();
+      return t;
+    }
+    int e = SSL_get_error(ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      if (!wait_fd(fd, e == SSL_ERROR_WANT_WRITE, deadline)) {
+        *err = "the client did not finish the TLS handshake in time";
+        return nullptr;
+      }
+      continue;
+    }
+    std::string why = ssl_errors();
+    *err = "TLS handshake failed: " + (why.empty() ? std::string("the client closed the connection") : why);
+    return nullptr;
+  }
+}
+
+bool read_tls_preamble_rest(int fd, TlsPreamble* out, Clock::time_point deadline) {
+  uint8_t rest[kTlsPreambleSize - 4];
+  size_t got = 0;
+  while (got < sizeof rest) {
+    if (!wait_fd(fd, false, deadline)) return false;
+    ssize_t r = ::recv(fd, rest + got, sizeof rest - got, MSG_DONTWAIT);
+    if (r == 0) return false;
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return false;
+    }
+    got += static_cast<size_t>(r);
+  }
+  return decode_tls_preamble_rest(rest, sizeof rest, out);
+}
+
+bool decode_tls_preamble_rest(const uint8_t* rest, size_t n, TlsPreamble* out) {
+  if (n != kTlsPreambleSize - 4) return false;
+  out->kind = rest[0];
+  std::memcpy(out->session.data(), rest + 4, out->session.size());
+  return (out->kind == kTlsNew || out->kind == kTlsResume) && rest[1] == 0 && rest[2] == 0 && rest[3] == 0;
+}
+
+// ---- Certificates ----
+
+std::string fingerprint_of_der(const uint8_t* der, size_t n) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(der, n, md, &len, EVP_sha256(), nullptr);
+  return "sha256:" + hex(md, len);
+}
+
+std::string normalize_fingerprint(const std::string& s) {
+  std::string body = s;
+  std::string lower;
+  for (char c : s) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.rfind("sha256:", 0) == 0) body = s.substr(7);
+  std::string out;
+  for (char c : body) {
+    if (c == ':') continue;
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return "";
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out.size() == 64 ? "sha256:" + out : "";
+}
+
+std::string fingerprint_of_pem_file(const std::string& path, std::string* err) {
+  FILE* f = fopen(path.c_str(), "r");
+  if (!f) {
+    *err = "cannot read " + path + ": " + std::strerror(errno);
+    return "";
+  }
+  X509* cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+  fclose(f);
+  if (!cert) {
+    *err = path + " holds no PEM certificate";
+    return "";
+  }
+  std::string out = fingerprint_of(cert);
+  X509_free(cert);
+  return out;
+}
+
+namespace {
+
+std::string bio_string(BIO* b) {
+  char* data = nullptr;
+  long n = BIO_get_mem_data(b, &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+bool add_ext(X509* cert, X509* issuer, int nid, const std::string& value) {
+  X509V3_CTX v3;
+  X509V3_set_ctx_nodb(&v3);
+  X509V3_set_ctx(&v3, issuer, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &v3, nid, value.c_str());
+  if (!ext) return false;
+  X509_add_ext(cert, ext, -1);
+  X509_EXTENSION_free(ext);
+  return true;
+}
+
+}  // namespace
+
+bool make_certificate(const CertificateSpec& spec, std::string* cert_pem, std::string* key_pem, std::string* err) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509* cert = X509_new();
+  X509* issuer = nullptr;
+  EVP_PKEY* issuer_key = nullptr;
+  auto done = [&](bool ok) {
+    if (!ok) *err = "cannot make a certificate: " + ssl_errors();
+    EVP_PKEY_free(key);
+    X509_free(cert);
+    X509_free(issuer);
+    EVP_PKEY_free(issuer_key);
+    return ok;
+  };
+  if (!key || !cert) return done(false);
+  if (!spec.issuer_cert_pem.empty()) {
+    BIO* b = BIO_new_mem_buf(spec.issuer_cert_pem.data(), static_cast<int>(spec.issuer_cert_pem.size()));
+    issuer = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+    BIO_free(b);
+    b = BIO_new_mem_buf(spec.issuer_key_pem.data(), static_cast<int>(spec.issuer_key_pem.size()));
+    issuer_key = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
+    BIO_free(b);
+    if (!issuer || !issuer_key) return done(false);
+  }
+  X509_set_version(cert, 2);
+  uint8_t serial[16];
+  if (RAND_bytes(serial, sizeof serial) != 1) return done(false);
+  serial[0] &= 0x7f;
+  BIGNUM* bn = BN_bin2bn(serial, sizeof serial, nullptr);
+  BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(cert));
+  BN_free(bn);
+  X509_gmtime_adj(X509_getm_notBefore(cert), static_cast<long>(spec.not_before.count()));
+  X509_gmtime_adj(X509_getm_notAfter(cert), static_cast<long>(spec.not_after.count()));
+  X509_set_pubkey(cert, key);
+  X509_NAME* name = X509_get_subject_name(cert);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(spec.common_name.c_str()),
+                             -1, -1, 0);
+  X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name);
+  std::string san;
+  for (const std::string& n : spec.names) {
+    if (!san.empty()) san += ",";
+    san += (is_ip(n) ? "IP:" : "DNS:") + n;
+  }
+  X509* signer = issuer ? issuer : cert;
+  if ((!san.empty() && !add_ext(cert, signer, NID_subject_alt_name, san)) ||
+      !add_ext(cert, signer, NID_basic_constraints, spec.ca ? "critical,CA:TRUE" : "critical,CA:FALSE") ||
+      !add_ext(cert, signer, NID_key_usage, spec.ca ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature") ||
+      !add_ext(cert, signer, NID_subject_key_identifier, "hash"))
+    return done(false);
+  if (!spec.ca && !add_ext(cert, signer, NID_ext_key_usage, "serverAuth,clientAuth")) return done(false);
+  if (X509_sign(cert, issuer_key ? issuer_key : key, EVP_sha256()) == 0) return done(false);
+  BIO* cb = BIO_new(BIO_s_mem());
+  BIO* kb = BIO_new(BIO_s_mem());
+  bool ok = PEM_write_bio_X509(cb, cert) == 1 && PEM_write_bio_PrivateKey(kb, key, nullptr, nullptr, 0, nullptr, nullptr) == 1;
+  if (ok) {
+    *cert_pem = bio_string(cb);
+    *key_pem = bio_string(kb);
+  }
+  BIO_free(cb);
+  BIO_free(kb);
+  return done(ok);
+}
+
+std::string default_state_dir() {
+  const env::Settings& s = env::get();
+  if (!s.xdg_state_home.empty()) return s.xdg_state_home + "/rgpu";
+  if (!s.home.empty()) return s.home + "/.local/state/rgpu";
+  return "/var/lib/rgpu";
+}
+
+bool ensure_auto_certificate(const std::string& state_dir, std::string* cert_file, std::string* key_file,
+                             std::string* err) {
+  *cert_file = state_dir + "/tls-cert.pem";
+  *key_file = state_dir + "/tls-key.pem";
+  if (access(cert_file->c_str(), R_OK) == 0 && access(key_file->c_str(), R_OK) == 0) return true;
+  for (size_t i = 1; i <= state_dir.size(); ++i) {
+    if (i != state_dir.size() && state_dir[i] != '/') continue;
+    std::string part = state_dir.substr(0, i);
+    if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+      *err = log::format("cannot make the state directory %s for --tls auto's certificate: %s; give --state-dir DIR",
+                         part.c_str(), std::strerror(errno));
+      return false;
+    }
+  }
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  CertificateSpec spec;
+  spec.common_name = std::string("rgpu ") + host;
+  spec.names = {host, "localhost", "127.0.0.1", "::1"};
+  std::string cert, key;
+  if (!make_certificate(spec, &cert, &key, err)) return false;
+  auto write = [&](const std::string& path, const std::string& data, mode_t mode) {
+    std::string tmp = path + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    bool ok = fd >= 0 && ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+    if (fd >= 0) ::close(fd);
+    if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+      *err = log::format("cannot write %s for --tls auto: %s; give --state-dir DIR", path.c_str(), std::strerror(errno));
+      return false;
+    }
+    return true;
+  };
+  // The key first: a certificate without its key would be taken for a whole pair next time.
+  return write(*key_file, key, 0600) && write(*cert_file, cert, 0644);
+}
+
+}  // namespace rgpu::proto
