@@ -22,6 +22,17 @@ crypto::Digest proof(const std::string& token, const char* label, const Nonce& f
   return crypto::hmac_sha256(token, msg.data(), msg.size());
 }
 
+// Hello's token hint (handshake.h, "Tenants").
+std::array<uint8_t, 16> token_hint(const std::string& token, const Nonce& client_nonce) {
+  std::array<uint8_t, 16> hint{};
+  if (token.empty()) return hint;
+  std::vector<uint8_t> msg{'r', 'g', 'p', 'u', '-', 't', 'o', 'k', 'e', 'n', '-', 'h', 'i', 'n', 't'};
+  msg.insert(msg.end(), client_nonce.begin(), client_nonce.end());
+  crypto::Digest d = crypto::hmac_sha256(token, msg.data(), msg.size());
+  std::memcpy(hint.data(), d.data(), hint.size());
+  return hint;
+}
+
 bool send(int fd, uint16_t op, Writer& w) { return write_frame(fd, op, 0, 0, 0, w.buf().data(), w.size()); }
 
 // Reads one handshake message of the expected op (or Refused, whose reason goes to *err).
@@ -75,8 +86,8 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
   hello.put_u16(kProtocolVersion);
   hello.put_u64(capabilities);
   hello.put_str(identity.substr(0, 512));
-  SessionId none{};
-  hello.append(none.data(), none.size());
+  const std::array<uint8_t, 16> hint = token_hint(token, client_nonce);
+  hello.append(hint.data(), hint.size());
   hello.append(client_nonce.data(), client_nonce.size());
   if (!send(fd, kOpHello, hello)) {
     out->closed = true;
@@ -146,6 +157,18 @@ bool client_handshake(int fd, const std::string& token, const std::string& ident
 
 bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
                       uint64_t capabilities, const Welcomed& welcomed, bool allow_resume) {
+  ServerHandshake how;
+  if (!token.empty()) how.tenants.push_back({"", token});
+  how.capabilities = capabilities;
+  how.welcomed = welcomed;
+  how.allow_resume = allow_resume;
+  return server_handshake(fd, how, out, err);
+}
+
+bool server_handshake(int fd, const ServerHandshake& how, ServerHandshakeResult* out, std::string* err) {
+  const uint64_t capabilities = how.capabilities;
+  const Welcomed& welcomed = how.welcomed;
+  const bool allow_resume = how.allow_resume;
   std::vector<uint8_t> payload;
   if (!expect(fd, kOpHello, &payload, err, "client", &out->said_nothing, allow_resume ? &out->resume : nullptr)) {
     if (out->resume) out->resume_payload = std::move(payload);
@@ -156,9 +179,9 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   uint16_t version = r.u16();
   uint64_t caps = r.u64();
   std::string identity = r.str(512);
-  SessionId resume{};
+  std::array<uint8_t, 16> hint{};
   Nonce client_nonce;
-  r.take(resume.data(), resume.size());
+  r.take(hint.data(), hint.size());
   r.take(client_nonce.data(), client_nonce.size());
   if (!r.ok() || magic != kMagic) {
     *err = "the client's greeting is not an rgpu Hello (bad magic or truncated)";
@@ -178,6 +201,27 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
     *err = "refused " + identity + ": " + reason;
     return false;
   }
+
+  // The tenant whose hint matches, else the first (handshake.h, "Tenants"); every hint is
+  // computed, so the time taken does not say which one matched.
+  const Tenant* tenant = how.tenants.empty() ? nullptr : &how.tenants[0];
+  bool matched = false;
+  for (const Tenant& t : how.tenants) {
+    const std::array<uint8_t, 16> h = token_hint(t.token, client_nonce);
+    if (crypto::equal_constant_time(h.data(), hint.data(), h.size()) && !matched) {
+      tenant = &t;
+      matched = true;
+    }
+  }
+  const std::string token = tenant ? tenant->token : std::string();
+  if (tenant) out->tenant = tenant->name;
+  std::string refusal;
+  auto admitted = [&] {
+    if (!how.admit || how.admit(*out, &refusal)) return true;
+    refuse(fd, refusal);
+    *err = "refused " + identity + ": " + refusal;
+    return false;
+  };
 
   Nonce server_nonce;
   crypto::random_bytes(server_nonce.data(), server_nonce.size());
@@ -201,6 +245,8 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   // for the client's proof.
   const bool welcome_early = token.empty();
   auto welcome = [&] { return send(fd, kOpWelcome, wel) && (!welcomed || welcomed(fd, out->capabilities)); };
+  // Refused before the Challenge: the client reads the refusal where the Challenge would be.
+  if (welcome_early && !admitted()) return false;
   if (!send(fd, kOpChallenge, ch) || (welcome_early && !welcome())) {
     *err = "client " + identity + " went away during the handshake";
     return false;
@@ -219,9 +265,11 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
     if (!crypto::equal_constant_time(expected.data(), cp.data(), cp.size())) {
       refuse(fd, "the token was refused: RGPU_TOKEN does not match the server's token");
       *err = "refused " + identity + ": wrong token";
+      out->wrong_token = true;
       return false;
     }
   }
+  if (!welcome_early && !admitted()) return false;
   if (!welcome_early && !welcome()) {
     *err = "client " + identity + " went away during the handshake";
     return false;

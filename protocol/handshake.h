@@ -1,8 +1,8 @@
 // The handshake that opens every connection (protocol/messages.h, step 1).
 //
 //   client → Hello      u32 magic, u16 version, u64 capabilities, str identity
-//                       ("user@host pid=N prog=NAME"), 16 bytes session id (zero: new session;
-//                       reserved for resuming a dropped session), 32 bytes client nonce
+//                       ("user@host pid=N prog=NAME"), 16 bytes token hint (zero without a
+//                       token; below), 32 bytes client nonce
 //   server → Challenge  u32 magic, u16 version, u64 capabilities, u8 token_required,
 //                       32 bytes server nonce, 32 bytes server proof
 //   client → Auth       32 bytes client proof
@@ -21,6 +21,13 @@
 // replayed and a client with a token also knows it reached the right server. A server without a
 // token sends token_required = 0 and zero proofs. A version mismatch is refused by the server
 // with a reason naming both versions.
+//
+// Tenants: a server may hold several tokens (--token-file, one a line), each a tenant whose
+// sessions and modules are kept apart from the others'. The server must prove the client's token
+// before the client proves it, so Hello names which token without revealing it:
+//   token hint = the first 16 bytes of HMAC-SHA256(token, "rgpu-token-hint" || client nonce)
+// The server takes the tenant whose hint matches; with none matching (a wrong token, or a release
+// that sent zeros here) it takes the first tenant, whose proofs then fail as a wrong token's do.
 #pragma once
 
 #include <array>
@@ -57,6 +64,8 @@ struct ServerHandshakeResult {
   std::string tenant;
   // On failure: the peer closed before sending anything (a port check, such as rgpu-run's).
   bool said_nothing = false;
+  // On failure: the client's proof did not match its tenant's token (rate-limited per address).
+  bool wrong_token = false;
   // On "failure" with allow_resume: the first frame was kOpResume (a client resuming a session
   // whose connection broke, protocol/channel.h), not Hello; its payload. No handshake ran.
   bool resume = false;
@@ -67,7 +76,25 @@ struct ServerHandshakeResult {
 // (kCapPushedSnapshot). False when the connection is gone.
 using Welcomed = std::function<bool(int fd, uint64_t agreed)>;
 
-// Runs the server side, offering `capabilities`. On failure returns false with *err saying why
+// A token clients may prove, and the tenant it makes them ("" for an unnamed token).
+struct Tenant {
+  std::string name;
+  std::string token;
+};
+// Runs once the client is known (its proof checked, or at once without a token), before Welcome:
+// false refuses it with *reason (e.g. the server is at --max-sessions).
+using Admit = std::function<bool(const ServerHandshakeResult& so_far, std::string* reason)>;
+
+struct ServerHandshake {
+  std::vector<Tenant> tenants;  // empty: no token
+  uint64_t capabilities = kOurCapabilities;
+  Welcomed welcomed;
+  Admit admit;
+  bool allow_resume = false;  // a first frame kOpResume returns false with out->resume set
+};
+bool server_handshake(int fd, const ServerHandshake& how, ServerHandshakeResult* out, std::string* err);
+
+// Runs the server side with one token (or none), offering `capabilities`. On failure returns false with *err saying why
 // (for the server's log); the client has already been sent a Refused message where one applies.
 // With allow_resume, a first frame kOpResume returns false with out->resume set instead.
 bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* out, std::string* err,
