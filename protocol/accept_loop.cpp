@@ -54,12 +54,13 @@ bool parse_token_file(const std::string& text, const std::string& path, std::vec
     for (std::string word; words >> word;) w.push_back(word);
     if (w.empty() || w[0][0] == '#') continue;
     const std::string where = path + " line " + std::to_string(number);
-    if (w.size() > 2) {
-      *err = where + " has " + std::to_string(w.size()) +
-             " words; a line holds a token, or a tenant's name and its token (NAME TOKEN)";
-      return false;
-    }
+    // Two words name a tenant; one, or more than two (a passphrase, as the first line of a token
+    // file always could be), are one unnamed token, trailing blanks trimmed.
     Tenant t{w.size() == 2 ? w[0] : "", w.back()};
+    if (w.size() > 2) {
+      t.token = line;
+      while (!t.token.empty() && std::isspace(static_cast<unsigned char>(t.token.back()))) t.token.pop_back();
+    }
     if (w.size() == 2 && !valid_name(t.name)) {
       *err = where + ": the tenant name '" + t.name + "' is not 1 to 63 letters, digits, '.', '_' or '-'";
       return false;
@@ -116,6 +117,10 @@ bool prepare_listen(const ListenOptions& o, std::vector<Tenant>* tenants, net::A
   } else if (!env::get().token.empty()) {
     tenants->push_back({"", env::get().token});
   }
+  std::string names;
+  for (const Tenant& t : *tenants)
+    if (names.find("'" + t.name + "'") == std::string::npos) names += (names.empty() ? "'" : ", '") + t.name + "'";
+  if (tenants->size() > 1) log::info("%zu tokens, tenants %s", tenants->size(), names.c_str());
   if (!net::parse_address(o.listen, o.default_port, addr, &err)) {
     log::error("--listen: %s", err.c_str());
     return false;
@@ -272,6 +277,8 @@ class Deadline {
     *reason = log::format("%s has %u sessions, its --max-sessions; try later", drain.server.c_str(), live);
     return false;
   };
+  uint32_t failures_here = 0;  // this address's failed proofs this minute, this one included
+  how.on_wrong_token = [&] { failures_here = table::note_failure(host); };
   ServerHandshakeResult hs;
   std::string err;
   bool ok;
@@ -291,7 +298,7 @@ class Deadline {
     if (hs.said_nothing) {
       log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
     } else if (hs.wrong_token) {
-      const uint32_t n = table::note_failure(host);
+      const uint32_t n = failures_here;
       if (n <= kLoggedTokenFailures)
         log::warn("connection from %s: %s%s", peer.c_str(), err.c_str(),
                   n == kLoggedTokenFailures ? " (more from this address this minute are summed up at its end)" : "");

@@ -51,9 +51,11 @@ bool prepare_listen(const ListenOptions& o, std::vector<Tenant>* tenants, net::A
 
 // The token file (--token-file): one token a line, or `NAME TOKEN` to name the tenant the token
 // makes (names: 1 to 63 of A-Z a-z 0-9 . _ -). Blank lines and lines starting with '#' are skipped;
-// words are separated by spaces or tabs. Unnamed tokens make the "" tenant; a name on several lines
-// gives its tenant several tokens (rotation). One token shared by two tenants is an error, as is a
-// file without a token. `path` names the file in *err.
+// words are separated by spaces or tabs. A line of two words is NAME TOKEN; a line of one word, or
+// of more than two (a passphrase, as token files held before tenants), is one unnamed token.
+// Unnamed tokens make the "" tenant; a name on several lines gives its tenant several tokens
+// (rotation). One token shared by two tenants is an error, as is a file without a token. `path`
+// names the file in *err.
 bool parse_token_file(const std::string& text, const std::string& path, std::vector<Tenant>* tenants,
                       std::string* err);
 // The token of `tenant` (the first, if it has several; "" when there is none).

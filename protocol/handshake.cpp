@@ -263,6 +263,7 @@ bool server_handshake(int fd, const ServerHandshake& how, ServerHandshakeResult*
   if (!token.empty()) {
     crypto::Digest expected = proof(token, "rgpu-client-proof", server_nonce, client_nonce);
     if (!crypto::equal_constant_time(expected.data(), cp.data(), cp.size())) {
+      if (how.on_wrong_token) how.on_wrong_token();
       refuse(fd, "the token was refused: RGPU_TOKEN does not match the server's token");
       *err = "refused " + identity + ": wrong token";
       out->wrong_token = true;

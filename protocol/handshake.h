@@ -90,6 +90,9 @@ struct ServerHandshake {
   uint64_t capabilities = kOurCapabilities;
   Welcomed welcomed;
   Admit admit;
+  // Optional: runs when the client's proof failed, before the refusal is sent, so that a count of
+  // failures (the accept loop's rate limit) has it before the client can try again.
+  std::function<void()> on_wrong_token;
   bool allow_resume = false;  // a first frame kOpResume returns false with out->resume set
 };
 bool server_handshake(int fd, const ServerHandshake& how, ServerHandshakeResult* out, std::string* err);

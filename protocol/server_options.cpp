@@ -8,8 +8,9 @@ void add_server_options(CLI::App& app, ServerOptions* o, const std::string& kept
   app.add_option("--listen", l.listen, "HOST:PORT to listen on (default " + l.listen + ", loopback only)");
   app.add_option("--token-file", l.token_file,
                  "file of the tokens clients must prove (or set RGPU_TOKEN for one): a token a line, or NAME TOKEN to "
-                 "name the tenant it makes; each tenant's sessions, modules and memory are kept apart from the "
-                 "others' (unnamed tokens make the tenant \"\"); blank lines and lines starting with # are skipped");
+                 "name the tenant it makes (a line of more than two words is one passphrase); each tenant's sessions, "
+                 "modules and memory are kept apart from the others' (unnamed tokens make the tenant \"\"); blank "
+                 "lines and lines starting with # are skipped");
   app.add_flag("--insecure", l.insecure, "allow listening on a non-loopback address without a token");
   app.add_option("--session-grace", o->session_grace,
                  "seconds a session whose connection broke keeps its " + kept +

@@ -201,13 +201,21 @@ TEST(TokenFile, HoldsATokenALineOrNameAndTokenSkippingCommentsAndBlankLines) {
   EXPECT_EQ(token_of(t, "carol"), "");
 }
 
+// Token files before tenants held a passphrase on their first line: it still is one token.
+TEST(TokenFile, ALineOfMoreThanTwoWordsIsOnePassphraseToken) {
+  std::vector<Tenant> t;
+  std::string err;
+  ASSERT_TRUE(parse_token_file("correct horse battery staple \r\n", "f", &t, &err)) << err;
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].name, "");
+  EXPECT_EQ(t[0].token, "correct horse battery staple");
+}
+
 TEST(TokenFile, RefusesWhatItCannotReadSayingWhereAndWhy) {
   std::vector<Tenant> t;
   std::string err;
-  EXPECT_FALSE(parse_token_file("a b c\n", "/etc/rgpu/tokens", &t, &err));
-  EXPECT_NE(err.find("/etc/rgpu/tokens line 1 has 3 words"), std::string::npos) << err;
-  EXPECT_FALSE(parse_token_file("al/ice tok\n", "f", &t, &err));
-  EXPECT_NE(err.find("tenant name 'al/ice'"), std::string::npos) << err;
+  EXPECT_FALSE(parse_token_file("ok-token\nal/ice tok\n", "/etc/rgpu/tokens", &t, &err));
+  EXPECT_NE(err.find("/etc/rgpu/tokens line 2: the tenant name 'al/ice'"), std::string::npos) << err;
   EXPECT_FALSE(parse_token_file("alice same\nbob same\n", "f", &t, &err));
   EXPECT_NE(err.find("same token as tenant 'alice'"), std::string::npos) << err;
   EXPECT_FALSE(parse_token_file("# only a comment\n\n", "f", &t, &err));
