@@ -223,3 +223,40 @@ def test_a_session_past_its_gpu_memory_limit_gets_out_of_memory_and_the_next_cli
     assert wire.healthy_session(s.addr) > 0
     r = run_client([PROGRAM, IMAGE], s)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+OP_MAPPED_ALLOC = wire.CONTROL["kOpMappedAlloc"]
+
+
+def mapped_alloc(conn, address, size):
+    """kOpMappedAlloc (protocol/wire/mapped.h): the result."""
+    return conn.call(OP_MAPPED_ALLOC, struct.pack("<QQI", address, size, 0)).result
+
+
+def test_host_memory_is_capped_per_session_and_in_total_and_given_back_when_a_session_ends(tmp_path, stop_after):
+    # Each mapped buffer holds about twice its size here (the server copy and its shadow).
+    s = start(tmp_path, "--session-host-memory-limit-mb", "64", "--host-memory-limit-mb", "100")
+    stop_after(s)
+    mib = 1 << 20
+    a = wire.Conn(s.addr)
+    a.make_context_current()
+    # One call asking for 16 GiB used to zero-fill that much server memory: now it is refused at once.
+    start_t = time.time()
+    assert mapped_alloc(a, 0x100000000000, 16 << 30) in (CUDA_ERROR_OUT_OF_MEMORY, wire.CUDA_ERROR_INVALID_VALUE)
+    assert mapped_alloc(a, 0x100000000000, 15 << 30) == CUDA_ERROR_OUT_OF_MEMORY
+    assert time.time() - start_t < 2
+    assert mapped_alloc(a, 0x100000000000, 24 * mib) == wire.CUDA_SUCCESS  # 48 MiB held
+    assert mapped_alloc(a, 0x100010000000, 24 * mib) == CUDA_ERROR_OUT_OF_MEMORY  # 96 > 64 for a session
+    wait_for_log(s, "--session-host-memory-limit-mb")
+    with wire.Conn(s.addr) as b:
+        b.make_context_current()
+        assert mapped_alloc(b, 0x100020000000, 28 * mib) == CUDA_ERROR_OUT_OF_MEMORY  # 48 + 56 > 100 in all
+        wait_for_log(s, "--host-memory-limit-mb")
+        a.send(wire.frame(wire.OP_GOODBYE, flags=wire.K_NO_REPLY))
+        a.close()
+        deadline = time.time() + 5
+        while mapped_alloc(b, 0x100020000000, 28 * mib) != wire.CUDA_SUCCESS:
+            assert time.time() < deadline, "the ended session's host memory was not given back"
+            time.sleep(0.1)
+    assert s.alive()
+    assert wire.healthy_session(s.addr) > 0
