@@ -260,3 +260,26 @@ def test_host_memory_is_capped_per_session_and_in_total_and_given_back_when_a_se
             time.sleep(0.1)
     assert s.alive()
     assert wire.healthy_session(s.addr) > 0
+
+
+def test_a_tenants_sessions_share_its_gpu_memory_limit_and_other_tenants_are_not_held_back(tmp_path, stop_after):
+    s = start(tmp_path, "--tenant-memory-limit-mb", "300", tokens=TOKENS)
+    stop_after(s)
+    alloc = wire.OPS["cuMemAlloc_v2"]
+
+    def session(token):
+        c = wire.Conn(s.addr, token=token)
+        c.make_context_current()
+        return c
+
+    a1, a2, b = session("token-of-alice"), session("token-of-alice"), session("token-of-bob")
+    try:
+        assert a1.call(alloc, struct.pack("<BQ", 1, 200 << 20)).result == wire.CUDA_SUCCESS
+        assert a2.call(alloc, struct.pack("<BQ", 1, 200 << 20)).result == CUDA_ERROR_OUT_OF_MEMORY
+        wait_for_log(s, "by tenant 'alice' would pass its limit of 300 MiB (--tenant-memory-limit-mb)")
+        assert b.call(alloc, struct.pack("<BQ", 1, 200 << 20)).result == wire.CUDA_SUCCESS
+        assert a2.call(alloc, struct.pack("<BQ", 1, 100 << 20)).result == wire.CUDA_SUCCESS
+    finally:
+        for c in (a1, a2, b):
+            c.close()
+    assert s.alive()
