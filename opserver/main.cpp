@@ -93,10 +93,11 @@ int main(int argc, char** argv) {
   if (device == "cpu") exec_with_passive_omp_threads(argv);
 
   rgpu::log::set_prefix("rgpu-opserver");
-  std::string token, err;
+  std::string err;
+  std::vector<rgpu::proto::Tenant> tenants;
   rgpu::net::Address addr;
   std::shared_ptr<rgpu::proto::TlsContext> tls;
-  if (!rgpu::proto::prepare_listen(server.listen, &token, &addr, &tls))
+  if (!rgpu::proto::prepare_listen(server.listen, &tenants, &addr, &tls))
     return 2;
 
   rgpu::opserver::SessionOptions opt;
@@ -154,8 +155,8 @@ int main(int argc, char** argv) {
                                  rgpu::opserver::inductor_missing_reason() + ")";
   rgpu::log::info("listening on %s, torch %s on %s (%d device%s)%s, %s%s%s", addr.str().c_str(),
                   rgpu::opserver::torch_version().c_str(), device.c_str(), opt.device_count,
-                  opt.device_count == 1 ? "" : "s", tls ? (token.empty() ? ", TLS, no token" : ", TLS, token required")
-                      : (token.empty() ? ", no token" : ", token required"),
+                  opt.device_count == 1 ? "" : "s", tls ? (tenants.empty() ? ", TLS, no token" : ", TLS, token required")
+                      : (tenants.empty() ? ", no token" : ", token required"),
                   graphs.c_str(),
                   device == "cpu" && omp_wait ? ", OMP_WAIT_POLICY=" : "", device == "cpu" && omp_wait ? omp_wait : "");
 
@@ -164,12 +165,12 @@ int main(int argc, char** argv) {
   const std::string door_dir = rgpu::proto::server_session_dir(server.runtime_dir, addr.port);
   rgpu::proto::AcceptLoop loop;
   loop.name = "rgpu-opserver";
-  loop.token = token;
+  rgpu::proto::apply_server_options(server, tenants, &loop);
   loop.drain.timeout = std::chrono::seconds(server.drain_timeout);
   loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapChannel;
   loop.session_dir = door_dir;
   loop.tls = tls;
-  loop.session = [&opt, &token, &door_dir, &tls, grace = server.session_grace](int fd, const std::string&,
+  loop.session = [&opt, &tenants, &door_dir, &tls, grace = server.session_grace](int fd, const std::string&,
                                                           const rgpu::proto::ServerHandshakeResult& hs) {
     if (!(hs.capabilities & rgpu::proto::kCapChannel)) {
       rgpu::log::warn("client %s does not speak the channel (an older rgpu release); closing", hs.identity.c_str());
@@ -177,7 +178,7 @@ int main(int argc, char** argv) {
     }
     rgpu::proto::ServerChannelSetup channel;
     channel.session = hs.session;
-    channel.token = token;
+    channel.token = rgpu::proto::token_of(tenants, hs.tenant);
     channel.grace = std::chrono::seconds(grace);
     channel.door_dir = door_dir;
     channel.identity = hs.identity;

@@ -12,6 +12,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <sstream>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -26,22 +29,15 @@
 #include "protocol/channel.h"
 #include "protocol/drain.h"
 #include "protocol/session_dir.h"
+#include "protocol/session_table.h"
 
 namespace rgpu::proto {
 namespace {
 
-bool read_token(const std::string& path, std::string* token, std::string* err) {
-  std::ifstream f(path);
-  if (!f) {
-    *err = "cannot read --token-file " + path + ": " + std::strerror(errno);
-    return false;
-  }
-  std::getline(f, *token);
-  while (!token->empty() && (token->back() == '\r' || token->back() == ' ')) token->pop_back();
-  if (token->empty()) {
-    *err = "--token-file " + path + " is empty; put the shared token on its first line";
-    return false;
-  }
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
   return true;
 }
 
@@ -92,30 +88,94 @@ bool prepare_tls(const ListenOptions& o, std::shared_ptr<TlsContext>* tls) {
   return true;
 }
 
-bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* addr,
+bool parse_token_file(const std::string& text, const std::string& path, std::vector<Tenant>* tenants,
+                      std::string* err) {
+  tenants->clear();
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string word; words >> word;) w.push_back(word);
+    if (w.empty() || w[0][0] == '#') continue;
+    const std::string where = path + " line " + std::to_string(number);
+    // Two words name a tenant; one, or more than two (a passphrase, as the first line of a token
+    // file always could be), are one unnamed token, trailing blanks trimmed.
+    Tenant t{w.size() == 2 ? w[0] : "", w.back()};
+    if (w.size() > 2) {
+      t.token = line;
+      while (!t.token.empty() && std::isspace(static_cast<unsigned char>(t.token.back()))) t.token.pop_back();
+    }
+    if (w.size() == 2 && !valid_name(t.name)) {
+      *err = where + ": the tenant name '" + t.name + "' is not 1 to 63 letters, digits, '.', '_' or '-'";
+      return false;
+    }
+    for (const Tenant& other : *tenants) {
+      if (other.token == t.token && other.name != t.name) {
+        *err = where + ": tenant '" + t.name + "' has the same token as tenant '" + other.name +
+               "'; give each tenant a token of its own";
+        return false;
+      }
+    }
+    tenants->push_back(t);
+  }
+  if (tenants->empty()) {
+    *err = "--token-file " + path + " holds no token; put a token on a line (or NAME TOKEN, one line per tenant)";
+    return false;
+  }
+  return true;
+}
+
+const std::string& token_of(const std::vector<Tenant>& tenants, const std::string& tenant) {
+  static const std::string none;
+  for (const Tenant& t : tenants)
+    if (t.name == tenant) return t.token;
+  return none;
+}
+
+namespace {
+
+bool read_token_file(const std::string& path, std::vector<Tenant>* tenants, std::string* err) {
+  std::ifstream f(path);
+  if (!f) {
+    *err = "cannot read --token-file " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  std::stringstream text;
+  text << f.rdbuf();
+  return parse_token_file(text.str(), path, tenants, err);
+}
+
+}  // namespace
+
+bool prepare_listen(const ListenOptions& o, std::vector<Tenant>* tenants, net::Address* addr,
                     std::shared_ptr<TlsContext>* tls) {
   if (o.log_level == "debug") log::set_level(log::kDebug);
   if (o.log_level == "warn") log::set_level(log::kWarn);
   if (o.log_level == "error") log::set_level(log::kError);
   std::string err;
-  token->clear();
+  tenants->clear();
   if (!o.token_file.empty()) {
-    if (!read_token(o.token_file, token, &err)) {
+    if (!read_token_file(o.token_file, tenants, &err)) {
       log::error("%s", err.c_str());
       return false;
     }
-  } else {
-    *token = env::get().token;
+  } else if (!env::get().token.empty()) {
+    tenants->push_back({"", env::get().token});
   }
+  std::string names;
+  for (const Tenant& t : *tenants)
+    if (names.find("'" + t.name + "'") == std::string::npos) names += (names.empty() ? "'" : ", '") + t.name + "'";
+  if (tenants->size() > 1) log::info("%zu tokens, tenants %s", tenants->size(), names.c_str());
   if (!net::parse_address(o.listen, o.default_port, addr, &err)) {
     log::error("--listen: %s", err.c_str());
     return false;
   }
   if (!prepare_tls(o, tls)) return false;
-  if (!net::is_loopback(addr->host) && (token->empty() || !*tls) && !o.insecure) {
-    const char* missing = token->empty() && !*tls ? "without TLS and a token"
-                          : token->empty()        ? "without a token"
-                                                  : "without TLS";
+  if (!net::is_loopback(addr->host) && (tenants->empty() || !*tls) && !o.insecure) {
+    const char* missing = tenants->empty() && !*tls ? "without TLS and a token"
+                          : tenants->empty()        ? "without a token"
+                                                    : "without TLS";
     log::error(
         "refusing to listen on %s %s: anyone who can reach it could run code on %s, or read and change what "
         "crosses the network. Give --tls auto (or --tls-cert and --tls-key) and --token-file (or RGPU_TOKEN), or "
@@ -211,6 +271,37 @@ std::string local_name(int fd) {
   return std::string(host) + ":" + serv;
 }
 
+// The handshake's deadline: at `limit` from now the connection is shut down, which ends whatever
+// read or write the handshake is in (a client sending a byte every few seconds cannot hold it).
+class Deadline {
+ public:
+  Deadline(int fd, std::chrono::milliseconds limit)
+      : thread_([this, fd, limit] {
+          std::unique_lock<std::mutex> lk(mu_);
+          if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
+            expired_ = true;
+            ::shutdown(fd, SHUT_RDWR);
+          }
+        }) {}
+  ~Deadline() { stop(); }
+  // Ends the watch; true when the deadline had passed (the connection is shut down).
+  bool stop() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    return expired_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false, expired_ = false;
+  std::thread thread_;
+};
+
 // A spare's life: prepare, accept one connection, say so, then serve it as its session.
 [[noreturn]] void run_spare(int lfd, int notify_fd, pid_t parent, const AcceptLoop& loop) {
   // Until it has a client, a spare ends with the parent (it would hold the port otherwise). SIGKILL:
@@ -234,63 +325,123 @@ std::string local_name(int fd) {
   DrainSettings drain = loop.drain;
   if (drain.server.empty()) drain.server = loop.name + " at " + local_name(fd);
   start_drain_watch(drain);
+  std::string peer = net::peer_name(fd);
+  const std::string host = table::host_of(peer);
+  // The row first, then the word to the parent: the parent counts pending handshakes on that word.
+  const bool claimed = table::claim(host);
   tell(notify_fd, static_cast<int32_t>(getpid()));
   close(notify_fd);
   close(lfd);
-  std::string peer = net::peer_name(fd);
   net::set_nodelay(fd);
-  net::set_recv_timeout(fd, 10);  // a client must finish the handshake promptly
+  if (!claimed) {
+    log::warn("connection from %s refused: the session table is full (%s)", peer.c_str(), drain.server.c_str());
+    refuse_and_drain(fd, drain.server + " has no room for another connection; try later");
+    _exit(1);
+  }
+  // An address with too many wrong tokens this minute is refused without a try; the listener sums
+  // these up in its log once the minute ends, one line per address.
+  if (table::Failures f = table::failures(host); f.count >= kTokenFailuresBeforeRefusal) {
+    table::note_failure(host);
+    refuse_and_drain(fd, log::format("%u failed token proofs from %s in the last minute: %s refuses its connections "
+                                     "for %d s more; check that RGPU_TOKEN matches a token in the server's --token-file",
+                                     f.count, host.c_str(), drain.server.c_str(), f.seconds_left));
+    _exit(1);
+  }
+  net::set_recv_timeout(fd, 10);  // no single read waits longer; the deadline below bounds them all
+  ServerHandshake how;
+  how.tenants = loop.tenants;
+  how.capabilities = loop.capabilities;
+  how.welcomed = loop.welcomed;
+  how.allow_resume = !loop.tls;  // with TLS a resume is announced by the preamble instead
+  how.admit = [&](const ServerHandshakeResult& so_far, std::string* reason) {
+    unsigned live = 0;
+    switch (table::admit(so_far.tenant, loop.max_sessions, &live)) {
+      case table::Admit::kOk:
+        if (loop.tenant_known) loop.tenant_known(so_far.tenant);
+        return true;
+      case table::Admit::kEvicted:
+        *reason = drain.server + " dropped this handshake: too many connections were waiting for theirs; try again";
+        return false;
+      case table::Admit::kFull:
+        break;
+    }
+    *reason = log::format("%s has %u sessions, its --max-sessions; try later", drain.server.c_str(), live);
+    return false;
+  };
+  uint32_t failures_here = 0;  // this address's failed proofs this minute, this one included
+  how.on_wrong_token = [&] { failures_here = table::note_failure(host); };
   ServerHandshakeResult hs;
   std::string err;
   bool ok;
-  if (loop.tls) {
-    // The clear preamble says who terminates TLS: this process (a new session), or the live
-    // session a resuming client comes back to (protocol/messages.h, TlsPreamble).
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    uint32_t magic = 0;
-    ssize_t n = net::read_full(fd, &magic, sizeof magic);
-    if (n == 0) {
-      log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
-      _exit(1);
+  bool late;
+  {
+    // The whole opening (the TLS preamble and handshake, then ours) within handshake_timeout.
+    Deadline limit(fd, loop.handshake_timeout);
+    if (loop.tls) {
+      // The clear preamble says who terminates TLS: this process (a new session), or the live
+      // session a resuming client comes back to (protocol/messages.h, TlsPreamble).
+      const auto deadline = Clock::now() + loop.handshake_timeout;
+      uint32_t magic = 0;
+      ssize_t n = net::read_full(fd, &magic, sizeof magic);
+      if (n == 0) {
+        log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
+        _exit(1);
+      }
+      if (n < 0 || magic != kTlsPreambleMagic) {
+        log::warn("connection from %s did not begin with TLS (a client without tls://?); refused", peer.c_str());
+        refuse_and_drain(fd, "this server speaks only TLS: dial it as tls://HOST:PORT (in RGPU_SERVER or RGPU_OPSERVER), "
+                             "with RGPU_TLS_FINGERPRINT or RGPU_TLS_CA to trust its certificate");
+        _exit(1);
+      }
+      TlsPreamble pre;
+      if (!read_tls_preamble_rest(fd, &pre, deadline)) {
+        log::warn("connection from %s: a malformed or incomplete TLS preamble", peer.c_str());
+        refuse_and_drain(fd, "malformed TLS preamble");
+        _exit(1);
+      }
+      if (pre.kind == kTlsResume) {
+        limit.stop();
+        _exit(route_tls_resume(fd, peer, pre.session, loop));
+      }
+      std::unique_ptr<TlsTransport> t = tls_accept(loop.tls, fd, true, deadline, &err);
+      if (!t) {
+        log::warn("connection from %s: %s", peer.c_str(), err.c_str());
+        drain_input(fd);  // the alert OpenSSL sent must reach the client before the connection ends
+        _exit(1);
+      }
+      hs.transport = std::shared_ptr<Transport>(std::move(t));
+      how.deadline = deadline;
+      ok = server_handshake(*hs.transport, how, &hs, &err);
+    } else {
+      auto plain = socket_transport(fd, false);
+      ok = server_handshake(*plain, how, &hs, &err);
+      if (!ok && hs.tls_preamble) {
+        log::warn("connection from %s asked for TLS (tls://), which this server does not speak (--tls); refused",
+                  peer.c_str());
+        // The refusal is written; what is left of the preamble and the ClientHello is read first.
+        drain_input(fd);
+        _exit(1);
+      }
     }
-    if (n < 0 || magic != kTlsPreambleMagic) {
-      log::warn("connection from %s did not begin with TLS (a client without tls://?); refused", peer.c_str());
-      refuse_and_drain(fd, "this server speaks only TLS: dial it as tls://HOST:PORT (in RGPU_SERVER or RGPU_OPSERVER), "
-                           "with RGPU_TLS_FINGERPRINT or RGPU_TLS_CA to trust its certificate");
-      _exit(1);
-    }
-    TlsPreamble pre;
-    if (!read_tls_preamble_rest(fd, &pre, deadline)) {
-      log::warn("connection from %s: a malformed or incomplete TLS preamble", peer.c_str());
-      refuse_and_drain(fd, "malformed TLS preamble");
-      _exit(1);
-    }
-    if (pre.kind == kTlsResume) _exit(route_tls_resume(fd, peer, pre.session, loop));
-    std::unique_ptr<TlsTransport> t = tls_accept(loop.tls, fd, true, deadline, &err);
-    if (!t) {
-      log::warn("connection from %s: %s", peer.c_str(), err.c_str());
-      drain_input(fd);  // the alert OpenSSL sent must reach the client before the connection ends
-      _exit(1);
-    }
-    hs.transport = std::shared_ptr<Transport>(std::move(t));
-    ok = server_handshake(*hs.transport, loop.token, &hs, &err, loop.capabilities, loop.welcomed, false, deadline);
-  } else {
-    auto plain = socket_transport(fd, false);
-    ok = server_handshake(*plain, loop.token, &hs, &err, loop.capabilities, loop.welcomed, true);
-    if (!ok && hs.tls_preamble) {
-      log::warn("connection from %s asked for TLS (tls://), which this server does not speak (--tls); refused",
-                peer.c_str());
-      // The refusal is written; what is left of the preamble and the ClientHello is read first.
-      drain_input(fd);
-      _exit(1);
-    }
+    late = limit.stop();
   }
   if (!ok) {
+    if (late) {
+      log::warn("connection from %s did not finish the handshake within %.1f s (%s); dropped", peer.c_str(),
+                loop.handshake_timeout.count() / 1000.0, hs.identity.empty() ? "no greeting" : hs.identity.c_str());
+      _exit(1);
+    }
     if (hs.resume) _exit(route_resume(fd, peer, hs.resume_payload, loop));
-    if (hs.said_nothing)
+    if (hs.said_nothing) {
       log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
-    else
+    } else if (hs.wrong_token) {
+      const uint32_t n = failures_here;
+      if (n <= kLoggedTokenFailures)
+        log::warn("connection from %s: %s%s", peer.c_str(), err.c_str(),
+                  n == kLoggedTokenFailures ? " (more from this address this minute are summed up at its end)" : "");
+    } else {
       log::warn("connection from %s: %s", peer.c_str(), err.c_str());
+    }
     _exit(1);
   }
   net::set_recv_timeout(fd, 0);
@@ -365,7 +516,8 @@ class Listener {
         }
         spares_.insert(pid);
       }
-      wait_events(std::chrono::milliseconds(-1));
+      wait_events(std::chrono::milliseconds(1000));
+      summarise();
       std::vector<pid_t> died;
       died.swap(spare_died_);
       for (pid_t pid : died) {
@@ -397,10 +549,40 @@ class Listener {
       const pid_t pid = m > 0 ? m : -m;
       if (m > 0) {  // a spare took a connection: it is a session now
         if (spares_.erase(pid)) sessions_.insert(pid);
+        evict_pending();
         continue;
       }
       sessions_.erase(pid);
       if (spares_.erase(pid) && !stopping_) spare_died_.push_back(pid);
+    }
+  }
+
+  // Past --max-pending-handshakes, the oldest pending handshakes of the busiest address go
+  // (protocol/session_table.h): their processes are killed, counted for the next summary.
+  void evict_pending() {
+    while (pid_t pid = table::evict_pending(loop_.max_pending_handshakes)) {
+      {
+        std::lock_guard<std::mutex> lock(g_quiet_mu);
+        g_quiet.insert(pid);
+      }
+      kill(pid, SIGKILL);
+      ++evicted_;
+    }
+  }
+
+  // About once a second: what was summed up rather than logged line by line.
+  void summarise() {
+    for (const auto& [host, n] : table::take_ended_minutes(kLoggedTokenFailures))
+      log::warn("%u failed token proofs from %s in the last minute (after %u, its connections were refused without "
+                "a try)",
+                n, host.c_str(), kTokenFailuresBeforeRefusal);
+    const auto now = std::chrono::steady_clock::now();
+    if (evicted_ && now - last_evicted_log_ >= std::chrono::seconds(10)) {
+      log::warn("dropped %llu connection%s that had not finished the handshake: more than %u were pending "
+                "(--max-pending-handshakes), the oldest from the busiest address went first",
+                static_cast<unsigned long long>(evicted_), plural(evicted_), loop_.max_pending_handshakes);
+      evicted_ = 0;
+      last_evicted_log_ = now;
     }
   }
 
@@ -511,6 +693,8 @@ class Listener {
   std::set<pid_t> spares_, sessions_;
   std::vector<pid_t> spare_died_;
   bool stopping_ = false;
+  uint64_t evicted_ = 0;
+  std::chrono::steady_clock::time_point last_evicted_log_{};
 };
 
 }  // namespace
@@ -524,6 +708,7 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
   g_signal_read = sigpipe[0];
   g_signal_write = sigpipe[1];
   g_listener = getpid();
+  table::create();
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sa.sa_flags = SA_RESTART;
@@ -540,6 +725,7 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
         if (errno == ECHILD) sleep(1);
         continue;
       }
+      table::release(pid);
       tell(notify_fd, -static_cast<int32_t>(pid));
       if (on_exit) on_exit(pid);
       bool quiet;

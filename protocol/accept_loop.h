@@ -22,10 +22,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/net.h"
 #include "protocol/drain.h"
@@ -49,16 +51,49 @@ struct ListenOptions {
   std::string state_dir;  // "": default_state_dir()
 };
 
-// Applies the log level, reads the token and the address, sets up TLS (*tls stays nullptr
-// without it; its fingerprint is logged for clients to pin), and refuses to listen beyond
-// loopback without both TLS and a token unless insecure. False after logging why (the caller
-// exits with status 2).
-bool prepare_listen(const ListenOptions& o, std::string* token, net::Address* addr,
+// Applies the log level, reads the tokens (--token-file, else RGPU_TOKEN; none: empty) and the
+// address, sets up TLS (*tls stays nullptr without it; its fingerprint is logged for clients to
+// pin), and refuses to listen beyond loopback without both TLS and a token unless insecure. False
+// after logging why (the caller exits with status 2).
+bool prepare_listen(const ListenOptions& o, std::vector<Tenant>* tenants, net::Address* addr,
                     std::shared_ptr<TlsContext>* tls);
+
+// The token file (--token-file): one token a line, or `NAME TOKEN` to name the tenant the token
+// makes (names: 1 to 63 of A-Z a-z 0-9 . _ -). Blank lines and lines starting with '#' are skipped;
+// words are separated by spaces or tabs. A line of two words is NAME TOKEN; a line of one word, or
+// of more than two (a passphrase, as token files held before tenants), is one unnamed token.
+// Unnamed tokens make the "" tenant; a name on several lines gives its tenant several tokens
+// (rotation). One token shared by two tenants is an error, as is a file without a token. `path`
+// names the file in *err.
+bool parse_token_file(const std::string& text, const std::string& path, std::vector<Tenant>* tenants,
+                      std::string* err);
+// The token of `tenant` (the first, if it has several; "" when there is none).
+const std::string& token_of(const std::vector<Tenant>& tenants, const std::string& tenant);
+
+// The connection limits' defaults (server_options.h has the options).
+inline constexpr unsigned kDefaultMaxSessions = 64;
+inline constexpr unsigned kDefaultMaxPendingHandshakes = 32;
+inline constexpr std::chrono::seconds kHandshakeTimeout{10};
+// Failed token proofs per source address and minute: the first kLoggedTokenFailures are logged one
+// by one (the rest summed up when the minute ends), and after kTokenFailuresBeforeRefusal the
+// address's connections are refused without a try until its minute ends.
+inline constexpr uint32_t kLoggedTokenFailures = 3;
+inline constexpr uint32_t kTokenFailuresBeforeRefusal = 10;
 
 struct AcceptLoop {
   std::string name;   // "rgpu-server": the prefix of each session process's log lines
-  std::string token;  // the shared token clients must prove ("" = none)
+  std::vector<Tenant> tenants;  // the tokens clients may prove (empty = none needed)
+  // --max-sessions (0: no limit): a client past it is refused ("... try later"); resuming clients
+  // do not count, their sessions already do.
+  unsigned max_sessions = kDefaultMaxSessions;
+  // --max-pending-handshakes: connections past it evict the oldest pending handshake of the
+  // address with the most (protocol/session_table.h), so idle connections cannot hold the server.
+  unsigned max_pending_handshakes = kDefaultMaxPendingHandshakes;
+  // The whole handshake's time limit, from accept to Welcome (not per read).
+  std::chrono::milliseconds handshake_timeout = kHandshakeTimeout;
+  // Optional: runs in the session's process once its tenant is known, before Welcome and whatever
+  // `welcomed` sends (rgpu-server keeps each tenant's modules apart).
+  std::function<void(const std::string& tenant)> tenant_known;
   // Runs in the session's own process after a successful handshake; returns its exit status.
   std::function<int(int fd, const std::string& peer, const ServerHandshakeResult& hs)> session;
   // Runs in the parent when a session process has ended (after its exit was reaped).

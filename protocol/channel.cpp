@@ -684,8 +684,15 @@ Channel::Io Channel::read_more(uint8_t* dst, size_t cap, size_t* got, ReadWait& 
         spin_.after_spin(r != Transport::kTimedOut);
       }
     }
+    // Partway through a frame (its header or its payload): it must be whole by frame_deadline_.
+    if (!w.in_payload && rend_ == rbeg_) {
+      frame_deadline_ = Clock::time_point::max();
+    } else if (frame_deadline_ == Clock::time_point::max()) {
+      frame_deadline_ = Clock::now() + options_.frame_time +
+                        std::chrono::seconds(w.payload_left / std::max<uint64_t>(options_.frame_rate, 1));
+    }
     if (r == Transport::kTimedOut) {
-      Clock::time_point wake = w.deadline;
+      Clock::time_point wake = std::min(w.deadline, frame_deadline_);
       if (checking) wake = std::min(wake, std::max(w.quiet_since, last_rx_) + options_.heartbeat * (w.pings + 1));
       auto timeout = kForever;
       if (wake != Clock::time_point::max()) {
@@ -706,6 +713,13 @@ Channel::Io Channel::read_more(uint8_t* dst, size_t cap, size_t* got, ReadWait& 
       return Io::kBroken;
     }
     const auto now = Clock::now();
+    if (now >= frame_deadline_) {
+      frame_deadline_ = Clock::time_point::max();
+      std::lock_guard<std::mutex> lk(mu_);
+      break_locked(gen, log::format("a frame stopped partway (not whole within %.1f s of its start)",
+                                    options_.frame_time.count() / 1000.0));
+      return Io::kBroken;
+    }
     if (now >= w.deadline) return Io::kTimeout;
     if (checking && now >= std::max(w.quiet_since, last_rx_) + options_.heartbeat * (w.pings + 1)) {
       if (w.pings + 1 >= options_.silent_heartbeats) {
@@ -737,6 +751,16 @@ Channel::Io Channel::fill(size_t n, ReadWait& w) {
 }
 
 Channel::Io Channel::read_raw(void* dst, size_t n, size_t* done, ReadWait& w) {
+  // Every read_raw reads a frame's payload (next_data_frame reads headers with fill).
+  struct InPayload {
+    ReadWait& w;
+    bool was;
+    InPayload(ReadWait& wait, size_t left) : w(wait), was(wait.in_payload) {
+      w.in_payload = true;
+      w.payload_left = left;
+    }
+    ~InPayload() { w.in_payload = was; }
+  } in_payload(w, n);
   auto* out = static_cast<uint8_t*>(dst);
   *done = 0;
   while (*done < n) {
@@ -764,6 +788,7 @@ Channel::Io Channel::read_raw(void* dst, size_t n, size_t* done, ReadWait& w) {
 
 Channel::Io Channel::next_data_frame(ReadWait& w) {
   for (;;) {
+    frame_deadline_ = Clock::time_point::max();  // a new frame: its clock starts when it stalls
     Io r = fill(kChannelFrameHead, w);
     if (r != Io::kOk) return r;
     ChannelHeader ch;

@@ -63,6 +63,12 @@ struct ChannelOptions {
   // the session grace.
   std::chrono::milliseconds resume_window = std::chrono::seconds(600);
   uint32_t max_payload = kMaxPayload;
+  // A frame begun must arrive whole within frame_time, plus a second for every frame_rate bytes of
+  // its payload, from the moment its reader first waits for the rest; past it the connection is
+  // called broken (and may resume): a peer that stops halfway through a frame cannot hold the
+  // reader, whose side of the session otherwise waits forever (issue 17).
+  std::chrono::milliseconds frame_time = std::chrono::seconds(10);
+  uint64_t frame_rate = 1 << 20;
   // Names the peer in messages: "rgpu-server at 10.0.0.2:9713", "client alice@laptop pid=42".
   std::string peer = "peer";
   // Called when the connection breaks (false) and when a resume restores it (true), with the
@@ -188,6 +194,8 @@ class Channel {
     int pings = 0;
     bool return_on_control = false;  // next_data_frame returns kControl after any other frame
     bool spun = false;               // this read spun once already (spin_)
+    bool in_payload = false;         // a frame's payload is being read (read_raw)
+    size_t payload_left = 0;         // and how much of it was left when it began
   };
 
   // All of these are called with mu_ held (lk) unless they say otherwise.
@@ -281,6 +289,8 @@ class Channel {
     Wait wait = Wait::kPassive;
   } cur_;
   Clock::time_point last_rx_{};
+  // When the frame being read must be whole (ChannelOptions::frame_time); max between frames.
+  Clock::time_point frame_deadline_ = Clock::time_point::max();
   SpinPolicy spin_;  // how the reader waits for a reply (reader role only)
 
   ChannelStats stats_;

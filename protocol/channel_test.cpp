@@ -501,6 +501,68 @@ TEST_P(ChannelTest, DuplicatesAreDroppedBySequenceNumber) {
   EXPECT_NE(server.why().find("missing"), std::string::npos) << server.why();
 }
 
+// Issue 17: a peer that stops partway through a frame (its header or its payload) held the reading
+// side for good. The frame must arrive whole within its bound; past it the connection is called
+// broken (and may resume), while a frame that pauses less than the bound still arrives.
+TEST_P(ChannelTest, AFrameLeftHalfwayBreaksTheConnectionWithinItsBoundAndAShortPauseDoesNot) {
+  constexpr size_t kHead = sizeof(ChannelHeader) + sizeof(FrameHeader);
+  for (size_t cut : {kHead / 2, kHead + 40}) {  // in the header, in the payload
+    Links links(GetParam());
+    auto [peer, mine] = links.make();
+    ChannelOptions o = test_options("client");
+    o.frame_time = 300ms;
+    o.heartbeat = 10s;  // no heartbeat finds it first
+    std::atomic<bool> broke{false};
+    o.on_connection = [&](bool connected) {
+      if (!connected) broke = true;
+    };
+    Channel server(Side::kServer, some_session(), "", o);
+    server.start(std::move(mine));
+    std::vector<uint8_t> stream;
+    auto add = [&](uint64_t seq, uint16_t op, const std::vector<uint8_t>& p) {
+      ChannelHeader ch{seq, 0};
+      FrameHeader fh = make_header(op, 0, static_cast<uint32_t>(seq), 0, p.size());
+      stream.insert(stream.end(), reinterpret_cast<uint8_t*>(&ch), reinterpret_cast<uint8_t*>(&ch) + sizeof ch);
+      stream.insert(stream.end(), reinterpret_cast<uint8_t*>(&fh), reinterpret_cast<uint8_t*>(&fh) + sizeof fh);
+      stream.insert(stream.end(), p.begin(), p.end());
+    };
+    Writer open;
+    encode(ChannelOpen{kChannelVersion, crypto::x25519_keypair().public_key, 60}, &open);
+    add(0, kOpChannelOpen, open.buf());
+    const size_t first = stream.size();
+    add(1, 300, std::vector<uint8_t>(100, 1));
+    add(2, 300, std::vector<uint8_t>(100, 2));
+    // Frame 1 in two parts 100 ms apart (under the bound): it arrives.
+    iovec iov{stream.data(), first + cut};
+    ASSERT_TRUE(peer->write(&iov, 1));
+    std::this_thread::sleep_for(100ms);
+    const size_t frame2 = first + (stream.size() - first) / 2;
+    iov = {stream.data() + first + cut, frame2 - first - cut};
+    ASSERT_TRUE(peer->write(&iov, 1));
+    FrameHeader h;
+    Bytes p;
+    ASSERT_EQ(server.receive_frame(&h, &p, Wait::kPassive, 2s), Status::kOk) << server.why();
+    EXPECT_EQ(h.request_id, 1u);
+    EXPECT_FALSE(broke.load());
+    // Frame 2 stops at the same place and never goes on: the connection breaks within the bound.
+    iov = {stream.data() + frame2, cut};
+    ASSERT_TRUE(peer->write(&iov, 1));
+    const auto start = Clock::now();
+    std::thread reader([&] {
+      FrameHeader h2;
+      Bytes p2;
+      server.receive_frame(&h2, &p2, Wait::kPassive, 3s);
+    });
+    while (!broke.load() && Clock::now() - start < 3s) std::this_thread::sleep_for(10ms);
+    const auto took = Clock::now() - start;
+    EXPECT_TRUE(broke.load()) << "cut at " << cut;
+    EXPECT_GE(took, 250ms);
+    EXPECT_LE(took, 1500ms);
+    server.close();
+    reader.join();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(OverEachTransport, ChannelTest, ::testing::Values(Kind::kMemory, Kind::kTcp, Kind::kTls),
                          [](const auto& info) {
                            return info.param == Kind::kMemory ? "Memory" : info.param == Kind::kTcp ? "Tcp" : "Tls";

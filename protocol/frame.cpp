@@ -1,6 +1,8 @@
 // Implementation of protocol/frame.h.
 #include "protocol/frame.h"
 
+#include <poll.h>
+
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -130,6 +132,7 @@ ReadResult FrameReader::fill(size_t n, bool at_boundary, std::string* why) {
     ssize_t r = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if ((++polls & 63) != 0 || std::chrono::steady_clock::now() < deadline) continue;
+      if ((end_ > 0 || !at_boundary) && !wait_mid_frame(0, why)) return ReadResult::kError;
       r = ::read(fd_, buf_.data() + end_, buf_.size() - end_);
     }
     if (r > 0) {
@@ -151,8 +154,26 @@ ReadResult FrameReader::next(FrameHeader* h, Bytes* payload, std::string* why) {
   return next_head(h, payload, SIZE_MAX, &rest, why);
 }
 
+bool FrameReader::wait_mid_frame(size_t payload_left, std::string* why) {
+  if (frame_time.count() <= 0) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (frame_deadline_ == std::chrono::steady_clock::time_point::max())
+    frame_deadline_ = now + frame_time + std::chrono::seconds(payload_left / std::max<uint64_t>(frame_rate, 1));
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(frame_deadline_ - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      *why = log::format("a frame stopped partway (not whole within %.1f s of its start)", frame_time.count() / 1000.0);
+      return false;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1 << 30)));
+    if (r > 0 || (r < 0 && errno != EINTR)) return true;  // readable, or a failure the read reports
+  }
+}
+
 ReadResult FrameReader::next_head(FrameHeader* h, Bytes* payload, size_t head_max, size_t* rest, std::string* why) {
   *rest = 0;
+  frame_deadline_ = std::chrono::steady_clock::time_point::max();  // a new frame: its clock starts at its first stall
   ReadResult rr = fill(sizeof *h, true, why);
   if (rr != ReadResult::kOk) return rr;
   std::memcpy(h, buf_.data() + begin_, sizeof *h);
@@ -164,7 +185,9 @@ ReadResult FrameReader::next_head(FrameHeader* h, Bytes* payload, size_t head_ma
   const size_t head = std::min<size_t>(h->length, head_max);
   payload->resize(head);
   if (!read_rest(payload->data(), head, why)) {
-    *why = log::format("connection broke in the middle of a %u-byte frame (op %u)", h->length, h->op);
+    *why = why->rfind("a frame stopped partway", 0) == 0
+               ? log::format("%s: a %u-byte frame (op %u)", why->c_str(), h->length, h->op)
+               : log::format("connection broke in the middle of a %u-byte frame (op %u)", h->length, h->op);
     return ReadResult::kError;
   }
   *rest = h->length - head;
@@ -175,9 +198,16 @@ bool FrameReader::read_rest(void* dst, size_t n, std::string* why) {
   size_t have = std::min(end_ - begin_, n);
   if (have) std::memcpy(dst, buf_.data() + begin_, have);
   begin_ += have;
-  if (have < n && net::read_full(fd_, static_cast<uint8_t*>(dst) + have, n - have) != static_cast<ssize_t>(n - have)) {
-    *why = "connection broke in the middle of a frame";
-    return false;
+  auto* out = static_cast<uint8_t*>(dst);
+  while (have < n) {
+    if (frame_time.count() > 0 && !wait_mid_frame(n - have, why)) return false;
+    const ssize_t r = ::read(fd_, out + have, n - have);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      *why = "connection broke in the middle of a frame";
+      return false;
+    }
+    have += static_cast<size_t>(r);
   }
   return true;
 }

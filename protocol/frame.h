@@ -62,12 +62,23 @@ class FrameReader {
   // How long the reader polls an idle socket before it sleeps in read(2).
   static constexpr std::chrono::microseconds kSpin{50};
 
+  // When nonzero, a frame begun must arrive whole within frame_time plus a second per frame_rate
+  // bytes of its payload, counted from its first stall; past it next() fails, saying so (a peer
+  // that stops partway through a frame cannot hold the reader; ChannelOptions::frame_time is the
+  // channel's same bound).
+  std::chrono::milliseconds frame_time{0};
+  uint64_t frame_rate = 1 << 20;
+
  private:
   // Ensures at least n bytes are buffered (n <= buffer size). kClosed only at a frame boundary.
   ReadResult fill(size_t n, bool at_boundary, std::string* why);
 
+  // Waits until fd_ is readable; false (with *why) past the current frame's deadline.
+  bool wait_mid_frame(size_t payload_left, std::string* why);
+
   int fd_;
   uint32_t max_payload_;
+  std::chrono::steady_clock::time_point frame_deadline_ = std::chrono::steady_clock::time_point::max();
   std::vector<uint8_t> buf_;
   size_t begin_ = 0, end_ = 0;
 };

@@ -37,6 +37,17 @@ crypto::Digest proof(const std::string& token, const char* label, const Nonce& f
   return crypto::hmac_sha256(token, msg.data(), msg.size());
 }
 
+// Hello's token hint (handshake.h, "Tenants").
+std::array<uint8_t, 16> token_hint(const std::string& token, const Nonce& client_nonce) {
+  std::array<uint8_t, 16> hint{};
+  if (token.empty()) return hint;
+  std::vector<uint8_t> msg{'r', 'g', 'p', 'u', '-', 't', 'o', 'k', 'e', 'n', '-', 'h', 'i', 'n', 't'};
+  msg.insert(msg.end(), client_nonce.begin(), client_nonce.end());
+  crypto::Digest d = crypto::hmac_sha256(token, msg.data(), msg.size());
+  std::memcpy(hint.data(), d.data(), hint.size());
+  return hint;
+}
+
 bool send(Transport& t, uint16_t op, Writer& w) { return write_frame(t, op, 0, 0, 0, w.buf().data(), w.size()); }
 
 // Reads one handshake message of the expected op (or Refused, whose reason goes to *err).
@@ -103,6 +114,22 @@ bool server_handshake(int fd, const std::string& token, ServerHandshakeResult* o
   return server_handshake(*t, token, out, err, capabilities, welcomed, allow_resume);
 }
 
+bool server_handshake(int fd, const ServerHandshake& how, ServerHandshakeResult* out, std::string* err) {
+  auto t = socket_transport(fd, false);
+  return server_handshake(*t, how, out, err);
+}
+
+bool server_handshake(Transport& t, const std::string& token, ServerHandshakeResult* out, std::string* err,
+                      uint64_t capabilities, const Welcomed& welcomed, bool allow_resume, Clock::time_point deadline) {
+  ServerHandshake how;
+  if (!token.empty()) how.tenants.push_back({"", token});
+  how.capabilities = capabilities;
+  how.welcomed = welcomed;
+  how.allow_resume = allow_resume;
+  how.deadline = deadline;
+  return server_handshake(t, how, out, err);
+}
+
 bool client_handshake(Transport& t, const std::string& token, const std::string& identity,
                       const std::string& server_name, ClientHandshakeResult* out, std::string* err,
                       uint64_t capabilities, Clock::time_point deadline) {
@@ -114,8 +141,8 @@ bool client_handshake(Transport& t, const std::string& token, const std::string&
   hello.put_u16(kProtocolVersion);
   hello.put_u64(capabilities);
   hello.put_str(identity.substr(0, 512));
-  SessionId none{};
-  hello.append(none.data(), none.size());
+  const std::array<uint8_t, 16> hint = token_hint(token, client_nonce);
+  hello.append(hint.data(), hint.size());
   hello.append(client_nonce.data(), client_nonce.size());
   if (!send(t, kOpHello, hello)) {
     out->closed = true;
@@ -186,8 +213,11 @@ bool client_handshake(Transport& t, const std::string& token, const std::string&
   return true;
 }
 
-bool server_handshake(Transport& t, const std::string& token, ServerHandshakeResult* out, std::string* err,
-                      uint64_t capabilities, const Welcomed& welcomed, bool allow_resume, Clock::time_point deadline) {
+bool server_handshake(Transport& t, const ServerHandshake& how, ServerHandshakeResult* out, std::string* err) {
+  const uint64_t capabilities = how.capabilities;
+  const Welcomed& welcomed = how.welcomed;
+  const bool allow_resume = how.allow_resume;
+  const Clock::time_point deadline = how.deadline;
   const Binding binding = binding_of(t);
   std::vector<uint8_t> payload;
   if (!expect(t, kOpHello, &payload, err, "client", deadline, &out->said_nothing,
@@ -202,9 +232,9 @@ bool server_handshake(Transport& t, const std::string& token, ServerHandshakeRes
   uint16_t version = r.u16();
   uint64_t caps = r.u64();
   std::string identity = r.str(512);
-  SessionId resume{};
+  std::array<uint8_t, 16> hint{};
   Nonce client_nonce;
-  r.take(resume.data(), resume.size());
+  r.take(hint.data(), hint.size());
   r.take(client_nonce.data(), client_nonce.size());
   if (!r.ok() || magic != kMagic) {
     *err = "the client's greeting is not an rgpu Hello (bad magic or truncated)";
@@ -224,6 +254,27 @@ bool server_handshake(Transport& t, const std::string& token, ServerHandshakeRes
     *err = "refused " + identity + ": " + reason;
     return false;
   }
+
+  // The tenant whose hint matches, else the first (handshake.h, "Tenants"); every hint is
+  // computed, so the time taken does not say which one matched.
+  const Tenant* tenant = how.tenants.empty() ? nullptr : &how.tenants[0];
+  bool matched = false;
+  for (const Tenant& candidate : how.tenants) {
+    const std::array<uint8_t, 16> h = token_hint(candidate.token, client_nonce);
+    if (crypto::equal_constant_time(h.data(), hint.data(), h.size()) && !matched) {
+      tenant = &candidate;
+      matched = true;
+    }
+  }
+  const std::string token = tenant ? tenant->token : std::string();
+  if (tenant) out->tenant = tenant->name;
+  std::string refusal;
+  auto admitted = [&] {
+    if (!how.admit || how.admit(*out, &refusal)) return true;
+    refuse(t, refusal);
+    *err = "refused " + identity + ": " + refusal;
+    return false;
+  };
 
   Nonce server_nonce;
   crypto::random_bytes(server_nonce.data(), server_nonce.size());
@@ -247,6 +298,8 @@ bool server_handshake(Transport& t, const std::string& token, ServerHandshakeRes
   // for the client's proof.
   const bool welcome_early = token.empty();
   auto welcome = [&] { return send(t, kOpWelcome, wel) && (!welcomed || welcomed(t, out->capabilities)); };
+  // Refused before the Challenge: the client reads the refusal where the Challenge would be.
+  if (welcome_early && !admitted()) return false;
   if (!send(t, kOpChallenge, ch) || (welcome_early && !welcome())) {
     *err = "client " + identity + " went away during the handshake";
     return false;
@@ -263,13 +316,16 @@ bool server_handshake(Transport& t, const std::string& token, ServerHandshakeRes
   if (!token.empty()) {
     crypto::Digest expected = proof(token, "rgpu-client-proof", server_nonce, client_nonce, binding);
     if (!crypto::equal_constant_time(expected.data(), cp.data(), cp.size())) {
+      if (how.on_wrong_token) how.on_wrong_token();
       refuse(t, "the token was refused: RGPU_TOKEN does not match the server's token");
       *err = "refused " + identity + ": wrong token" +
              (binding.tls ? " (or a proxy that terminates TLS relayed the proof: it is bound to the TLS connection)"
                           : "");
+      out->wrong_token = true;
       return false;
     }
   }
+  if (!welcome_early && !admitted()) return false;
   if (!welcome_early && !welcome()) {
     *err = "client " + identity + " went away during the handshake";
     return false;

@@ -1,8 +1,8 @@
 // The handshake that opens every connection (protocol/messages.h, step 1).
 //
 //   client → Hello      u32 magic, u16 version, u64 capabilities, str identity
-//                       ("user@host pid=N prog=NAME"), 16 bytes session id (zero: new session;
-//                       reserved for resuming a dropped session), 32 bytes client nonce
+//                       ("user@host pid=N prog=NAME"), 16 bytes token hint (zero without a
+//                       token; below), 32 bytes client nonce
 //   server → Challenge  u32 magic, u16 version, u64 capabilities, u8 token_required,
 //                       32 bytes server nonce, 32 bytes server proof
 //   client → Auth       32 bytes client proof
@@ -25,6 +25,13 @@
 // other. Over plain TCP the proofs are as above. A server without a
 // token sends token_required = 0 and zero proofs. A version mismatch is refused by the server
 // with a reason naming both versions.
+//
+// Tenants: a server may hold several tokens (--token-file, one a line), each a tenant whose
+// sessions and modules are kept apart from the others'. The server must prove the client's token
+// before the client proves it, so Hello names which token without revealing it:
+//   token hint = the first 16 bytes of HMAC-SHA256(token, "rgpu-token-hint" || client nonce)
+// The server takes the tenant whose hint matches; with none matching (a wrong token, or a release
+// that sent zeros here) it takes the first tenant, whose proofs then fail as a wrong token's do.
 #pragma once
 
 #include <array>
@@ -69,6 +76,8 @@ struct ServerHandshakeResult {
   std::string tenant;
   // On failure: the peer closed before sending anything (a port check, such as rgpu-run's).
   bool said_nothing = false;
+  // On failure: the client's proof did not match its tenant's token (rate-limited per address).
+  bool wrong_token = false;
   // On "failure" with allow_resume: the first frame was kOpResume (a client resuming a session
   // whose connection broke, protocol/channel.h), not Hello; its payload. No handshake ran.
   bool resume = false;
@@ -85,12 +94,34 @@ struct ServerHandshakeResult {
 // (kCapPushedSnapshot). False when the connection is gone.
 using Welcomed = std::function<bool(Transport& t, uint64_t agreed)>;
 
-// Runs the server side, offering `capabilities`. On failure returns false with *err saying why
-// (for the server's log); the client has already been sent a Refused message where one applies.
-// With allow_resume, a first frame kOpResume returns false with out->resume set instead.
+// A token clients may prove, and the tenant it makes them ("" for an unnamed token).
+struct Tenant {
+  std::string name;
+  std::string token;
+};
+// Runs once the client is known (its proof checked, or at once without a token), before Welcome:
+// false refuses it with *reason (e.g. the server is at --max-sessions).
+using Admit = std::function<bool(const ServerHandshakeResult& so_far, std::string* reason)>;
+
+struct ServerHandshake {
+  std::vector<Tenant> tenants;  // empty: no token
+  uint64_t capabilities = kOurCapabilities;
+  Welcomed welcomed;
+  Admit admit;
+  // Optional: runs when the client's proof failed, before the refusal is sent, so that a count of
+  // failures (the accept loop's rate limit) has it before the client can try again.
+  std::function<void()> on_wrong_token;
+  bool allow_resume = false;  // a first frame kOpResume returns false with out->resume set
+  Clock::time_point deadline = Clock::time_point::max();  // each read waits until then at most
+};
+// Runs the server side as `how` says. On failure returns false with *err saying why (for the
+// server's log); the client has already been sent a Refused message where one applies.
 // A first message that is a TLS preamble (a tls:// client at a server without TLS) is refused with
 // a reason that says to drop tls:// (out->tls_preamble).
-// Each read waits until `deadline` at most (max: as the stream waits).
+bool server_handshake(Transport& t, const ServerHandshake& how, ServerHandshakeResult* out, std::string* err);
+bool server_handshake(int fd, const ServerHandshake& how, ServerHandshakeResult* out, std::string* err);
+
+// The same with one token (or none), offering `capabilities`.
 bool server_handshake(Transport& t, const std::string& token, ServerHandshakeResult* out, std::string* err,
                       uint64_t capabilities = kOurCapabilities, const Welcomed& welcomed = nullptr,
                       bool allow_resume = false, Clock::time_point deadline = Clock::time_point::max());

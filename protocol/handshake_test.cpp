@@ -216,5 +216,96 @@ TEST(Handshake, PeerThatSaysNothingIsToldApartFromABrokenHandshake) {
   }
 }
 
+// Issue 17, defect 1: tenants. The client's token hint picks the tenant whose token the server
+// proves; the result names it, and the admit step sees it before Welcome.
+Outcome run_tenants(const std::string& client_token, const ServerHandshake& how) {
+  int sv[2];
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Outcome o;
+  std::thread server([&] {
+    o.server_ok = server_handshake(sv[1], how, &o.server, &o.server_err);
+    close(sv[1]);
+  });
+  o.client_ok = client_handshake(sv[0], client_token, "tester@host pid=1 prog=t", "test-server", &o.client, &o.client_err);
+  close(sv[0]);
+  server.join();
+  return o;
+}
+
+TEST(Handshake, EachTokenMakesItsTenantAndTheServerProvesTheClientsOwn) {
+  ServerHandshake how;
+  how.tenants = {{"alice", "token-a"}, {"bob", "token-b"}, {"", "token-c"}};
+  std::string admitted;
+  how.admit = [&](const ServerHandshakeResult& r, std::string*) {
+    admitted = r.tenant;
+    return true;
+  };
+  for (const auto& [token, tenant] : {std::pair<std::string, std::string>{"token-b", "bob"}, {"token-a", "alice"},
+                                      {"token-c", ""}}) {
+    admitted = "unset";
+    Outcome o = run_tenants(token, how);
+    ASSERT_TRUE(o.client_ok) << o.client_err;
+    ASSERT_TRUE(o.server_ok) << o.server_err;
+    EXPECT_EQ(o.server.tenant, tenant);
+    EXPECT_EQ(admitted, tenant);
+  }
+  Outcome o = run_tenants("token-nobody", how);
+  EXPECT_FALSE(o.client_ok);
+  EXPECT_FALSE(o.server_ok);
+  EXPECT_FALSE(o.server.wrong_token);  // the client gave up first: the server's proof was not its token's
+}
+
+TEST(Handshake, AWrongProofIsFlaggedAsAWrongToken) {
+  Outcome o = run("not-it", "s3cret");
+  EXPECT_FALSE(o.server_ok);
+  // The client stops at the server's proof (not its token); a forged Auth is what a server sees
+  // from an attacker: the flag is set where the proof is checked.
+  ServerHandshake how;
+  how.tenants = {{"", "s3cret"}};
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  ServerHandshakeResult r;
+  std::string err;
+  std::thread server([&] {
+    server_handshake(sv[1], how, &r, &err);
+    close(sv[1]);
+  });
+  Writer hello;
+  hello.put_u32(kMagic);
+  hello.put_u16(kProtocolVersion);
+  hello.put_u64(kOurCapabilities);
+  hello.put_str("attacker");
+  uint8_t zeros[48] = {};
+  hello.append(zeros, sizeof zeros);  // no hint, a zero nonce
+  write_frame(sv[0], kOpHello, 0, 0, 0, hello.buf().data(), hello.size());
+  FrameHeader h;
+  std::vector<uint8_t> payload;
+  std::string why;
+  ASSERT_EQ(read_frame(sv[0], kMaxHandshakePayload, &h, &payload, &why), ReadResult::kOk);
+  EXPECT_EQ(h.op, kOpChallenge);
+  uint8_t forged[32] = {};
+  write_frame(sv[0], kOpAuth, 0, 0, 0, forged, sizeof forged);
+  ASSERT_EQ(read_frame(sv[0], kMaxHandshakePayload, &h, &payload, &why), ReadResult::kOk);
+  EXPECT_EQ(h.op, kOpRefused);
+  close(sv[0]);
+  server.join();
+  EXPECT_TRUE(r.wrong_token);
+}
+
+TEST(Handshake, AnAdmitThatSaysNoRefusesTheClientWithItsReasonBeforeWelcome) {
+  for (const std::string token : {"", "s3cret"}) {
+    ServerHandshake how;
+    if (!token.empty()) how.tenants = {{"", token}};
+    how.admit = [](const ServerHandshakeResult&, std::string* reason) {
+      *reason = "rgpu-server at here has 2 sessions, its --max-sessions; try later";
+      return false;
+    };
+    Outcome o = run_tenants(token, how);
+    EXPECT_FALSE(o.client_ok);
+    EXPECT_FALSE(o.server_ok);
+    EXPECT_NE(o.client_err.find("its --max-sessions; try later"), std::string::npos) << o.client_err;
+  }
+}
+
 }  // namespace
 }  // namespace rgpu::proto

@@ -7,7 +7,10 @@ void add_server_options(CLI::App& app, ServerOptions* o, const std::string& kept
   ListenOptions& l = o->listen;
   app.add_option("--listen", l.listen, "HOST:PORT to listen on (default " + l.listen + ", loopback only)");
   app.add_option("--token-file", l.token_file,
-                 "file whose first line is the shared token clients must prove (or set RGPU_TOKEN)");
+                 "file of the tokens clients must prove (or set RGPU_TOKEN for one): a token a line, or NAME TOKEN to "
+                 "name the tenant it makes (a line of more than two words is one passphrase); each tenant's sessions, "
+                 "modules and memory are kept apart from the others' (unnamed tokens make the tenant \"\"); blank "
+                 "lines and lines starting with # are skipped");
   app.add_flag("--insecure", l.insecure, "allow listening on a non-loopback address without TLS and a token");
   app.add_option("--tls", l.tls,
                  "`auto`: TLS 1.3 with a self-signed certificate made once in --state-dir; its SHA-256 fingerprint "
@@ -30,8 +33,31 @@ void add_server_options(CLI::App& app, ServerOptions* o, const std::string& kept
   app.add_option("--runtime-dir", o->runtime_dir,
                  "directory of the live sessions' sockets, through which a client reconnects to its session, also "
                  "after this server restarts (default $XDG_RUNTIME_DIR/rgpu, else /run/rgpu, else /tmp/rgpu-UID)");
+  app.add_option("--max-sessions", o->max_sessions,
+                 "most sessions at once (default " + std::to_string(kDefaultMaxSessions) +
+                     ", 0: no limit); a client past it is refused and told to try later")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--max-pending-handshakes", o->max_pending_handshakes,
+                 "most connections that have not finished the handshake (default " +
+                     std::to_string(kDefaultMaxPendingHandshakes) +
+                     "); past it the oldest of the address with the most is dropped")
+      ->check(CLI::Range(1, 10000));
+  app.add_option("--handshake-timeout", o->handshake_timeout_s,
+                 "seconds a connection has for the whole handshake, from accept to welcome (default 10)")
+      ->check(CLI::Range(0.1, 600.0));
   app.add_option("--log-level", l.log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+}
+
+}  // namespace rgpu::proto
+
+namespace rgpu::proto {
+
+void apply_server_options(const ServerOptions& o, const std::vector<Tenant>& tenants, AcceptLoop* loop) {
+  loop->tenants = tenants;
+  loop->max_sessions = o.max_sessions;
+  loop->max_pending_handshakes = o.max_pending_handshakes;
+  loop->handshake_timeout = std::chrono::milliseconds(static_cast<long long>(o.handshake_timeout_s * 1000));
 }
 
 }  // namespace rgpu::proto

@@ -18,6 +18,7 @@
 #include "protocol/handshake.h"
 #include "protocol/server_options.h"
 #include "protocol/session_dir.h"
+#include "server/limits.h"
 #include "server/module_cache.h"
 #include "server/nvml/nvml_server.h"
 #include "server/prewarm.h"
@@ -52,6 +53,10 @@ int main(int argc, char** argv) {
   std::string prewarm = "context";
   std::string cache_dir = rgpu::server::module_cache::default_dir();
   uint64_t cache_max_mb = 4096;
+  // Memory limits (server/limits.h), in MiB; 0: none. Host memory defaults to a share of the RAM.
+  const uint64_t ram_mb = rgpu::server::limits::machine_ram() >> 20;
+  uint64_t memory_limit_mb = 0, tenant_memory_limit_mb = 0;
+  uint64_t host_memory_limit_mb = ram_mb / 2, session_host_memory_limit_mb = ram_mb / 4;
   rgpu::proto::add_server_options(app, &server, "GPU state");
   app.add_option("--driver", driver,
                  "path of the CUDA driver library to serve (default: the system's libcuda.so.1), or 'fake' for "
@@ -60,11 +65,24 @@ int main(int argc, char** argv) {
                  "path of the NVML library that answers clients' NVML calls (default: the system's libnvidia-ml.so.1, "
                  "or rgpu's fake NVML with --driver fake)");
   app.add_option("--cache-dir", cache_dir,
-                 "directory of the persistent module-image cache, shared by all sessions: clients send a module's "
-                 "bytes only when it is not there (default $XDG_CACHE_HOME/rgpu or ~/.cache/rgpu/modules; 'none' "
+                 "directory of the persistent module-image cache, shared by the sessions of a tenant (each tenant's "
+                 "images are apart, in tenant-NAME/): clients send a module's bytes only when it is not there (default $XDG_CACHE_HOME/rgpu or ~/.cache/rgpu/modules; 'none' "
                  "turns the cache off)");
-  app.add_option("--cache-max-mb", cache_max_mb, "largest total size of the module cache in MiB; images past it are not "
-                 "cached (default 4096)");
+  app.add_option("--cache-max-mb", cache_max_mb,
+                 "largest total size of the module cache in MiB (all tenants); past it the least recently used images "
+                 "are removed (default 4096)");
+  app.add_option("--memory-limit-mb", memory_limit_mb,
+                 "most GPU memory one session may allocate, in MiB (cuMemAlloc*, pools, cuMemCreate, managed; default "
+                 "0: no limit); past it the call fails with CUDA_ERROR_OUT_OF_MEMORY and the server logs the limit");
+  app.add_option("--tenant-memory-limit-mb", tenant_memory_limit_mb,
+                 "most GPU memory all sessions of one tenant (--token-file) may allocate together, in MiB (default 0: "
+                 "no limit)");
+  app.add_option("--host-memory-limit-mb", host_memory_limit_mb,
+                 "most host memory all sessions together may hold for mapped and managed buffers' copies, in MiB "
+                 "(default half this machine's RAM, " + std::to_string(ram_mb / 2) + "; 0: no limit)");
+  app.add_option("--session-host-memory-limit-mb", session_host_memory_limit_mb,
+                 "the same for one session, in MiB (default a quarter of the RAM, " + std::to_string(ram_mb / 4) +
+                     "; 0: no limit)");
   app.add_option("--prewarm", prewarm,
                  "what a spare session process does before its client arrives: 'context' (the driver's init and GPU "
                  "0's context, held for the client: 0.2 to 0.3 s off each client's start-up on an H200, at the cost of one idle context "
@@ -73,10 +91,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   rgpu::log::set_prefix("rgpu-server");
-  std::string token, err;
+  std::string err;
+  static std::vector<rgpu::proto::Tenant> tenants;
   rgpu::net::Address addr;
   static std::shared_ptr<rgpu::proto::TlsContext> tls;
-  if (!rgpu::proto::prepare_listen(server.listen, &token, &addr, &tls))
+  if (!rgpu::proto::prepare_listen(server.listen, &tenants, &addr, &tls))
     return 2;
 
   if (cache_dir == "none") cache_dir.clear();
@@ -103,6 +122,12 @@ int main(int argc, char** argv) {
   static rgpu::server::prewarm::Level prewarm_level;
   rgpu::server::prewarm::parse_level(prewarm, &prewarm_level);
   int found = rgpu::server::load_driver_table(lib, &table);
+  auto& limits = rgpu::server::limits::settings();
+  limits.gpu.per_session = memory_limit_mb << 20;
+  limits.gpu.per_tenant = tenant_memory_limit_mb << 20;
+  limits.host.per_session = session_host_memory_limit_mb << 20;
+  limits.host.total = host_memory_limit_mb << 20;
+  rgpu::server::limits::install(&table);
 
   int lfd = rgpu::net::listen_tcp(addr, &err);
   if (lfd < 0) {
@@ -124,13 +149,14 @@ int main(int argc, char** argv) {
   static unsigned grace = server.session_grace;
   rgpu::log::info("listening on %s, driver %s (%d entry points)%s, module cache %s, prewarm %s", addr.str().c_str(),
                   driver_path.c_str(), found,
-                  tls ? (token.empty() ? ", TLS, no token" : ", TLS, token required")
-                      : (token.empty() ? ", no token" : ", token required"),
+                  tls ? (tenants.empty() ? ", TLS, no token" : ", TLS, token required")
+                      : (tenants.empty() ? ", no token" : ", token required"),
                   rgpu::server::module_cache::enabled() ? cache_dir.c_str() : "off", prewarm.c_str());
 
   rgpu::proto::AcceptLoop loop;
   loop.name = "rgpu-server";
-  loop.token = token;
+  rgpu::proto::apply_server_options(server, tenants, &loop);
+  loop.tenant_known = [](const std::string& tenant) { rgpu::server::module_cache::set_tenant(tenant); };
   loop.on_exit = [](pid_t pid) { rgpu::server::unregister_session(sessions_dir, static_cast<int>(pid)); };
   loop.prepare = [] { rgpu::server::prewarm::start(&table, prewarm_level); };
   loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapPushedSnapshot | rgpu::proto::kCapChannel;
@@ -141,12 +167,13 @@ int main(int argc, char** argv) {
   loop.welcomed = [](rgpu::proto::Transport& t, uint64_t agreed) {
     return !(agreed & rgpu::proto::kCapPushedSnapshot) || rgpu::server::push_snapshot(t, table);
   };
-  loop.session = [token](int fd, const std::string& peer, const rgpu::proto::ServerHandshakeResult& hs) {
+  loop.session = [](int fd, const std::string& peer, const rgpu::proto::ServerHandshakeResult& hs) {
     rgpu::server::prewarm::session_started();
     rgpu::server::SessionOptions opt{&table, peer, hs.identity, sessions_dir};
     opt.channel = (hs.capabilities & rgpu::proto::kCapChannel) != 0;
     opt.session = hs.session;
-    opt.token = token;
+    opt.token = rgpu::proto::token_of(tenants, hs.tenant);
+    opt.tenant = hs.tenant;
     opt.grace = std::chrono::seconds(grace);
     opt.door_dir = door_dir;
     opt.transport = hs.transport;

@@ -1,6 +1,8 @@
 // Implementation of server/mapped_memory.h.
 #include "server/mapped_memory.h"
 
+#include "server/limits.h"
+
 #include <sys/mman.h>
 
 #include <cstring>
@@ -19,6 +21,23 @@ namespace {
 constexpr size_t kPage = 4096;
 // Largest single mapped buffer a client may ask for.
 constexpr uint64_t kMaxMapped = uint64_t(16) << 30;
+
+// Host memory counted against the session's and the server's limits (server/limits.h) while a
+// buffer is being made: given back on every failure path unless kept by the buffer.
+class Held {
+ public:
+  Held(uint64_t bytes, const char* what) : bytes_(bytes), ok_(limits::reserve_host(bytes, what)) {}
+  ~Held() {
+    if (ok_) limits::unreserve_host(bytes_);
+  }
+  bool ok() const { return ok_; }
+  uint64_t bytes() const { return bytes_; }
+  void keep() { ok_ = false; }  // the buffer holds it now: its free gives it back
+
+ private:
+  uint64_t bytes_;
+  bool ok_;
+};
 // Largest kOpMappedUpdate payload (pages beyond go in further frames).
 constexpr size_t kMaxUpdate = 4u << 20;
 // More disjoint marked ranges than this in one buffer: the buffer is marked whole instead.
@@ -92,6 +111,9 @@ void MappedMemory::alloc(const DriverTable& drv, Reader& in, Writer& out) {
     if (by_client_.count(base)) return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   }
   size_t len = (size + kPage - 1) / kPage * kPage;
+  // The server copy and the shadow: up to twice the size in this server's memory, capped.
+  Held held(len + size, "mapped host memory (cuMemHostAlloc)");
+  if (!held.ok()) return out.put<int32_t>(CUDA_ERROR_OUT_OF_MEMORY);
   // The client's address first: then the device pointer equals the host pointer on both ends.
   void* p = mmap(reinterpret_cast<void*>(base), len, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
@@ -109,11 +131,12 @@ void MappedMemory::alloc(const DriverTable& drv, Reader& in, Writer& out) {
     munmap(p, len);
     return out.put<int32_t>(rc);
   }
-  if (CUresult added = add(base, static_cast<uint8_t*>(p), dptr, size, false)) {
+  if (CUresult added = add(base, static_cast<uint8_t*>(p), dptr, size, false, held.bytes())) {
     drv.cuMemHostUnregister(p);
     munmap(p, len);
     return out.put<int32_t>(added);
   }
+  held.keep();
   if (reinterpret_cast<uint64_t>(p) != base)
     log::debug("mapped host memory: %llu bytes at %p here for the client's 0x%llx (address taken here)",
                static_cast<unsigned long long>(size), p, static_cast<unsigned long long>(base));
@@ -135,6 +158,8 @@ void MappedMemory::managed_alloc(const DriverTable& drv, Reader& in, Writer& out
   // on their own pages. Only `size` bytes are mirrored.
   constexpr uint64_t kGranule = 2u << 20;
   const uint64_t asked = (size + kGranule - 1) / kGranule * kGranule;
+  Held held(size, "managed memory's mirror (cuMemAllocManaged)");  // the shadow; the rest is the GPU's
+  if (!held.ok()) return out.put<int32_t>(CUDA_ERROR_OUT_OF_MEMORY);
   CUdeviceptr p = 0;
   CUresult rc = drv.cuMemAllocManaged(&p, asked, flags);
   if (rc != CUDA_SUCCESS) return out.put<int32_t>(rc);
@@ -147,11 +172,12 @@ void MappedMemory::managed_alloc(const DriverTable& drv, Reader& in, Writer& out
   }
   // Managed memory reads as zero until written (the driver hands out fresh pages, as the kernel
   // does; fakecuda zeroes), like a fresh mapping.
-  if (CUresult added = add(p, reinterpret_cast<uint8_t*>(p), p, size, true)) {
+  if (CUresult added = add(p, reinterpret_cast<uint8_t*>(p), p, size, true, held.bytes())) {
     drv.cuMemFree_v2(p);
     // INVALID_VALUE: the driver reused an address still recorded (a free went by some other path).
     return out.put<int32_t>(added == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_UNKNOWN : added);
   }
+  held.keep();
   out.put<int32_t>(CUDA_SUCCESS);
   proto::wire::put_managed_alloc_reply(out, p);
 }
@@ -161,6 +187,7 @@ bool MappedMemory::forget_managed(uint64_t address, const SendUpdate& send) {
     std::lock_guard lk(mu_);
     auto it = by_client_.find(address);
     if (it == by_client_.end() || !it->second.managed) return true;
+    limits::unreserve_host(it->second.host_bytes);
     by_client_.erase(it);
     count_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -180,6 +207,7 @@ void MappedMemory::free(const DriverTable& drv, Reader& in, Writer& out) {
     if (it == by_client_.end()) return out.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
     b = std::move(it->second);
     by_client_.erase(it);
+    limits::unreserve_host(b.host_bytes);
     count_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (b.managed) return out.put<int32_t>(drv.cuMemFree_v2(b.dptr));
@@ -204,8 +232,10 @@ void MappedMemory::write(Reader& in, Writer& out) {
   out.put<int32_t>(CUDA_SUCCESS);
 }
 
-CUresult MappedMemory::add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed) {
+CUresult MappedMemory::add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed,
+                           uint64_t host_bytes) {
   Buffer b;
+  b.host_bytes = host_bytes;
   b.client_base = client_base;
   b.data = data;
   b.dptr = dptr;

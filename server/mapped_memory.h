@@ -91,13 +91,15 @@ class MappedMemory {
     std::map<size_t, size_t> gpu_ranges;  // offset -> end, disjoint
     uint64_t marked_at = 0;               // generation of the latest mark
     bool managed = false;                 // data is a cuMemAllocManaged allocation
+    uint64_t host_bytes = 0;              // server host memory it holds (server/limits.h)
   };
   void mark_locked(Buffer& b, size_t offset, size_t len);
   Buffer* find_locked(uint64_t client_address, uint64_t n);
   // Records a mirrored buffer whose two copies start zeroed (a fresh mapping and fresh managed
   // pages both read as zero). Records nothing and answers CUDA_ERROR_INVALID_VALUE when its range
   // overlaps a recorded buffer's, CUDA_ERROR_OUT_OF_MEMORY when its shadow cannot be had.
-  CUresult add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed);
+  // host_bytes: the server host memory it holds, given back when it is freed (server/limits.h).
+  CUresult add(uint64_t client_base, uint8_t* data, CUdeviceptr dptr, size_t size, bool managed, uint64_t host_bytes);
 
   std::mutex mu_;
   std::map<uint64_t, Buffer> by_client_;  // by client base address

@@ -3,13 +3,19 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+#include <tuple>
 
+#include "common/cuda_image.h"
 #include "common/env.h"
 #include "common/files.h"
 #include "common/log.h"
@@ -17,8 +23,13 @@
 namespace rgpu::server::module_cache {
 namespace {
 
-std::string g_dir;  // "" = off
+std::string g_root;  // --cache-dir ("" = off)
+std::string g_dir;   // this session's tenant's directory in it
 uint64_t g_max_bytes = 0;
+// Bytes held by the cached images of every tenant, kept in memory shared by the server's processes
+// (mapped by configure(), before the listener forks): a store does not rescan the directory. The
+// eviction's scan sets it right again (files removed behind the server's back, races).
+std::atomic<uint64_t>* g_total = nullptr;
 
 // The modification time the server gives every image it wrote or verified (module_cache.h,
 // "Verified images"): anything else touching the file gives it another time.
@@ -28,10 +39,18 @@ bool stamped(const struct stat& st) {
   return st.st_mtim.tv_sec == kVerifiedStamp.tv_sec && st.st_mtim.tv_nsec == kVerifiedStamp.tv_nsec;
 }
 
+// The access time is the image's last use (for the eviction), set by hand: mounts with noatime or
+// relatime would not keep it. The modification time stays the stamp.
 void stamp(int dirfd_or_cwd, const char* path) {
-  const timespec times[2] = {kVerifiedStamp, kVerifiedStamp};
+  const timespec times[2] = {{0, UTIME_NOW}, kVerifiedStamp};
   utimensat(dirfd_or_cwd, path, times, 0);  // best effort: an unstamped image is verified again
 }
+void touch(const char* path) {
+  const timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+  utimensat(AT_FDCWD, path, times, 0);
+}
+
+std::string tenant_dir(const std::string& tenant) { return tenant.empty() ? g_root : g_root + "/tenant-" + tenant; }
 
 bool is_hex_name(const char* s) {
   size_t n = 0;
@@ -42,18 +61,65 @@ bool is_hex_name(const char* s) {
   return n == 64;
 }
 
-// Bytes held by cached images (files named by a hash; temporaries are not counted).
-uint64_t total_bytes() {
-  uint64_t total = 0;
-  DIR* d = opendir(g_dir.c_str());
-  if (!d) return 0;
-  while (dirent* e = readdir(d)) {
-    if (!is_hex_name(e->d_name)) continue;
-    struct stat st;
-    if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) total += static_cast<uint64_t>(st.st_size);
+struct Entry {
+  timespec used;
+  std::string path;
+  uint64_t size;
+};
+
+// The images of every tenant's directory (files named by a hash; temporaries are not counted).
+std::vector<Entry> scan_all() {
+  std::vector<Entry> out;
+  std::vector<std::string> dirs = {g_root};
+  if (DIR* d = opendir(g_root.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "tenant-", 7) == 0) dirs.push_back(g_root + "/" + e->d_name);
+    closedir(d);
   }
-  closedir(d);
+  for (const std::string& dir : dirs) {
+    DIR* d = opendir(dir.c_str());
+    if (!d) continue;
+    while (dirent* e = readdir(d)) {
+      if (!is_hex_name(e->d_name)) continue;
+      struct stat st;
+      if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+        out.push_back({st.st_atim, dir + "/" + e->d_name, static_cast<uint64_t>(st.st_size)});
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+uint64_t sum(const std::vector<Entry>& all) {
+  uint64_t total = 0;
+  for (const Entry& e : all) total += e.size;
   return total;
+}
+
+// Makes room for `need` more bytes: removes the least recently used images (any tenant's) until
+// the rest and `need` fit. The scan also sets the shared total right.
+void evict_for(uint64_t need) {
+  std::vector<Entry> all = scan_all();
+  uint64_t total = sum(all);
+  std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.used.tv_sec, a.used.tv_nsec) < std::tie(b.used.tv_sec, b.used.tv_nsec);
+  });
+  size_t evicted = 0;
+  for (const Entry& e : all) {
+    if (total + need <= g_max_bytes) break;
+    if (unlink(e.path.c_str()) == 0) ++evicted;  // another process may have removed it first
+    total -= e.size;
+  }
+  g_total->store(total);
+  log::debug("module cache: removed %zu least recently used image%s to make room for %llu bytes (limit %llu)",
+             evicted, evicted == 1 ? "" : "s", static_cast<unsigned long long>(need),
+             static_cast<unsigned long long>(g_max_bytes));
+}
+
+void subtract(uint64_t n) {
+  uint64_t cur = g_total->load();
+  while (!g_total->compare_exchange_weak(cur, cur - std::min(cur, n))) {
+  }
 }
 
 }  // namespace
@@ -69,15 +135,33 @@ std::string default_dir() {
 
 bool configure(const std::string& dir, uint64_t max_bytes, std::string* err) {
   g_dir.clear();
+  g_root.clear();
   if (dir.empty()) return true;
   if (!files::make_dirs(dir)) {
     *err = "cannot create the module cache directory " + dir + ": " + std::strerror(errno);
     return false;
   }
-  g_dir = dir;
+  if (!g_total) {
+    void* p = mmap(nullptr, sizeof *g_total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    g_total = p == MAP_FAILED ? new std::atomic<uint64_t>(0) : new (p) std::atomic<uint64_t>(0);
+  }
+  g_root = g_dir = dir;
   g_max_bytes = max_bytes;
+  g_total->store(sum(scan_all()));
   return true;
 }
+
+void set_tenant(const std::string& tenant) {
+  if (g_root.empty()) return;
+  g_dir = tenant_dir(tenant);
+  if (!files::make_dirs(g_dir)) {
+    log::warn("cannot create the module cache directory %s (%s); this session runs without a module cache",
+              g_dir.c_str(), std::strerror(errno));
+    g_dir.clear();
+  }
+}
+
+uint64_t total_bytes() { return g_total && !g_root.empty() ? g_total->load() : 0; }
 
 bool enabled() { return !g_dir.empty(); }
 
@@ -103,23 +187,30 @@ bool load(const crypto::Digest& hash, std::vector<uint8_t>* out) {
   close(fd);
   if (ok && crypto::sha256(out->data(), out->size()) != hash) {
     log::warn("module cache: %s does not match its hash; removing it", path.c_str());
-    unlink(path.c_str());
+    if (unlink(path.c_str()) == 0) subtract(static_cast<uint64_t>(st.st_size));
     ok = false;
   }
-  if (ok && !stamped(st)) stamp(AT_FDCWD, path.c_str());
+  if (ok) stamped(st) ? touch(path.c_str()) : stamp(AT_FDCWD, path.c_str());
   if (!ok) out->clear();
   return ok;
 }
 
-void store(const void* data, size_t n) {
-  if (g_dir.empty() || n == 0) return;
-  std::string path = g_dir + "/" + hex(crypto::sha256(data, n));
-  if (access(path.c_str(), F_OK) == 0) return;
-  if (total_bytes() + n > g_max_bytes) {
-    log::debug("module cache: not caching a %zu-byte image: the cache in %s is at its limit of %llu bytes", n,
-               g_dir.c_str(), static_cast<unsigned long long>(g_max_bytes));
+void store(const void* data, size_t received) {
+  if (g_dir.empty() || received == 0) return;
+  // Only the image: bytes a client sent past its end are not part of it (and would let one
+  // client fill the cache with junk under hashes no load ever asks for).
+  const size_t n = image::image_size(data, received);
+  if (n == 0 || n > g_max_bytes) {
+    log::debug("module cache: not caching %zu bytes: %s", received,
+               n == 0 ? "not a cubin, fatbin or PTX whose length rgpu can measure" : "larger than the whole cache");
     return;
   }
+  std::string path = g_dir + "/" + hex(crypto::sha256(data, n));
+  if (access(path.c_str(), F_OK) == 0) {
+    touch(path.c_str());
+    return;
+  }
+  if (g_total->load() + n > g_max_bytes) evict_for(n);
   uint8_t nonce[8];
   crypto::random_bytes(nonce, sizeof nonce);
   crypto::Digest pad{};
@@ -132,13 +223,15 @@ void store(const void* data, size_t n) {
   }
   // No fsync: an image cut short by a crash fails its hash check on load and is removed.
   bool ok = files::write_all(fd, data, n);
-  const timespec times[2] = {kVerifiedStamp, kVerifiedStamp};
+  const timespec times[2] = {{0, UTIME_NOW}, kVerifiedStamp};
   ok = ok && futimens(fd, times) == 0;
   ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
     log::debug("module cache: cannot write %s: %s", path.c_str(), std::strerror(errno));
     unlink(tmp.c_str());
+    return;
   }
+  g_total->fetch_add(n);
 }
 
 std::vector<crypto::Digest> index(size_t max) {

@@ -4,9 +4,17 @@
 // renamed into place), so concurrent sessions never see a partial image. A client asks for an
 // image by hash (protocol/messages.h kOpModuleByHash) before sending its bytes.
 //
+// Tenants (protocol/handshake.h): each tenant's images are a directory of their own (the "" tenant's
+// the cache directory itself, tenant NAME's <dir>/tenant-NAME), so a session lists and loads by
+// hash only its own tenant's images: what another tenant ran is neither shown nor loadable.
+//
 // Robustness: an image read back is checked against its name's hash (a damaged or edited file is
-// ignored and removed); the directory's total size is capped, and an image that would pass the
-// cap is simply not cached. Every failure here only costs a resend: the cache is never required.
+// ignored and removed). Only the image is stored (its own length, common/cuda_image.h: bytes sent
+// past its end are not), and the total size of all tenants' images is capped: a store past the cap
+// first removes the least recently used images (last load or store, kept as the file's access
+// time). The total is kept in memory shared by the server's processes, set right by each eviction's
+// scan; concurrent stores may pass the cap by their sizes until the next eviction. Every failure
+// here only costs a resend: the cache is never required.
 //
 // Verified images: clients load the images the index lists without waiting for an answer
 // (client/modules.cpp), so a listed image must load. The server gives each image it wrote or
@@ -29,10 +37,16 @@ std::string default_dir();
 // sessions start. Returns false (cache stays off) with *err when the directory cannot be made.
 bool configure(const std::string& dir, uint64_t max_bytes, std::string* err);
 bool enabled();
+// The tenant whose images this process stores, lists and loads (its directory is made when
+// missing). Called in the session's process once the handshake knows the tenant.
+void set_tenant(const std::string& tenant);
+// Bytes held by all tenants' images, as counted in memory.
+uint64_t total_bytes();
 // The image whose SHA-256 is `hash`, into *out; false when not cached (or unreadable, or damaged).
 bool load(const crypto::Digest& hash, std::vector<uint8_t>* out);
-// Stores an image the driver accepted. Best effort: does nothing when off, already cached, or over the cap.
-void store(const void* data, size_t n);
+// Stores the image at data (its own length, at most `received` bytes) that the driver accepted. Best
+// effort: does nothing when off, already cached, not measurable or larger than the whole cache.
+void store(const void* data, size_t received);
 // The hashes of the cached images (at most `max`), for the session's snapshot.
 std::vector<crypto::Digest> index(size_t max);
 // Lowercase hex of a digest (the file name).

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,10 +25,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A fatbin of n bytes in all (common/cuda_image.h measures it by its header): magic, version,
+// header size 16, payload size n - 16, then seed-dependent bytes.
 std::vector<uint8_t> image(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 7);
+  const uint32_t magic = 0xBA55ED50;
+  const uint16_t version = 1, header = 16;
+  const uint64_t payload = n - 16;
+  std::memcpy(v.data(), &magic, 4);
+  std::memcpy(v.data() + 4, &version, 2);
+  std::memcpy(v.data() + 6, &header, 2);
+  std::memcpy(v.data() + 8, &payload, 8);
   return v;
+}
+
+// The cache's files, by name, in dir.
+size_t files_in(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.is_regular_file();
+  return n;
 }
 
 crypto::Digest digest(const std::vector<uint8_t>& v) { return crypto::sha256(v.data(), v.size()); }
@@ -164,15 +182,84 @@ TEST_F(ModuleCache, FilesNotNamedByAHashAreNeitherListedNorCounted) {
   EXPECT_TRUE(listed(digest(img)));
 }
 
-TEST_F(ModuleCache, AnImagePastTheCapIsNotCached) {
+// Issue 17, defect 6: at the cap the cache stopped storing and stayed full for good. Now the least
+// recently used images (last stored or loaded) make room.
+TEST_F(ModuleCache, AtTheCapTheLeastRecentlyUsedImagesMakeRoom) {
   std::string err;
   ASSERT_TRUE(configure(dir_ + "/cache", 10000, &err));
-  const auto a = image(6000, 1), b = image(6000, 2);
+  const auto a = image(4000, 1), b = image(4000, 2), c = image(4000, 3);
   store(a.data(), a.size());
-  store(b.data(), b.size());  // 12000 > 10000
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  store(b.data(), b.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<uint8_t> got;
+  ASSERT_TRUE(load(digest(a), &got));  // a is used again: b is now the least recently used
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  store(c.data(), c.size());  // 12000 > 10000: b goes
   EXPECT_TRUE(listed(digest(a)));
   EXPECT_FALSE(listed(digest(b)));
   EXPECT_FALSE(fs::exists(path(digest(b))));
+  EXPECT_TRUE(listed(digest(c)));
+  EXPECT_EQ(total_bytes(), 8000u);
+  // An image larger than the whole cache is not stored, and removes nothing.
+  const auto huge = image(20000, 4);
+  store(huge.data(), huge.size());
+  EXPECT_FALSE(listed(digest(huge)));
+  EXPECT_TRUE(listed(digest(a)));
+  EXPECT_TRUE(listed(digest(c)));
+}
+
+// Issue 17, defect 6: bytes sent after a valid image were stored with it, under a hash no client
+// asks for. Only the image's own length is stored, under the hash of those bytes.
+TEST_F(ModuleCache, OnlyTheImageIsStoredNotBytesSentPastItsEnd) {
+  const auto img = image(3000, 5);
+  std::vector<uint8_t> sent = img;
+  sent.resize(img.size() + 100000, 0xEE);
+  store(sent.data(), sent.size());
+  EXPECT_TRUE(listed(digest(img)));
+  EXPECT_EQ(fs::file_size(path(digest(img))), img.size());
+  EXPECT_FALSE(fs::exists(path(digest(sent))));
+  EXPECT_EQ(total_bytes(), img.size());
+  // Bytes that are no image at all are not stored.
+  std::vector<uint8_t> junk(5000, 0x41);
+  store(junk.data(), junk.size());
+  EXPECT_EQ(files_in(dir_ + "/cache"), 1u);
+}
+
+// The total is kept in memory: set from one scan at configure, then counted by stores and evictions
+// (a store no longer rescans the directory).
+TEST_F(ModuleCache, TheTotalIsCountedFromTheFilesAtStartAndByEachStore) {
+  const auto a = image(1000, 6), b = image(2000, 7);
+  store(a.data(), a.size());
+  std::string err;
+  ASSERT_TRUE(configure(dir_ + "/cache", 1 << 20, &err));  // a server restarting finds a
+  EXPECT_EQ(total_bytes(), 1000u);
+  store(b.data(), b.size());
+  store(b.data(), b.size());  // already there: not counted twice
+  EXPECT_EQ(total_bytes(), 3000u);
+}
+
+// Issue 17, defect 1: one cache for all sessions let any client list and load another's modules.
+// Each tenant sees only its own images; the "" tenant's are the directory itself.
+TEST_F(ModuleCache, EachTenantListsAndLoadsOnlyItsOwnImages) {
+  const auto mine = image(1000, 8), theirs = image(1000, 9);
+  set_tenant("alice");
+  store(mine.data(), mine.size());
+  set_tenant("bob");
+  store(theirs.data(), theirs.size());
+  std::vector<uint8_t> got;
+  EXPECT_FALSE(load(digest(mine), &got));
+  EXPECT_FALSE(listed(digest(mine)));
+  EXPECT_TRUE(listed(digest(theirs)));
+  set_tenant("");
+  EXPECT_TRUE(index(1000).empty());
+  EXPECT_FALSE(load(digest(theirs), &got));
+  set_tenant("alice");
+  EXPECT_TRUE(load(digest(mine), &got));
+  EXPECT_EQ(got, mine);
+  EXPECT_TRUE(fs::is_regular_file(dir_ + "/cache/tenant-alice/" + hex(digest(mine))));
+  EXPECT_EQ(total_bytes(), 2000u);  // one cap for all tenants
+  set_tenant("");
 }
 
 TEST_F(ModuleCache, TheIndexStopsAtItsLimit) {

@@ -213,7 +213,10 @@ class Session : public ClientCallbacks {
     }
     if (opt_.channel && !start_channel()) return 1;
     std::optional<proto::FrameReader> reader;
-    if (!ch_) reader.emplace(fd_, proto::kMaxPayload);
+    if (!ch_) {
+      reader.emplace(fd_, proto::kMaxPayload);
+      reader->frame_time = proto::ChannelOptions{}.frame_time;  // the channel's bound on a stalled frame
+    }
     for (;;) {
       Frame f;
       if (ch_) {
@@ -649,7 +652,42 @@ void Worker::loop() {
 
 namespace {
 std::string g_sessions_dir;  // this session process's SessionOptions::sessions_dir
+std::string g_tenant;        // and its SessionOptions::tenant
+
+// An entry's fields: identity, peer, start, grace end, tenant (an entry from a release before
+// tenants has four: the "" tenant's).
+std::vector<std::string> entry_fields(const std::string& line) {
+  std::vector<std::string> f;
+  size_t at = 0;
+  for (;;) {
+    size_t tab = line.find('\t', at);
+    f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
+    if (tab == std::string::npos) break;
+    at = tab + 1;
+  }
+  if (!f.empty() && !f.back().empty() && f.back().back() == '\n') f.back().pop_back();
+  return f;
+}
+
+// The tenant of listed session pid, or false when its entry cannot be read.
+bool entry_tenant(const std::string& dir, long pid, std::string* tenant) {
+  std::FILE* f = std::fopen((dir + "/" + std::to_string(pid)).c_str(), "r");
+  if (!f) return false;
+  char line[1024] = {};
+  bool got = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  if (!got) return false;
+  std::vector<std::string> fields = entry_fields(line);
+  if (fields.size() < 4) return false;
+  *tenant = fields.size() > 4 ? fields[4] : "";
+  return true;
+}
 }  // namespace
+
+bool same_tenant_session(const std::string& dir, int pid) {
+  std::string tenant;
+  return !dir.empty() && entry_tenant(dir, pid, &tenant) && tenant == g_tenant;
+}
 
 void write_session_entry(const std::string& dir, const std::string& identity, const std::string& peer,
                          long long start, long long grace_ends) {
@@ -658,8 +696,9 @@ void write_session_entry(const std::string& dir, const std::string& identity, co
   std::string path = dir + "/" + std::to_string(getpid());
   std::string tmp = dir + "/." + std::to_string(getpid());
   if (FILE* f = std::fopen(tmp.c_str(), "w")) {
-    // identity and peer hold no tabs or newlines (the handshake's identity is printable text).
-    std::fprintf(f, "%s\t%s\t%lld\t%lld\n", identity.c_str(), peer.c_str(), start, grace_ends);
+    // identity and peer hold no tabs or newlines (the handshake's identity is printable text), nor
+    // does a tenant's name (protocol/accept_loop.h, parse_token_file).
+    std::fprintf(f, "%s\t%s\t%lld\t%lld\t%s\n", identity.c_str(), peer.c_str(), start, grace_ends, g_tenant.c_str());
     std::fclose(f);
     std::rename(tmp.c_str(), path.c_str());
   }
@@ -693,18 +732,18 @@ void sessions(Dispatch& d) {
       bool got = std::fgets(line, sizeof line, f) != nullptr;
       std::fclose(f);
       if (!got) continue;
-      std::string text(line);
-      size_t a = text.find('\t'), b = a == std::string::npos ? a : text.find('\t', a + 1);
-      if (b == std::string::npos) continue;
-      size_t c = text.find('\t', b + 1);
-      std::string peer = text.substr(a + 1, b - a - 1);
+      std::vector<std::string> fields = entry_fields(line);
+      if (fields.size() < 3) continue;
+      // Another tenant's sessions are not shown: a client learns nothing of other tenants.
+      if ((fields.size() > 4 ? fields[4] : "") != g_tenant) continue;
+      std::string peer = fields[1];
       // A session whose connection broke: how long it waits for its client (protocol/channel.h).
-      long long ends = c == std::string::npos ? 0 : std::atoll(text.c_str() + c + 1);
+      long long ends = fields.size() > 3 ? std::atoll(fields[3].c_str()) : 0;
       if (ends > 0)
         peer += log::format(" (disconnected; ends in %lld s unless its client comes back)",
                             std::max(0ll, ends - static_cast<long long>(time(nullptr))));
       if (static_cast<pid_t>(pid) != getpid()) peer += session_state_note(d.drv, g_sessions_dir, static_cast<int>(pid));
-      list.push_back({static_cast<uint32_t>(pid), text.substr(0, a), peer, std::strtoull(text.c_str() + b + 1, nullptr, 10),
+      list.push_back({static_cast<uint32_t>(pid), fields[0], peer, std::strtoull(fields[2].c_str(), nullptr, 10),
                       static_cast<pid_t>(pid) == getpid()});
     }
     closedir(dir);
@@ -729,6 +768,7 @@ bool push_snapshot(proto::Transport& t, const DriverTable& driver) {
 
 int run_session(int fd, const SessionOptions& options) {
   g_sessions_dir = options.sessions_dir;
+  g_tenant = options.tenant;
   register_session(options.sessions_dir, options.identity, options.peer);
   // Bulk frames (8 MiB copy chunks) come and go all session long: keep them on the heap, where
   // freed ones are reused, instead of fresh mmap()s that page-fault on every byte.

@@ -40,6 +40,8 @@ struct SessionOptions {
   // server's context for resuming clients' TLS handshakes (protocol/tls.h). nullptr: plain TCP.
   std::shared_ptr<proto::Transport> transport;
   std::shared_ptr<proto::TlsContext> tls;
+  // Whose token the client proved (protocol/handshake.h): the session list shows only its own.
+  std::string tenant;
 };
 
 // The session process's entry in the sessions directory: written at start, removed at exit.
@@ -48,6 +50,8 @@ void register_session(const std::string& dir, const std::string& identity, const
 void write_session_entry(const std::string& dir, const std::string& identity, const std::string& peer,
                          long long start, long long grace_ends);
 void unregister_session(const std::string& dir, int pid);
+// True when pid's entry in dir is of this session's tenant (rgpu-smi acts only on its own tenant's).
+bool same_tenant_session(const std::string& dir, int pid);
 // This session process's SessionOptions::sessions_dir ("" outside a session, as when fuzzing).
 const std::string& listed_sessions_dir();
 // Where rgpu-smi migrate notes which GPU a session was moved to (server/session_control.cpp).

@@ -283,7 +283,7 @@ void session_control(Dispatch& d) {
   if (!action) {
     o = fail(CUDA_ERROR_NOT_SUPPORTED,
              log::format("this rgpu-server does not know session action %u (is rgpu-smi newer than the server?)", q.action));
-  } else if (!listed(dir, q.pid)) {
+  } else if (!listed(dir, q.pid) || !same_tenant_session(dir, static_cast<int>(q.pid))) {
     o = fail(CUDA_ERROR_INVALID_VALUE,
              log::format("%u is not a live session of this server (rgpu-smi lists them by pid)", q.pid));
   } else if (static_cast<pid_t>(q.pid) == getpid()) {

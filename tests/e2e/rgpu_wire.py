@@ -125,11 +125,16 @@ def session_control(action, pid, gpu=-1):
     return struct.pack("<BIi", action, pid, gpu)
 
 
+def token_hint(token, nonce):
+    """Hello's token hint (protocol/handshake.h, "Tenants"): which of the server's tokens, unrevealed."""
+    return hmac.new(token.encode(), b"rgpu-token-hint" + nonce, hashlib.sha256).digest()[:16] if token else bytes(16)
+
+
 def hello(identity="rgpu_wire@pytest pid=%d prog=rgpu_wire" % os.getpid(), magic=MAGIC, version=VERSION,
-          caps=OUR_CAPS, nonce=None):
+          caps=OUR_CAPS, nonce=None, token=None):
     """A Hello payload; returns (payload, client_nonce)."""
     nonce = nonce if nonce is not None else os.urandom(32)
-    payload = struct.pack("<IHQ", magic, version, caps) + put_str(identity) + bytes(16) + nonce
+    payload = struct.pack("<IHQ", magic, version, caps) + put_str(identity) + token_hint(token, nonce) + nonce
     return payload, nonce
 
 
@@ -167,13 +172,14 @@ def peer_closed(sock, timeout=5.0):
 
 
 class Conn:
-    def __init__(self, addr, token=None, handshake=True, timeout=10.0, client_proof=None):
+    def __init__(self, addr, token=None, handshake=True, timeout=10.0, client_proof=None, identity=None):
         host, port = addr.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.sock.settimeout(timeout)
         self.next_request = 1
         self.session = None
         self.capabilities = None
+        self.identity = identity
         if handshake:
             self.handshake(token, client_proof=client_proof)
 
@@ -191,7 +197,8 @@ class Conn:
 
     def handshake(self, token=None, client_proof=None):
         """Hello -> Challenge -> Auth -> Welcome. client_proof overrides the computed proof."""
-        payload, client_nonce = hello()
+        payload, client_nonce = hello(token=token) if self.identity is None else \
+            hello(identity=self.identity, token=token)
         self.send(frame(OP_HELLO, payload))
         op, _, _, _, ch = self._expect(OP_CHALLENGE)
         magic, version, caps, token_required = struct.unpack_from("<IHQB", ch)
