@@ -323,6 +323,13 @@ SSL_CTX* new_ctx(bool server, std::string* err) {
   SSL_CTX_set_num_tickets(ctx, 0);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
+  // Throughput (channel_bench BM_OneWayChannel/1): AES-128-GCM first (AES-NI makes both AES
+  // suites fast; 128 is the faster), and reads that take whatever the socket holds, up to 4
+  // records, in one recv, instead of two recvs (header, body) per 16 KiB record. Reading ahead is
+  // safe here: every wait for the socket comes after an SSL_read that needed more bytes.
+  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, 4 * (SSL3_RT_MAX_PLAIN_LENGTH + SSL3_RT_MAX_ENCRYPTED_OVERHEAD));
   return ctx;
 }
 
