@@ -311,7 +311,8 @@ TlsClientConfig TlsClientConfig::from_env() {
 namespace {
 
 SSL_CTX* new_ctx(bool server, std::string* err) {
-  if (g_verify_index < 0) g_verify_index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  static std::once_flag once;
+  std::call_once(once, [] { g_verify_index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr); });
   SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   if (!ctx) {
     *err = "cannot set up TLS: " + ssl_errors();
