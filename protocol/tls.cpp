@@ -90,8 +90,17 @@ int bio_write(BIO* b, const char* data, int n) {
   return static_cast<int>(r);
 }
 
+// Set by tls_connect while OpenSSL writes the ClientHello: reads then wait (as if nothing had
+// come), so that the server's first bytes are looked at before OpenSSL takes them (a refusal in
+// clear can arrive before the ClientHello has gone out: the server answers the preamble).
+thread_local bool t_hold_reads = false;
+
 int bio_read(BIO* b, char* data, int n) {
   BIO_clear_retry_flags(b);
+  if (t_hold_reads) {
+    BIO_set_retry_read(b);
+    return -1;
+  }
   ssize_t r;
   do r = ::recv(static_cast<int>(BIO_get_fd(b, nullptr)), data, static_cast<size_t>(n), 0);
   while (r < 0 && errno == EINTR);
@@ -441,7 +450,9 @@ std::unique_ptr<TlsTransport> tls_connect(const std::shared_ptr<TlsContext>& ctx
   auto t = TlsHandshake::make(ssl, fd, false);  // the caller keeps fd on failure
   bool first_read = true;
   for (;;) {
+    t_hold_reads = first_read;
     int r = SSL_do_handshake(ssl);
+    t_hold_reads = false;
     if (r == 1) break;
     int e = SSL_get_error(ssl, r);
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
