@@ -3,7 +3,8 @@
 // 64-byte request, a 16-byte answer, as a small driver call), and one-way throughput of
 // 4 KiB frames sent in 256 KiB batches (as launches and copies are). Issue 16's budget: at most
 // 2 µs more per synchronous call, at most 2% less one-way throughput. Raw round trips are measured
-// twice: with FrameReader (which busy-polls before blocking) and with plain blocking reads.
+// twice: with FrameReader (which busy-polls before blocking) and with plain blocking reads. The
+// channel's two are measured over TLS 1.3 too (protocol/tls.h; issue 17), what `tls://` costs.
 //   build/bin/channel_bench --benchmark_out=FILE.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 #include <netinet/in.h>
@@ -18,6 +19,7 @@
 #include "common/net.h"
 #include "protocol/channel.h"
 #include "protocol/frame.h"
+#include "protocol/tls.h"
 
 namespace {
 
@@ -114,16 +116,64 @@ void BM_RoundTripRawFrames(benchmark::State& state) {
   ::close(s);
 }
 
-// Both ends of a channel session over one loopback connection.
+// A loopback pair inside TLS 1.3: a self-signed server certificate, a client pinning it.
+std::pair<std::unique_ptr<Transport>, std::unique_ptr<Transport>> tls_pair() {
+  static std::shared_ptr<TlsContext> server_ctx, client_ctx;
+  std::string err;
+  if (!server_ctx) {
+    CertificateSpec spec;
+    spec.names = {"127.0.0.1"};
+    std::string cert, key;
+    make_certificate(spec, &cert, &key, &err);
+    char dir[] = "/tmp/rgpu-bench-tls-XXXXXX";
+    mkdtemp(dir);
+    const std::string cf = std::string(dir) + "/c.pem", kf = std::string(dir) + "/k.pem";
+    FILE* f = fopen(cf.c_str(), "w");
+    fputs(cert.c_str(), f);
+    fclose(f);
+    f = fopen(kf.c_str(), "w");
+    fputs(key.c_str(), f);
+    fclose(f);
+    server_ctx = tls_server_context({cf, kf, ""}, &err);
+    unlink(cf.c_str());
+    unlink(kf.c_str());
+    rmdir(dir);
+    TlsClientConfig cc;
+    cc.fingerprint = tls_fingerprint(*server_ctx);
+    client_ctx = tls_client_context(cc, &err);
+  }
+  auto [c, s] = loopback_pair();
+  std::unique_ptr<Transport> server_end;
+  std::thread accept([&, s = s] {
+    uint32_t magic;
+    TlsPreamble pre;
+    std::string e;
+    if (net::read_full(s, &magic, 4) == 4 && read_tls_preamble_rest(s, &pre, Clock::now() + std::chrono::seconds(5)))
+      server_end = tls_accept(server_ctx, s, true, Clock::now() + std::chrono::seconds(5), &e);
+  });
+  TlsFailure failure;
+  std::unique_ptr<Transport> client_end = tls_connect(client_ctx, c, true, "127.0.0.1", kTlsNew, SessionId{}, "bench",
+                                                      Clock::now() + std::chrono::seconds(5), &err, &failure);
+  accept.join();
+  return {std::move(client_end), std::move(server_end)};
+}
+
+// Both ends of a channel session over one loopback connection (in TLS with tls).
 struct ChannelPair {
   SessionId id{};
   Channel client{Side::kClient, id, "", ChannelOptions{}};
   Channel server{Side::kServer, id, "", ChannelOptions{}};
   std::thread server_thread;
-  ChannelPair() {
-    auto [c, s] = loopback_pair();
-    client.start(socket_transport(c));
-    server.start(socket_transport(s));
+  explicit ChannelPair(bool tls = false) {
+    if (tls) {
+      auto [c, s] = tls_pair();
+      client.start(std::move(c));
+      server.start(std::move(s));
+    } else {
+      auto [c, s] = loopback_pair();
+      client.start(socket_transport(c));
+      server.start(socket_transport(s));
+    }
     server_thread = std::thread(channel_server, &server);
   }
   ~ChannelPair() {
@@ -134,7 +184,7 @@ struct ChannelPair {
 };
 
 void BM_RoundTripChannel(benchmark::State& state) {
-  ChannelPair p;
+  ChannelPair p(state.range(0) != 0);
   std::vector<uint8_t> req(kRequest, 2);
   iovec part{req.data(), req.size()};
   FrameHeader h;
@@ -176,7 +226,7 @@ void BM_OneWayRawFrames(benchmark::State& state) {
 }
 
 void BM_OneWayChannel(benchmark::State& state) {
-  ChannelPair p;
+  ChannelPair p(state.range(0) != 0);
   std::vector<uint8_t> data(kOneWay, 3);
   iovec part{data.data(), data.size()};
   for (auto _ : state) {
@@ -196,9 +246,10 @@ void BM_OneWayChannel(benchmark::State& state) {
 // Interleaved, so both kinds see the same machine load.
 BENCHMARK(BM_RoundTripRawFrames)->UseRealTime()->MinTime(1.0)->Repetitions(3);
 BENCHMARK(BM_RoundTripRawFramesBlocking)->UseRealTime()->MinTime(1.0)->Repetitions(3);
-BENCHMARK(BM_RoundTripChannel)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+// Arg 0: plain TCP; 1: TLS 1.3.
+BENCHMARK(BM_RoundTripChannel)->Arg(0)->Arg(1)->UseRealTime()->MinTime(1.0)->Repetitions(3);
 BENCHMARK(BM_OneWayRawFrames)->UseRealTime()->MinTime(1.0)->Repetitions(3);
-BENCHMARK(BM_OneWayChannel)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+BENCHMARK(BM_OneWayChannel)->Arg(0)->Arg(1)->UseRealTime()->MinTime(1.0)->Repetitions(3);
 
 }  // namespace
 

@@ -5,8 +5,9 @@
     print((x * 2).sum().item())   # 8.0, computed by rgpu-opserver
 
 Importing rgpu adds the device "rgpu" (torch's PrivateUse1 backend, renamed): tensors on it live
-on the machine that runs rgpu-opserver (RGPU_OPSERVER=host:port, default 127.0.0.1:9720; token in
-RGPU_TOKEN). The connection opens at the first use of the device, not at import.
+on the machine that runs rgpu-opserver (RGPU_OPSERVER=host:port, default 127.0.0.1:9720, or
+tls://host:port for one started with --tls, trusted through RGPU_TLS_FINGERPRINT or RGPU_TLS_CA;
+token in RGPU_TOKEN). The connection opens at the first use of the device, not at import.
 
 Where the pieces are found:
 - the backend library: rgpu/_C*.so inside the installed package (pip install ./python), else

@@ -274,3 +274,52 @@ def test_tls_adds_at_most_two_round_trips_to_a_connect(short_dir, tmp_path, toke
             p.wait(5)
         plain.stop()
         secure.stop()
+
+
+def test_a_restarted_tls_server_hands_the_reconnecting_client_its_session(short_dir, tmp_path):
+    # As test_reconnect's restart, over TLS: the first server dies (kill -9), a second listens on the
+    # same port with the same --state-dir (so the same certificate), and the client's resume,
+    # which can reach only the second, is handed to the session process the first one left; that
+    # process runs the TLS handshake with the context it has had since its start.
+    import os
+    import signal
+    port = free_port()
+    first = Server(port=port, extra_args=["--tls", "auto", "--state-dir", short_dir, "--runtime-dir", short_dir])
+    fp = fingerprint(first)
+    proxy = FaultProxy(BUILD / "bin/rgpu-faultproxy", first.addr, "--fault", "cut", "--on-signal", "--connections", "2")
+    env = dict(os.environ, LD_LIBRARY_PATH=str(BUILD / "lib"), RGPU_SERVER="tls://" + proxy.addr,
+               RGPU_TLS_FINGERPRINT=fp)
+    go = tmp_path / "go"
+    client = subprocess.Popen([RECONNECT, IMAGE, "10", str(go)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        deadline = time.time() + 20
+        while "started" not in first.text() and time.time() < deadline:
+            time.sleep(0.05)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(5)
+        for _ in range(50):  # the old spare holds the port for a moment after its parent died
+            second = Server(port=port, extra_args=["--tls", "auto", "--state-dir", short_dir, "--runtime-dir",
+                                                   short_dir])
+            time.sleep(0.2)
+            if second.alive():
+                break
+            second.log.close()
+            second = None
+        assert second, "a second rgpu-server could not listen on the port"
+        assert fingerprint(second) == fp
+        proxy.strike()
+        go.touch()
+        out, err = client.communicate(timeout=120)
+        assert client.returncode == 0, out + err
+        assert "rounds 10" in out
+        assert "reconnecting" in err, err
+        assert "TLS connection from" in second.text() and "resumes session" in second.text(), second.text()
+    finally:
+        if client.poll() is None:
+            client.kill()
+        proxy.stop()
+        first.log.close()
+        if second:
+            second.stop()
