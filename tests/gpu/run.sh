@@ -235,6 +235,9 @@ if want tls; then
   step "over TLS 1.3: the driver-API program, and PyTorch CUDA training against plain TCP (tests/gpu/tls.sh)"
   tests/gpu/tls.sh "$OUT" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/tls.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "driver path over TLS 1.3 against plain TCP, A B A B (bench/pair_driver_bench.sh --tls-new)"
+  bench/pair_driver_bench.sh build build "$RESULTS/tlsbench" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" $QUICK --tls-new ||
+    status=1
 fi
 
 if want reconnect; then
@@ -255,7 +258,7 @@ if want abbench && [ -n "${RGPU_GPU_BASE_TREE:-}" ]; then
   { cmake -S "$base" -B "$base/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
     cmake --build "$base/build-base" -j"$nproc_" --target rgpu-server driver_bench rgpu_cuda; } >"$OUT/build_base.log" 2>&1 ||
     { tail -20 "$OUT/build_base.log"; status=1; }
-  bench/pair_driver_bench.sh "$base/build-base" build "$RESULTS/abbench" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" ||
+  bench/pair_driver_bench.sh "$base/build-base" build "$RESULTS/abbench" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" $QUICK ||
     status=1
 fi
 if want startup; then
