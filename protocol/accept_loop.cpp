@@ -274,7 +274,8 @@ class Deadline {
       case table::Admit::kFull:
         break;
     }
-    *reason = log::format("%s has %u sessions, its --max-sessions; try later", drain.server.c_str(), live);
+    *reason = log::format("%s has %u session%s, its --max-sessions; try later", drain.server.c_str(), live,
+                          live == 1 ? "" : "s");
     return false;
   };
   uint32_t failures_here = 0;  // this address's failed proofs this minute, this one included
