@@ -81,11 +81,9 @@ bool parse_token_file(const std::string& text, const std::string& path, std::vec
   return true;
 }
 
-const std::string& token_of(const std::vector<Tenant>& tenants, const std::string& tenant) {
+const std::string& proved_token(const std::vector<Tenant>& tenants, const ServerHandshakeResult& hs) {
   static const std::string none;
-  for (const Tenant& t : tenants)
-    if (t.name == tenant) return t.token;
-  return none;
+  return hs.token_index < tenants.size() ? tenants[hs.token_index].token : none;
 }
 
 namespace {

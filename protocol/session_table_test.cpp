@@ -197,8 +197,11 @@ TEST(TokenFile, HoldsATokenALineOrNameAndTokenSkippingCommentsAndBlankLines) {
   EXPECT_EQ(t[1].token, "tok-b");
   EXPECT_EQ(t[2].name, "");
   EXPECT_EQ(t[2].token, "unnamed-token");
-  EXPECT_EQ(token_of(t, "bob"), "tok-b");
-  EXPECT_EQ(token_of(t, "carol"), "");
+  ServerHandshakeResult hs;
+  hs.token_index = 1;
+  EXPECT_EQ(proved_token(t, hs), "tok-b");
+  hs.token_index = 7;
+  EXPECT_EQ(proved_token(t, hs), "");
 }
 
 // Token files before tenants held a passphrase on their first line: it still is one token.

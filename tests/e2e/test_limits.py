@@ -52,6 +52,7 @@ TOKENS = """# tenants of this server
 alice  token-of-alice
 
 bob\ttoken-of-bob
+alice  alices-new-token
 """
 
 
@@ -81,8 +82,9 @@ def test_a_tenant_sees_and_loads_none_of_another_tenants_modules_or_sessions(tmp
         assert digest in r.body
         a2.make_context_current()
         assert a2.call(OP_MODULE_BY_HASH, wire.module_by_hash(0x2002, load, digest)).result == wire.CUDA_SUCCESS
-    # A program through the shim with either token runs.
-    for token in ("token-of-alice", "token-of-bob"):
+    # A program through the shim (on the channel, whose secret mixes the token) runs with any token,
+    # also the second of a tenant that has two.
+    for token in ("token-of-alice", "token-of-bob", "alices-new-token"):
         r = run_client([PROGRAM, IMAGE], s, token=token)
         assert r.returncode == 0, r.stdout + r.stderr
     with pytest.raises(wire.Refused, match="token was refused"):
