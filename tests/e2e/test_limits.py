@@ -301,3 +301,28 @@ def test_a_tenants_sessions_share_its_gpu_memory_limit_and_other_tenants_are_not
         for c in (a1, a2, b):
             c.close()
     assert s.alive()
+
+
+def test_a_client_with_a_tenants_second_token_resumes_its_session_after_cuts(tmp_path, stop_after):
+    # The resume proof comes from a secret that mixes the token the client proved: with the
+    # tenant's first token mixed in instead, every resume of this client was refused.
+    import shutil
+    import tempfile
+    from fault_proxy import FaultProxy
+    runtime_dir = tempfile.mkdtemp(prefix="rgpu-rt-")
+    try:
+        s = start(tmp_path, "--runtime-dir", runtime_dir, tokens="alice first-token\nalice second-token\n")
+        stop_after(s)
+        proxy = FaultProxy(str(BUILD / "bin/rgpu-faultproxy"), s.addr, "--fault", "cut", "--after-bytes", "5000",
+                           "--after-bytes-max", "200000", "--connections", "4", "--seed", "5")
+        try:
+            r = run_client([str(BUILD / "bin/reconnect_test"), IMAGE, "10"], proxy.addr, token="second-token",
+                           timeout=120)
+        finally:
+            proxy.stop()
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "rounds 10" in r.stdout
+        assert "reconnecting" in r.stderr, r.stderr
+        assert s.text().count("resumed from") >= 3, s.text()
+    finally:
+        shutil.rmtree(runtime_dir, ignore_errors=True)
