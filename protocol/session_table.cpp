@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -268,6 +269,25 @@ void unreserve(Resource res, uint64_t bytes) {
   Lock t;
   Row& me = my_row(t);
   me.held[res] -= std::min(bytes, me.held[res]);
+}
+
+uint64_t headroom(Resource res, const Limits& l) {
+  Lock t;
+  Row& me = my_row(t);
+  uint64_t tenant_sum = 0, total = 0;
+  for (const Row& r : t->rows) {
+    if (r.state == State::kFree) continue;
+    total += r.held[res];
+    if (std::strcmp(r.tenant, me.tenant) == 0) tenant_sum += r.held[res];
+  }
+  uint64_t room = UINT64_MAX;
+  auto cap = [&](uint64_t limit, uint64_t used) {
+    if (limit) room = std::min(room, used >= limit ? 0 : limit - used);
+  };
+  cap(l.per_session, me.held[res]);
+  cap(l.per_tenant, tenant_sum);
+  cap(l.total, total);
+  return room;
 }
 
 uint64_t held(Resource res) {

@@ -81,6 +81,8 @@ bool reserve(Resource r, uint64_t bytes, const Limits& limits, std::string* why)
 void unreserve(Resource r, uint64_t bytes);
 // What this process holds of r.
 uint64_t held(Resource r);
+// How much more of r this process could reserve under `limits` now (UINT64_MAX without limits).
+uint64_t headroom(Resource r, const Limits& limits);
 
 // --- Failed token proofs ----------------------------------------------------------------------
 
