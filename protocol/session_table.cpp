@@ -338,6 +338,11 @@ std::string host_of(const std::string& peer) {
   return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
 
+void hang_holding_the_lock_for_test() {
+  Lock t;
+  for (;;) pause();
+}
+
 void reset_for_test() {
   Lock t;
   std::memset(static_cast<void*>(t->rows), 0, sizeof t->rows);

@@ -105,5 +105,7 @@ std::string host_of(const std::string& peer);
 
 // Tests: forget everything (the table stays where it is).
 void reset_for_test();
+// Tests: takes the table's lock and never returns (a process killed while holding it).
+[[noreturn]] void hang_holding_the_lock_for_test();
 
 }  // namespace rgpu::proto::table

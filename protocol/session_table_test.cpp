@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -176,6 +177,37 @@ TEST_F(SessionTable, FailedTokenProofsAreCountedPerAddressAcrossProcesses) {
   EXPECT_EQ(failures("192.0.2.8").count, 0u);
   EXPECT_EQ(note_failure("192.0.2.7"), 4u);
   EXPECT_TRUE(take_ended_minutes(3).empty());  // its minute has not ended
+}
+
+// A process killed while it holds the table's lock (an evicted handshake, a crash) must not stop
+// every other process at their next check.
+TEST_F(SessionTable, AProcessKilledHoldingTheLockLeavesTheTableUsable) {
+  session("10.0.0.1", "");
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t holder = fork();
+  if (holder == 0) {
+    char c = 1;
+    (void)!write(ready[1], &c, 1);  // just before the lock: the parent waits a moment more
+    hang_holding_the_lock_for_test();
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  std::atomic<bool> done{false};
+  unsigned live = 0;
+  std::thread t([&] {
+    live = live_sessions();
+    done = true;
+  });
+  for (int i = 0; i < 50 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(done.load()) << "the table stayed locked by a dead process";
+  t.join();
+  EXPECT_EQ(live, 1u);
+  close(ready[0]);
+  close(ready[1]);
 }
 
 TEST(SessionTableHost, TheAddressOfAPeerNameDropsThePort) {
