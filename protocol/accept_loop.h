@@ -63,7 +63,7 @@ const std::string& proved_token(const std::vector<Tenant>& tenants, const Server
 
 // The connection limits' defaults (server_options.h has the options).
 inline constexpr unsigned kDefaultMaxSessions = 64;
-inline constexpr unsigned kDefaultMaxPendingHandshakes = 32;
+inline constexpr unsigned kDefaultMaxPendingHandshakes = 16;
 inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 // Failed token proofs per source address and minute: the first kLoggedTokenFailures are logged one
 // by one (the rest summed up when the minute ends), and after kTokenFailuresBeforeRefusal the
