@@ -105,6 +105,8 @@ std::string host_of(const std::string& peer);
 
 // Tests: forget everything (the table stays where it is).
 void reset_for_test();
+// Tests: the failures' window, in seconds, instead of a minute.
+void set_minute_for_test(int seconds);
 // Tests: takes the table's lock and never returns (a process killed while holding it).
 [[noreturn]] void hang_holding_the_lock_for_test();
 

@@ -210,6 +210,24 @@ TEST_F(SessionTable, AProcessKilledHoldingTheLockLeavesTheTableUsable) {
   close(ready[1]);
 }
 
+// The listener's summary: an address whose minute ended with more failures than were logged one
+// by one is reported once with its count, and its count starts again.
+TEST_F(SessionTable, AnEndedMinuteWithMoreFailuresThanLoggedIsSummedUpOnceAndForgotten) {
+  set_minute_for_test(1);
+  for (int i = 0; i < 5; ++i) note_failure("198.51.100.1");
+  note_failure("198.51.100.2");  // under the logged count: no summary
+  EXPECT_TRUE(take_ended_minutes(3).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  auto ended = take_ended_minutes(3);
+  set_minute_for_test(60);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].first, "198.51.100.1");
+  EXPECT_EQ(ended[0].second, 5u);
+  EXPECT_TRUE(take_ended_minutes(3).empty());
+  EXPECT_EQ(failures("198.51.100.1").count, 0u);
+  EXPECT_EQ(note_failure("198.51.100.1"), 1u);
+}
+
 TEST(SessionTableHost, TheAddressOfAPeerNameDropsThePort) {
   EXPECT_EQ(host_of("10.1.2.3:5000"), "10.1.2.3");
   EXPECT_EQ(host_of("::1:5000"), "::1");
