@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
     }
     rgpu::proto::ServerChannelSetup channel;
     channel.session = hs.session;
-    channel.token = rgpu::proto::token_of(tenants, hs.tenant);
+    channel.token = rgpu::proto::proved_token(tenants, hs);
     channel.grace = std::chrono::seconds(grace);
     channel.door_dir = door_dir;
     channel.identity = hs.identity;

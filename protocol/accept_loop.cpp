@@ -126,11 +126,9 @@ bool parse_token_file(const std::string& text, const std::string& path, std::vec
   return true;
 }
 
-const std::string& token_of(const std::vector<Tenant>& tenants, const std::string& tenant) {
+const std::string& proved_token(const std::vector<Tenant>& tenants, const ServerHandshakeResult& hs) {
   static const std::string none;
-  for (const Tenant& t : tenants)
-    if (t.name == tenant) return t.token;
-  return none;
+  return hs.token_index < tenants.size() ? tenants[hs.token_index].token : none;
 }
 
 namespace {
@@ -365,7 +363,8 @@ class Deadline {
       case table::Admit::kFull:
         break;
     }
-    *reason = log::format("%s has %u sessions, its --max-sessions; try later", drain.server.c_str(), live);
+    *reason = log::format("%s has %u session%s, its --max-sessions; try later", drain.server.c_str(), live,
+                          live == 1 ? "" : "s");
     return false;
   };
   uint32_t failures_here = 0;  // this address's failed proofs this minute, this one included

@@ -67,12 +67,12 @@ bool prepare_listen(const ListenOptions& o, std::vector<Tenant>* tenants, net::A
 // names the file in *err.
 bool parse_token_file(const std::string& text, const std::string& path, std::vector<Tenant>* tenants,
                       std::string* err);
-// The token of `tenant` (the first, if it has several; "" when there is none).
-const std::string& token_of(const std::vector<Tenant>& tenants, const std::string& tenant);
+// The token the client of hs proved ("" without tokens): what its session secret mixes.
+const std::string& proved_token(const std::vector<Tenant>& tenants, const ServerHandshakeResult& hs);
 
 // The connection limits' defaults (server_options.h has the options).
 inline constexpr unsigned kDefaultMaxSessions = 64;
-inline constexpr unsigned kDefaultMaxPendingHandshakes = 32;
+inline constexpr unsigned kDefaultMaxPendingHandshakes = 16;
 inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 // Failed token proofs per source address and minute: the first kLoggedTokenFailures are logged one
 // by one (the rest summed up when the minute ends), and after kTokenFailuresBeforeRefusal the

@@ -267,7 +267,10 @@ bool server_handshake(Transport& t, const ServerHandshake& how, ServerHandshakeR
     }
   }
   const std::string token = tenant ? tenant->token : std::string();
-  if (tenant) out->tenant = tenant->name;
+  if (tenant) {
+    out->tenant = tenant->name;
+    out->token_index = static_cast<size_t>(tenant - how.tenants.data());
+  }
   std::string refusal;
   auto admitted = [&] {
     if (!how.admit || how.admit(*out, &refusal)) return true;

@@ -74,6 +74,9 @@ struct ServerHandshakeResult {
   // The tenant whose token the client proved (--token-file's NAME; "" with one unnamed token or
   // none). Sessions, modules and quotas are kept apart per tenant.
   std::string tenant;
+  // Which of ServerHandshake::tenants the client proved (a tenant may have several tokens; the
+  // session secret mixes the one proved). 0 without tokens.
+  size_t token_index = 0;
   // On failure: the peer closed before sending anything (a port check, such as rgpu-run's).
   bool said_nothing = false;
   // On failure: the client's proof did not match its tenant's token (rate-limited per address).

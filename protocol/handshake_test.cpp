@@ -234,20 +234,21 @@ Outcome run_tenants(const std::string& client_token, const ServerHandshake& how)
 
 TEST(Handshake, EachTokenMakesItsTenantAndTheServerProvesTheClientsOwn) {
   ServerHandshake how;
-  how.tenants = {{"alice", "token-a"}, {"bob", "token-b"}, {"", "token-c"}};
+  how.tenants = {{"alice", "token-a"}, {"bob", "token-b"}, {"", "token-c"}, {"alice", "token-a2"}};
   std::string admitted;
   how.admit = [&](const ServerHandshakeResult& r, std::string*) {
     admitted = r.tenant;
     return true;
   };
   for (const auto& [token, tenant] : {std::pair<std::string, std::string>{"token-b", "bob"}, {"token-a", "alice"},
-                                      {"token-c", ""}}) {
+                                      {"token-c", ""}, {"token-a2", "alice"}}) {
     admitted = "unset";
     Outcome o = run_tenants(token, how);
     ASSERT_TRUE(o.client_ok) << o.client_err;
     ASSERT_TRUE(o.server_ok) << o.server_err;
     EXPECT_EQ(o.server.tenant, tenant);
     EXPECT_EQ(admitted, tenant);
+    EXPECT_EQ(how.tenants[o.server.token_index].token, token);  // the one proved: the session secret mixes it
   }
   Outcome o = run_tenants("token-nobody", how);
   EXPECT_FALSE(o.client_ok);

@@ -40,7 +40,8 @@ void add_server_options(CLI::App& app, ServerOptions* o, const std::string& kept
   app.add_option("--max-pending-handshakes", o->max_pending_handshakes,
                  "most connections that have not finished the handshake (default " +
                      std::to_string(kDefaultMaxPendingHandshakes) +
-                     "); past it the oldest of the address with the most is dropped")
+                     "); past it the oldest of the address with the most is dropped. Each is a process (with rgpu-server "
+                     "--prewarm context, one holding a GPU context)")
       ->check(CLI::Range(1, 10000));
   app.add_option("--handshake-timeout", o->handshake_timeout_s,
                  "seconds a connection has for the whole handshake, from accept to welcome (default 10)")

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -21,7 +22,7 @@ enum class State : uint8_t { kFree = 0, kHandshake, kSession, kEvicted };
 constexpr size_t kRows = 1024;
 constexpr size_t kHosts = 256;
 constexpr size_t kName = 64;  // host and tenant names, NUL included
-constexpr int64_t kMinute = 60;
+int64_t g_minute_s = 60;  // the window failures are counted in (tests shorten it)
 
 struct Row {
   pid_t pid;
@@ -270,6 +271,25 @@ void unreserve(Resource res, uint64_t bytes) {
   me.held[res] -= std::min(bytes, me.held[res]);
 }
 
+uint64_t headroom(Resource res, const Limits& l) {
+  Lock t;
+  Row& me = my_row(t);
+  uint64_t tenant_sum = 0, total = 0;
+  for (const Row& r : t->rows) {
+    if (r.state == State::kFree) continue;
+    total += r.held[res];
+    if (std::strcmp(r.tenant, me.tenant) == 0) tenant_sum += r.held[res];
+  }
+  uint64_t room = UINT64_MAX;
+  auto cap = [&](uint64_t limit, uint64_t used) {
+    if (limit) room = std::min(room, used >= limit ? 0 : limit - used);
+  };
+  cap(l.per_session, me.held[res]);
+  cap(l.per_tenant, tenant_sum);
+  cap(l.total, total);
+  return room;
+}
+
 uint64_t held(Resource res) {
   Lock t;
   return my_row(t).held[res];
@@ -281,16 +301,16 @@ Failures failures(const std::string& host) {
   HostFailures* h = find_host(t, host, false);
   if (!h) return f;
   const int64_t age = now_s() - h->minute_start_s;
-  if (age >= kMinute) return f;
+  if (age >= g_minute_s) return f;
   f.count = h->count;
-  f.seconds_left = static_cast<int>(kMinute - age);
+  f.seconds_left = static_cast<int>(g_minute_s - age);
   return f;
 }
 
 uint32_t note_failure(const std::string& host) {
   Lock t;
   HostFailures* h = find_host(t, host, true);
-  if (now_s() - h->minute_start_s >= kMinute) {  // a new minute (the listener summarised the last)
+  if (now_s() - h->minute_start_s >= g_minute_s) {  // a new minute (the listener summarised the last)
     h->minute_start_s = now_s();
     h->count = 0;
   }
@@ -301,7 +321,7 @@ std::vector<std::pair<std::string, uint32_t>> take_ended_minutes(uint32_t logged
   Lock t;
   std::vector<std::pair<std::string, uint32_t>> out;
   for (HostFailures& h : t->hosts) {
-    if (h.host[0] == 0 || now_s() - h.minute_start_s < kMinute) continue;
+    if (h.host[0] == 0 || now_s() - h.minute_start_s < g_minute_s) continue;
     if (h.count > logged) out.emplace_back(h.host, h.count);
     std::memset(static_cast<void*>(&h), 0, sizeof h);
   }
@@ -316,6 +336,13 @@ std::string host_of(const std::string& peer) {
   // net::peer_name's "HOST:PORT", whose HOST may be an IPv6 address with colons of its own.
   size_t colon = peer.rfind(':');
   return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+void set_minute_for_test(int seconds) { g_minute_s = seconds; }
+
+void hang_holding_the_lock_for_test() {
+  Lock t;
+  for (;;) pause();
 }
 
 void reset_for_test() {

@@ -81,6 +81,8 @@ bool reserve(Resource r, uint64_t bytes, const Limits& limits, std::string* why)
 void unreserve(Resource r, uint64_t bytes);
 // What this process holds of r.
 uint64_t held(Resource r);
+// How much more of r this process could reserve under `limits` now (UINT64_MAX without limits).
+uint64_t headroom(Resource r, const Limits& limits);
 
 // --- Failed token proofs ----------------------------------------------------------------------
 
@@ -103,5 +105,9 @@ std::string host_of(const std::string& peer);
 
 // Tests: forget everything (the table stays where it is).
 void reset_for_test();
+// Tests: the failures' window, in seconds, instead of a minute.
+void set_minute_for_test(int seconds);
+// Tests: takes the table's lock and never returns (a process killed while holding it).
+[[noreturn]] void hang_holding_the_lock_for_test();
 
 }  // namespace rgpu::proto::table

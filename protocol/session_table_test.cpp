@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -178,6 +179,55 @@ TEST_F(SessionTable, FailedTokenProofsAreCountedPerAddressAcrossProcesses) {
   EXPECT_TRUE(take_ended_minutes(3).empty());  // its minute has not ended
 }
 
+// A process killed while it holds the table's lock (an evicted handshake, a crash) must not stop
+// every other process at their next check.
+TEST_F(SessionTable, AProcessKilledHoldingTheLockLeavesTheTableUsable) {
+  session("10.0.0.1", "");
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t holder = fork();
+  if (holder == 0) {
+    char c = 1;
+    (void)!write(ready[1], &c, 1);  // just before the lock: the parent waits a moment more
+    hang_holding_the_lock_for_test();
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  std::atomic<bool> done{false};
+  unsigned live = 0;
+  std::thread t([&] {
+    live = live_sessions();
+    done = true;
+  });
+  for (int i = 0; i < 50 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(done.load()) << "the table stayed locked by a dead process";
+  t.join();
+  EXPECT_EQ(live, 1u);
+  close(ready[0]);
+  close(ready[1]);
+}
+
+// The listener's summary: an address whose minute ended with more failures than were logged one
+// by one is reported once with its count, and its count starts again.
+TEST_F(SessionTable, AnEndedMinuteWithMoreFailuresThanLoggedIsSummedUpOnceAndForgotten) {
+  set_minute_for_test(1);
+  for (int i = 0; i < 5; ++i) note_failure("198.51.100.1");
+  note_failure("198.51.100.2");  // under the logged count: no summary
+  EXPECT_TRUE(take_ended_minutes(3).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  auto ended = take_ended_minutes(3);
+  set_minute_for_test(60);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].first, "198.51.100.1");
+  EXPECT_EQ(ended[0].second, 5u);
+  EXPECT_TRUE(take_ended_minutes(3).empty());
+  EXPECT_EQ(failures("198.51.100.1").count, 0u);
+  EXPECT_EQ(note_failure("198.51.100.1"), 1u);
+}
+
 TEST(SessionTableHost, TheAddressOfAPeerNameDropsThePort) {
   EXPECT_EQ(host_of("10.1.2.3:5000"), "10.1.2.3");
   EXPECT_EQ(host_of("::1:5000"), "::1");
@@ -197,8 +247,11 @@ TEST(TokenFile, HoldsATokenALineOrNameAndTokenSkippingCommentsAndBlankLines) {
   EXPECT_EQ(t[1].token, "tok-b");
   EXPECT_EQ(t[2].name, "");
   EXPECT_EQ(t[2].token, "unnamed-token");
-  EXPECT_EQ(token_of(t, "bob"), "tok-b");
-  EXPECT_EQ(token_of(t, "carol"), "");
+  ServerHandshakeResult hs;
+  hs.token_index = 1;
+  EXPECT_EQ(proved_token(t, hs), "tok-b");
+  hs.token_index = 7;
+  EXPECT_EQ(proved_token(t, hs), "");
 }
 
 // Token files before tenants held a passphrase on their first line: it still is one token.

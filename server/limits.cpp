@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -129,6 +130,16 @@ CUresult CUDAAPI w_cuMemRelease(CUmemGenericAllocationHandle h) {
   return rc;
 }
 
+// Free memory as the session may use it: no more than its limits leave (a caching allocator that
+// sizes itself by it then stays inside them; and a tenant's session does not see how much of the
+// GPU the other tenants use while a limit binds).
+CUresult CUDAAPI w_cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
+  const CUresult rc = g_real.cuMemGetInfo_v2(free_bytes, total);
+  if (rc == CUDA_SUCCESS && free_bytes)
+    *free_bytes = static_cast<size_t>(std::min<uint64_t>(*free_bytes, proto::table::headroom(kGpu, settings().gpu)));
+  return rc;
+}
+
 }  // namespace
 
 Settings& settings() {
@@ -158,6 +169,7 @@ void install(DriverTable* t) {
   RGPU_WRAP(cuMemFreeAsync);
   RGPU_WRAP(cuMemFreeAsync_ptsz);
   RGPU_WRAP(cuMemRelease);
+  RGPU_WRAP(cuMemGetInfo_v2);
 #undef RGPU_WRAP
 }
 

@@ -9,7 +9,7 @@
 // (cuMemFree_v2, cuMemFreeAsync, cuMemRelease), so every handler, generated or hand-written
 // (kOpAllocAhead, kOpAllocMany, managed memory), is counted without knowing it. An allocation past
 // a limit fails with CUDA_ERROR_OUT_OF_MEMORY, as the driver's own would, and the server logs which
-// limit. Not counted: memory a context's destruction frees implicitly (its allocations stay
+// limit. cuMemGetInfo_v2's free memory is no more than the limits leave. Not counted: memory a context's destruction frees implicitly (its allocations stay
 // counted until the session ends), and the legacy 32-bit cuMemAlloc.
 #pragma once
 

@@ -51,6 +51,22 @@ TEST_F(GpuQuota, AnAllocationPastTheSessionLimitFailsOutOfMemoryAndAFreeGivesRoo
   EXPECT_EQ(held(), 0u);
 }
 
+TEST_F(GpuQuota, FreeMemoryIsNoMoreThanTheLimitLeaves) {
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(drv_.cuMemGetInfo_v2(&free0, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free0, 64 * kMiB);
+  CUdeviceptr a = 0;
+  ASSERT_EQ(drv_.cuMemAlloc_v2(&a, 40 * kMiB), CUDA_SUCCESS);
+  size_t free1 = 0;
+  ASSERT_EQ(drv_.cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free1, 24 * kMiB);
+  EXPECT_GT(total, 64 * kMiB);  // the device's size is not the limit's
+  ASSERT_EQ(drv_.cuMemFree_v2(a), CUDA_SUCCESS);
+  settings().gpu.per_session = 0;
+  ASSERT_EQ(drv_.cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_GT(free1, 64 * kMiB);  // no limit: the driver's answer
+}
+
 TEST_F(GpuQuota, ManagedPitchedPooledAndStreamOrderedAllocationsCountToo) {
   CUdeviceptr m = 0, p = 0, s = 0;
   size_t pitch = 0;

@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
     rgpu::server::SessionOptions opt{&table, peer, hs.identity, sessions_dir};
     opt.channel = (hs.capabilities & rgpu::proto::kCapChannel) != 0;
     opt.session = hs.session;
-    opt.token = rgpu::proto::token_of(tenants, hs.tenant);
+    opt.token = rgpu::proto::proved_token(tenants, hs);
     opt.tenant = hs.tenant;
     opt.grace = std::chrono::seconds(grace);
     opt.door_dir = door_dir;
