@@ -10,7 +10,10 @@
 //   7    a server's notice (kOpNotice, protocol/drain.h), which the client decodes: as 0-3;
 //   8    a client's resume exchange: a session with its secret set up, a broken connection, then
 //        the rest as what a hostile server answers the client's kOpResume with (client_resume:
-//        kOpRefused, the challenge, kOpResumed), which must lose the session with a reason.
+//        kOpRefused, the challenge, kOpResumed), which must lose the session with a reason;
+//   9    a client taking a server's notice (take_notice, protocol/drain.h): a draining one sets
+//        the session's end (any number of seconds), an ended one closes the channel, and a
+//        malformed one says so.
 // Each run must end (no resume window, short heartbeats, end of stream at the latest) without a
 // crash, and every lost session must say why.
 #include <algorithm>
@@ -172,6 +175,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
+  if (k == 9) {
+    auto [mine, peer] = memory_pair(1 << 16);
+    Channel ch(Side::kClient, fixed_session(), "", fuzz_options());
+    ch.start(std::move(mine));
+    std::string why;
+    const NoticeAction a = take_notice(ch, data, size, &why);
+    if (a == NoticeAction::kMalformed && why.empty()) std::abort();
+    if (a == NoticeAction::kEnded && (why.empty() || !ch.lost())) std::abort();
+    return 0;
+  }
   if (k == 8) {
     auto [s_end, c_end] = memory_pair(1 << 20);
     ChannelOptions o = fuzz_options();
@@ -256,6 +269,10 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   Writer notice;
   encode(Notice{kNoticeDraining, 60, "rgpu-server at 127.0.0.1:9713 is shutting down; 60 s to finish"}, &notice);
   seed(7, notice);
+  seed(9, notice);
+  Writer ended;
+  encode(Notice{kNoticeEnded, 0, "rgpu-server at 127.0.0.1:9713 ended this session: it was stopped"}, &ended);
+  seed(9, ended);
   // A hostile server's answers to a resume: a challenge (with a wrong proof), then kOpResumed;
   // and a refusal with its reason.
   Writer answers;
