@@ -160,12 +160,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Channel client(Side::kClient, fixed_session(), "", o);
     server.start(std::move(s_end));
     client.start(std::move(c_end));
+    // Each side's opening is already buffered (start() writes it): a read takes it at once, and
+    // the short timeout is the wait for a next frame that never comes.
     FrameHeader h;
-    client.receive(&h, Wait::kPassive, std::chrono::milliseconds(20));
-    server.receive(&h, Wait::kPassive, std::chrono::milliseconds(20));
-    auto [mine, attacker] = memory_pair(1 << 20);
-    write_all(*attacker, data, size);
-    attacker->shutdown();
+    client.receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
+    server.receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
+    // The attacker's bytes as a connection that takes what the server writes (the challenge):
+    // a pipe shut at the far end would fail that write, and the proof would never be read.
+    std::unique_ptr<Transport> mine = std::make_unique<ScriptedTransport>(data, size);
     ResumeHello hello;
     std::string why;
     if (read_resume_hello(*mine, &hello, &why, std::chrono::milliseconds(100))) {
@@ -188,13 +190,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (k == 8) {
     auto [s_end, c_end] = memory_pair(1 << 20);
     ChannelOptions o = fuzz_options();
+    // The exchange must start before the window ends (the scripted server answers at once).
+    o.resume_window = std::chrono::milliseconds(500);
     Channel server(Side::kServer, fixed_session(), "", o);
     Channel client(Side::kClient, fixed_session(), "", o);
     server.start(std::move(s_end));
     client.start(std::move(c_end));
+    // Each side's opening is already buffered (start() writes it): a read takes it at once, and
+    // the short timeout is the wait for a next frame that never comes.
     FrameHeader h;
-    client.receive(&h, Wait::kPassive, std::chrono::milliseconds(20));
-    server.receive(&h, Wait::kPassive, std::chrono::milliseconds(20));
+    client.receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
+    server.receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
     int dials = 0;
     client.set_redial([&](Clock::time_point, std::string* err) -> std::unique_ptr<Transport> {
       if (dials++) {
