@@ -5,18 +5,22 @@
 # executions, exec/s, seconds, new corpus units and crashes per target, with the machine and the
 # commit. Targets run one at a time (each libFuzzer process uses one core), niced.
 #
-#   bench/fuzz.sh [--runs N] [--max-seconds S] [--out FILE] [--install] [--no-build] [TARGET...]
+#   bench/fuzz.sh [--runs N] [--max-seconds S] [--out FILE] [--append] [--install] [--no-build] [TARGET...]
 #
 # --runs N         executions per target (libFuzzer -runs; default 10000: a smoke)
 # --max-seconds S  also stop a target after S seconds (libFuzzer -max_total_time; default none)
 # --out FILE       the JSON (default bench/results/fuzz.json); rewritten after every target, so a
 #                  run cut short keeps what finished
+# --append         keep the targets FILE already has (those run again are replaced): a long run
+#                  done a few targets at a time
 # --install        install clang and the libFuzzer runtime with apt when they are missing
 #                  (Debian: clang, libclang-rt-dev); without it a missing one is an error
 # --no-build       run what build-fuzz/ holds
 # TARGET...        only these (default: all of them; the list is TARGETS below)
 # Environment: RGPU_FUZZ_BUILD (default build-fuzz), RGPU_TORCH_PYTHON (a python with torch: also
-# builds and runs opserver's torch_wire_fuzz), JOBS (ninja -j, default 2).
+# builds and runs opserver's torch_wire_fuzz), JOBS (ninja -j, default 2), RGPU_FUZZ_NICE (the
+# targets' niceness, default 5: beside builds run at nice 5, a fair share; the build runs at 5).
+# Each target is one process on one core; run them one at a time on a shared machine.
 #
 # A crash stops its target: libFuzzer writes the input to build-fuzz/fuzz-artifacts/<target>/
 # and the JSON names it; replay it with build-fuzz/bin/<target> FILE. New corpus units stay in
@@ -29,6 +33,7 @@ runs=10000
 max_seconds=0
 out=bench/results/fuzz.json
 install=0
+append=0
 build=1
 only=()
 while (($#)); do
@@ -36,6 +41,7 @@ while (($#)); do
     --runs) runs=$2; shift 2 ;;
     --max-seconds) max_seconds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --append) append=1; shift ;;
     --install) install=1; shift ;;
     --no-build) build=0; shift ;;
     -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
@@ -115,6 +121,16 @@ fi
 mkdir -p "$(dirname "$out")"
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
+if ((append)) && [ -f "$out" ]; then
+  python3 - "$out" "$results" "${TARGETS[@]}" <<'EOF'
+import json, sys
+out, results, again = sys.argv[1], sys.argv[2], set(sys.argv[3:])
+with open(results, "w") as f:
+    for t in json.load(open(out))["targets"]:
+        if t["target"] not in again:
+            f.write(json.dumps(t) + "\n")
+EOF
+fi
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo "+dirty")
 
 for t in "${TARGETS[@]}"; do
@@ -140,21 +156,26 @@ for t in "${TARGETS[@]}"; do
   echo "fuzz.sh: $t: $runs runs$( ((max_seconds > 0)) && echo " or $max_seconds s") on $before inputs"
   start=$(date +%s.%N)
   set +e
-  nice -n 10 "$bin" "${args[@]}" "$corpus" >"$log" 2>&1
+  nice -n $((${RGPU_FUZZ_NICE:-5} - $(nice))) "$bin" "${args[@]}" "$corpus" >"$log" 2>&1
   rc=$?
   set -e
   end=$(date +%s.%N)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | tail -1)
+  # What libFuzzer wrote this run: crash-, leak-, timeout-, oom- inputs are failures; a slow-unit-
+  # input (over 10 s once, -report_slow_units) is only reported, as a loaded machine makes them.
   new_artifacts=$(ls -t "$artifacts" | head -n $(($(ls "$artifacts" | wc -l) - crashes_before)) | tr '\n' ' ')
-  echo "fuzz.sh: $t: exit $rc, ${execs:-?} executions, ${eps:-?} exec/s${new_artifacts:+, crash: $new_artifacts}"
+  echo "fuzz.sh: $t: exit $rc, ${execs:-?} executions, ${eps:-?} exec/s${new_artifacts:+, wrote: $new_artifacts}"
   ((rc == 0)) || tail -40 "$log" | grep -v "^#" >&2 || true
   python3 - "$results" "$t" "${DECODER[$t]}" "$runs" "$max_seconds" "${execs:-0}" "${eps:-0}" "${rss:-0}" "$rc" \
-    "$start" "$end" "$before" "$(ls "$corpus" | wc -l)" "$artifacts" "$new_artifacts" "$log" <<'EOF'
-import json, sys
-(path, t, dec, runs, maxs, execs, eps, rss, rc, start, end, before, after, adir, arts, log) = sys.argv[1:]
+    "$start" "$end" "$before" "$(ls "$corpus" | wc -l)" "$artifacts" "$new_artifacts" "$log" "$commit" \
+    "${RGPU_FUZZ_NICE:-5}" <<'EOF'
+import json, os, sys
+(path, t, dec, runs, maxs, execs, eps, rss, rc, start, end, before, after, adir, arts, log, commit, nice) = sys.argv[1:]
 arts = arts.split()
+slow = [a for a in arts if a.startswith("slow-unit-")]
+arts = [a for a in arts if a not in slow]
 with open(path, "a") as f:
     f.write(json.dumps({
         "target": t, "decoders": dec, "runs_asked": int(runs), "max_seconds": int(maxs),
@@ -163,7 +184,9 @@ with open(path, "a") as f:
         # including start-up and the corpus's first pass
         "exec_per_s": int(eps), "exec_per_s_wall": round(int(execs) / max(float(end) - float(start), 1e-3)),
         "peak_rss_mb": int(rss), "exit": int(rc), "crashes": len(arts),
-        "crash_inputs": [adir + a for a in arts], "corpus_before": int(before), "corpus_after": int(after),
+        "crash_inputs": [adir + a for a in arts], "slow_units": [adir + a for a in slow],
+        "corpus_before": int(before), "corpus_after": int(after), "commit": commit,
+        "niceness": int(nice), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
         "log": log}) + "\n")
 EOF
   python3 - "$results" "$out" "$commit" <<'EOF'
@@ -179,7 +202,7 @@ model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.sta
 doc = {
     "what": "bench/fuzz.sh: libFuzzer (clang, ASan+UBSan) on every rgpu decoder, one target at a time",
     "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    "commit": commit,
+    "commit": commit,  # of the last run; each target has its own
     "compiler": first_line(["clang++", "--version"]),
     "machine": {"cpu": model, "cores": os.cpu_count(), "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
                 "kernel": platform.release()},
@@ -195,5 +218,12 @@ with open(tmp, "w") as f:
 os.replace(tmp, out)
 EOF
 done
+python3 - "$out" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(f"{'target':24} {'executions':>12} {'exec/s':>8} {'seconds':>8} {'crashes':>7}")
+for t in d["targets"]:
+    print(f"{t['target']:24} {t['executions']:>12,} {t['exec_per_s']:>8,} {t['seconds']:>8} {t['crashes']:>7}")
+EOF
 echo "fuzz.sh: results in $out"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(1 if d['total']['failed_targets'] else 0)" "$out"
