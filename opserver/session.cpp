@@ -715,7 +715,9 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
       case kTorchRead: {
         what = "copy from the device";
         TensorDesc d;
-        if (!get_desc(r, &d) || r.left()) throw Malformed("truncated read");
+        // A read's payload is its description, all in hand (serve splits writes only): bytes
+        // past it, in the frame or on the socket, are malformed like any others.
+        if (!get_desc(r, &d) || r.left() || tail_.missing) throw Malformed("truncated read");
         std::vector<TensorDesc> one{std::move(d)};
         read_many(one, reply_frames);
         return true;
@@ -727,7 +729,9 @@ bool Session::handle(uint16_t op, uint16_t flags, const uint8_t* data, size_t le
         std::vector<TensorDesc> descs(count);
         for (TensorDesc& d : descs)
           if (!get_desc(r, &d)) throw Malformed("truncated read");
-        if (r.left()) throw Malformed("truncated read");
+        // As kTorchRead: no bytes past the descriptions (found by torch_wire_fuzz: the tail of a
+        // split frame was left unread, to be taken for the next frame).
+        if (r.left() || tail_.missing) throw Malformed("truncated read");
         read_many(descs, reply_frames);
         return true;
       }

@@ -331,6 +331,11 @@ NoticeAction take_notice(Channel& ch, const uint8_t* payload, size_t n, std::str
     *why = log::format("the server sent a malformed notice (%zu bytes)", n);
     return NoticeAction::kMalformed;
   }
+  // The text is the user's only explanation (the log line, the reason calls fail): a server that
+  // sent none still gets one (found by channel_fuzz: an ended session with an empty reason).
+  if (notice.text.empty())
+    notice.text = notice.kind == kNoticeDraining ? "the server is shutting down (it gave no reason)"
+                                                 : "the server ended this session (it gave no reason)";
   if (notice.kind == kNoticeDraining) {
     log::warn("%s", notice.text.c_str());  // "rgpu-server at X is shutting down; 60 s to finish"
     // Past the drain time the session is gone: a connection that breaks then (the server closed

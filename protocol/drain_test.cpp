@@ -48,6 +48,29 @@ TEST(Notice, RoundTripsAndRefusesWhatIsMalformed) {
   EXPECT_FALSE(decode(r5, &n));
 }
 
+// Found by channel_fuzz (its input 9): a notice with no text ended the session with an empty
+// reason, the only explanation the program's failing calls would give.
+TEST(Notice, OneWithoutTextStillGivesTheUserAReason) {
+  for (uint8_t kind : {kNoticeEnded, kNoticeDraining}) {
+    auto [mine, peer] = memory_pair(1 << 16);
+    Channel ch(Side::kClient, SessionId{}, "", ChannelOptions{});
+    ASSERT_TRUE(ch.start(std::move(mine)));
+    Writer w;
+    encode(Notice{kind, 5, ""}, &w);
+    std::string why;
+    NoticeAction a = take_notice(ch, w.buf().data(), w.buf().size(), &why);
+    if (kind == kNoticeEnded) {
+      EXPECT_EQ(a, NoticeAction::kEnded);
+      EXPECT_EQ(why, "the server ended this session (it gave no reason)");
+      EXPECT_TRUE(ch.lost());
+      EXPECT_EQ(ch.why(), why);
+    } else {
+      EXPECT_EQ(a, NoticeAction::kDraining);
+      EXPECT_FALSE(ch.lost());
+    }
+  }
+}
+
 // The next notice the client gets within `timeout`; kind 255 when none came.
 Notice next_notice(Channel& client, std::chrono::milliseconds timeout) {
   FrameHeader h{};

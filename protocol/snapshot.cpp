@@ -32,11 +32,18 @@ void encode_snapshot(const Snapshot& s, Writer& w) {
   w.put<int32_t>(s.loading_mode);
 }
 
+// The fewest bytes a device (two empty strings, the UUID, the memory size, no attributes) and an
+// error (its code, two empty strings) take on the wire.
+constexpr uint64_t kMinDeviceBytes = 4 + 16 + 8 + 4 + 4;
+constexpr uint64_t kMinErrorBytes = 4 + 4 + 4;
+
 bool decode_snapshot(Reader& r, Snapshot* s) {
   s->init_result = r.get<int32_t>();
   s->driver_version = r.get<int32_t>();
   uint32_t n = r.u32();
-  if (!r.ok() || n > kMaxSnapshotDevices) return false;
+  // Each count is checked against the bytes left (at the smallest an entry can be encoded in)
+  // before anything is sized by it: 20 bytes must not make the client allocate megabytes.
+  if (!r.ok() || n > kMaxSnapshotDevices || n * kMinDeviceBytes > r.left()) return false;
   s->devices.resize(n);
   for (DeviceInfo& d : s->devices) {
     d.name = r.str(256);
@@ -44,7 +51,7 @@ bool decode_snapshot(Reader& r, Snapshot* s) {
     d.total_mem = r.u64();
     d.pci_bus_id = r.str(64);
     uint32_t na = r.u32();
-    if (!r.ok() || na > kMaxSnapshotAttrs) return false;
+    if (!r.ok() || na > kMaxSnapshotAttrs || na * 8ull > r.left()) return false;
     d.attrs.resize(na);
     for (auto& a : d.attrs) {
       a.result = r.get<int32_t>();
@@ -52,7 +59,7 @@ bool decode_snapshot(Reader& r, Snapshot* s) {
     }
   }
   uint32_t ne = r.u32();
-  if (!r.ok() || ne > kMaxSnapshotErrors) return false;
+  if (!r.ok() || ne > kMaxSnapshotErrors || ne * kMinErrorBytes > r.left()) return false;
   s->errors.resize(ne);
   for (ErrorText& e : s->errors) {
     e.code = r.get<int32_t>();
@@ -60,7 +67,7 @@ bool decode_snapshot(Reader& r, Snapshot* s) {
     e.text = r.str(1024);
   }
   uint32_t nm = r.u32();
-  if (!r.ok() || nm > kMaxSnapshotModules) return false;
+  if (!r.ok() || nm > kMaxSnapshotModules || nm * 32ull > r.left()) return false;
   s->cached_modules.resize(nm);
   for (auto& h : s->cached_modules) r.take(h.data(), h.size());
   s->module_cache_on = r.left() > 0 && r.u8() != 0;

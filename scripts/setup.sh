@@ -24,6 +24,20 @@ if ((${#need_pkgs[@]})); then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null; } ||
     echo "setup: warning: could not install ${need_pkgs[*]} with apt; continuing with what is here" >&2
 fi
+# The libFuzzer build (bench/fuzz.sh, -DRGPU_FUZZ=ON) when asked: Debian's clang and its runtime
+# libraries (libclang-rt-dev has libFuzzer and the sanitizers for -fsanitize=fuzzer). The g++
+# build runs every fuzz target as a ctest smoke without it.
+if [ "${RGPU_SETUP_FUZZ:-0}" = 1 ]; then
+  fuzz_pkgs=()
+  for p in clang libclang-rt-dev; do dpkg -s "$p" >/dev/null 2>&1 || fuzz_pkgs+=("$p"); done
+  if ((${#fuzz_pkgs[@]})); then
+    echo "setup: installing ${fuzz_pkgs[*]} (the libFuzzer build)"
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${fuzz_pkgs[@]}" >/dev/null; } ||
+      echo "setup: warning: could not install ${fuzz_pkgs[*]}; bench/fuzz.sh will not build" >&2
+  fi
+fi
 # libclang and pytest run the code generator's checks and the tests; the build needs neither.
 python3 -c "import clang.cindex, pytest" 2>/dev/null ||
   python3 -m pip install -q libclang pytest 2>/dev/null ||

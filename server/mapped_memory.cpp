@@ -333,7 +333,7 @@ bool MappedMemory::send_updates(const SendUpdate& send, const uint64_t* finished
   std::lock_guard lk(mu_);
   std::vector<uint8_t> payload;
   for (auto& [base, b] : by_client_) {
-    auto send_changed = [&](size_t from, size_t to) {
+    auto send_changed = [&, &b = b, base = base](size_t from, size_t to) {  // clang 14 cannot capture bindings
       from = from / kPage * kPage;
       to = std::min(b.size, (to + kPage - 1) / kPage * kPage);
       return for_each_changed_run(b.data + from, b.shadow.data() + from, to - from, kPage, kMaxUpdate,

@@ -116,6 +116,34 @@ TEST(WireControl, TheSessionListRoundTrips) {
   EXPECT_FALSE(read_sessions(rb, &got));
 }
 
+// Seen in wire_control_fuzz's slow runs: counts within the limits with nothing behind them made
+// a few bytes size thousands of entries before the read failed.
+TEST(WireControl, ReadersRefuseCountsTheBytesBehindThemCannotHold) {
+  std::vector<SessionEntry> sessions;
+  Writer s;
+  s.put_u32(kMaxSessions);
+  s.append(std::vector<uint8_t>(40, 0).data(), 40);  // room for one entry, not 4096
+  Reader rs(s.buf().data(), s.buf().size());
+  EXPECT_FALSE(read_sessions(rs, &sessions));
+  EXPECT_LE(sessions.size(), 2u);
+
+  std::vector<std::vector<uint64_t>> made;
+  Writer k;
+  k.put_u32(kMaxAllocMany);
+  k.put_u32(0);
+  Reader rk(k.buf().data(), k.buf().size());
+  EXPECT_FALSE(read_alloc_many_reply(rk, &made));
+  EXPECT_LE(made.size(), 1u);
+  Writer n;
+  n.put_u32(1);
+  n.put_u32(kMaxAllocManyCount);
+  n.put_u64(0x1000);
+  Reader rn(n.buf().data(), n.buf().size());
+  made.clear();
+  EXPECT_FALSE(read_alloc_many_reply(rn, &made));
+  for (const auto& m : made) EXPECT_LE(m.size(), 1u);
+}
+
 TEST(WireControl, ASessionControlRequestHasItsExactSizeAndItsReplyRoundTrips) {
   Writer w;
   put_session_control(w, {kSessionMigrate, 4321, 1});

@@ -108,7 +108,7 @@ void put_param_layout(Writer& w, const ParamLayout& v) {
 
 bool read_param_layout(Reader& r, ParamLayout* out) {
   uint32_t n = r.u32();
-  if (!r.ok() || n > kMaxParamLayout) return r.fail();
+  if (!r.ok() || n > kMaxParamLayout || n > r.left() / 16) return r.fail();
   out->params.resize(n);
   for (auto& [offset, size] : out->params) {
     offset = r.u64();

@@ -52,7 +52,9 @@ bool read_options(Reader& r, bool input, std::vector<JitOption>* out) {
 bool read_link_complete(Reader& r, LinkComplete* out) {
   if (!read_options(r, false, &out->options)) return false;
   uint32_t n = r.u32();
-  if (!r.ok() || n > kMaxLinkInputs) return r.fail();
+  // 20 bytes at the least an input (type, empty name, no options, u64 length): no count the
+  // payload lacks sizes anything.
+  if (!r.ok() || n > kMaxLinkInputs || n > r.left() / 20) return r.fail();
   out->inputs.resize(n);
   for (LinkInput& in : out->inputs) {
     in.type = r.u32();

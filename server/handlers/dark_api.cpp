@@ -35,7 +35,9 @@ using ClusterTopologyFreeFn = CUresult (*)(void* data, uint64_t token);
 
 // Slot `slot` of the driver's table `id`, or nullptr (with a log line naming both) when the driver
 // has no such table or the table is too short. Asked every time: cuGetExportTable is a lookup.
-const void* driver_slot(Dispatch& d, const CUuuid& id, const char* table, unsigned slot) {
+// A plain void*: the slot holds a function pointer, which clang refuses to reinterpret_cast from
+// a pointer to const (casting away qualifiers), where g++ lets it pass.
+void* driver_slot(Dispatch& d, const CUuuid& id, const char* table, unsigned slot) {
   const void* t = nullptr;
   if (!d.drv.cuGetExportTable || d.drv.cuGetExportTable(&t, &id) != CUDA_SUCCESS || !t) {
     log::warn("the driver does not serve export table %s; slot %u is answered CUDA_ERROR_NOT_SUPPORTED", table, slot);
@@ -48,7 +50,7 @@ const void* driver_slot(Dispatch& d, const CUuuid& id, const char* table, unsign
               bytes, slot);
     return nullptr;
   }
-  return words[slot];
+  return const_cast<void*>(words[slot]);
 }
 
 // The context a request names: the client's handle, or this thread's current one for 0. Never

@@ -63,6 +63,10 @@ void begin_to_graph(Dispatch& d, bool ptsz) {
   std::vector<CUgraphNode> nodes = resolve_nodes(d, req.deps, &bad);
   const bool has_edges = req.deps.has_edges;
   const std::vector<CUgraphEdgeData>& edges = req.deps.edges;
+  // A mode past the enum's range (0..3, the bits of its largest value) cannot even be held in a
+  // CUstreamCaptureMode: answered as the driver answers a bad mode, as the generated handlers of
+  // cuStreamBeginCapture do (found by dispatch_fuzz: UBSan's invalid enum load).
+  if (req.mode > 3) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   auto mode = static_cast<CUstreamCaptureMode>(req.mode);
   CUstream s = nullptr;
   CUgraph g = nullptr;

@@ -7,12 +7,20 @@
 //   5    the client side: the same stream, read while waiting for a reply (Wait::kAwaiting);
 //   6    a server's resume exchange: a session with its secret set up, then the rest as a resuming
 //        client's messages (kOpResume is read with read_resume_hello, then accept_resume);
-//   7    a server's notice (kOpNotice, protocol/drain.h), which the client decodes: as 0-3.
+//   7    a server's notice (kOpNotice, protocol/drain.h), which the client decodes: as 0-3;
+//   8    a client's resume exchange: a session with its secret set up, a broken connection, then
+//        the rest as what a hostile server answers the client's kOpResume with (client_resume:
+//        kOpRefused, the challenge, kOpResumed), which must lose the session with a reason;
+//   9    a client taking a server's notice (take_notice, protocol/drain.h): a draining one sets
+//        the session's end (any number of seconds), an ended one closes the channel, and a
+//        malformed one says so.
 // Each run must end (no resume window, short heartbeats, end of stream at the latest) without a
 // crash, and every lost session must say why.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "common/crypto.h"
@@ -95,6 +103,27 @@ void drain(Channel& ch, Wait wait) {
   }
 }
 
+// A connection whose peer answers anything written with a fixed script of bytes, then ends the
+// stream: a hostile server's answers to a resume, without a thread or a timeout.
+class ScriptedTransport : public Transport {
+ public:
+  ScriptedTransport(const uint8_t* data, size_t size) : bytes_(data, data + size) {}
+  bool write(const iovec*, int) override { return !shut_; }
+  ssize_t read_some(void* buf, size_t n, std::chrono::milliseconds) override {
+    if (shut_ || at_ == bytes_.size()) return kBroken;
+    n = std::min(n, bytes_.size() - at_);
+    std::memcpy(buf, bytes_.data() + at_, n);
+    at_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  void shutdown() override { shut_ = true; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+  size_t at_ = 0;
+  bool shut_ = false;
+};
+
 SessionId fixed_session() {
   SessionId id;
   std::memset(id.data(), 7, id.size());
@@ -131,12 +160,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Channel client(Side::kClient, fixed_session(), "", o);
     server.start(std::move(s_end));
     client.start(std::move(c_end));
+    // Each side's opening is already buffered (start() writes it): a read takes it at once, and
+    // the short timeout is the wait for a next frame that never comes.
     FrameHeader h;
-    client.receive(&h, Wait::kPassive, std::chrono::milliseconds(20));
-    server.receive(&h, Wait::kPassive, std::chrono::milliseconds(20));
-    auto [mine, attacker] = memory_pair(1 << 20);
-    write_all(*attacker, data, size);
-    attacker->shutdown();
+    client.receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
+    server.receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
+    // The attacker's bytes as a connection that takes what the server writes (the challenge):
+    // a pipe shut at the far end would fail that write, and the proof would never be read.
+    std::unique_ptr<Transport> mine = std::make_unique<ScriptedTransport>(data, size);
     ResumeHello hello;
     std::string why;
     if (read_resume_hello(*mine, &hello, &why, std::chrono::milliseconds(100))) {
@@ -144,6 +175,43 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (server.accept_resume(std::move(mine), hello, &why)) std::abort();
       if (why.empty() || server.lost()) std::abort();
     }
+    return 0;
+  }
+  if (k == 9) {
+    auto [mine, peer] = memory_pair(1 << 16);
+    Channel ch(Side::kClient, fixed_session(), "", fuzz_options());
+    ch.start(std::move(mine));
+    std::string why;
+    const NoticeAction a = take_notice(ch, data, size, &why);
+    if (a == NoticeAction::kMalformed && why.empty()) std::abort();
+    if (a == NoticeAction::kEnded && (why.empty() || !ch.lost())) std::abort();
+    return 0;
+  }
+  if (k == 8) {
+    auto [s_end, c_end] = memory_pair(1 << 20);
+    ChannelOptions o = fuzz_options();
+    // The exchange must start before the window ends (the scripted server answers at once).
+    o.resume_window = std::chrono::milliseconds(500);
+    Channel server(Side::kServer, fixed_session(), "", o);
+    Channel client(Side::kClient, fixed_session(), "", o);
+    server.start(std::move(s_end));
+    client.start(std::move(c_end));
+    // Each side's opening is already buffered (start() writes it): a read takes it at once, and
+    // the short timeout is the wait for a next frame that never comes.
+    FrameHeader h;
+    client.receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
+    server.receive(&h, Wait::kPassive, std::chrono::milliseconds(1));
+    int dials = 0;
+    client.set_redial([&](Clock::time_point, std::string* err) -> std::unique_ptr<Transport> {
+      if (dials++) {
+        *err = "the fuzz server is gone";
+        return nullptr;
+      }
+      return std::make_unique<ScriptedTransport>(data, size);
+    });
+    client.break_connection("cut by the fuzz target");
+    // Without the secret no server proof can be right: the session must end, saying why.
+    if (client.flush() != Status::kLost || client.why().empty()) std::abort();
     return 0;
   }
   return 0;
@@ -207,4 +275,25 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   Writer notice;
   encode(Notice{kNoticeDraining, 60, "rgpu-server at 127.0.0.1:9713 is shutting down; 60 s to finish"}, &notice);
   seed(7, notice);
+  seed(9, notice);
+  Writer ended;
+  encode(Notice{kNoticeEnded, 0, "rgpu-server at 127.0.0.1:9713 ended this session: it was stopped"}, &ended);
+  seed(9, ended);
+  // A hostile server's answers to a resume: a challenge (with a wrong proof), then kOpResumed;
+  // and a refusal with its reason.
+  Writer answers;
+  Writer challenge;
+  encode(ResumeChallenge{{}, {}, 3}, &challenge);
+  FrameHeader h3 = make_header(kOpResumeChallenge, 0, 0, 0, challenge.size());
+  answers.append(&h3, sizeof h3);
+  answers.append(challenge.buf().data(), challenge.size());
+  FrameHeader h4 = make_header(kOpResumed, 0, 0, 0, 0);
+  answers.append(&h4, sizeof h4);
+  seed(8, answers);
+  Writer refused, reason;
+  reason.put_str("no such session");
+  FrameHeader h5 = make_header(kOpRefused, 0, 0, 0, reason.size());
+  refused.append(&h5, sizeof h5);
+  refused.append(reason.buf().data(), reason.size());
+  seed(8, refused);
 }

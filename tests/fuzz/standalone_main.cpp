@@ -5,6 +5,8 @@
 // --hang-seconds, the input is written to ./crash-<target>-<n> (or --crash-dir) so that
 //   <target>_standalone --seconds 0 crash-file
 // replays exactly it. The mutations follow common/cuda_image_fuzz.cpp's, without its PTX tokens.
+// With --write-seeds DIR it writes the target's built-in seeds to DIR/seed-NNN and stops: how the
+// libFuzzer corpus in the repository (tests/fuzz/corpus/<target>/, bench/fuzz.sh) is seeded.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -133,6 +135,7 @@ int main(int argc, char** argv) {
   unsigned hang_seconds = 10;
   uint64_t seed = 0x7267707521ull;
   std::string crash_dir = ".";
+  std::string seeds_dir;
   std::vector<std::vector<uint8_t>> seeds;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -144,6 +147,8 @@ int main(int argc, char** argv) {
       seed = std::strtoull(argv[++i], nullptr, 0);
     } else if (a == "--crash-dir" && i + 1 < argc) {
       crash_dir = argv[++i];
+    } else if (a == "--write-seeds" && i + 1 < argc) {
+      seeds_dir = argv[++i];
     } else {
       std::ifstream f(a, std::ios::binary);
       if (!f) {
@@ -157,6 +162,21 @@ int main(int argc, char** argv) {
   if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
   bool replay_only = !seeds.empty() && seconds <= 0;
   if (!replay_only && rgpu_fuzz_seeds) rgpu_fuzz_seeds(&seeds);
+  if (!seeds_dir.empty()) {
+    int n = 0;
+    for (const auto& s : seeds) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/seed-%03d", n++);
+      std::ofstream f(seeds_dir + name, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(s.data()), std::streamsize(s.size()));
+      if (!f) {
+        std::fprintf(stderr, "%s: cannot write %s%s\n", g_name, seeds_dir.c_str(), name);
+        return 2;
+      }
+    }
+    std::printf("%s: %d seeds written to %s\n", g_name, n, seeds_dir.c_str());
+    return 0;
+  }
   seeds.push_back({});
 
   // Under ASan its own handlers report faults (with a stack) and then call dump_current.

@@ -1,7 +1,8 @@
 // Fuzz target for protocol/wire/graph.h and protocol/wire/capture.h (whose dependency lists are
 // graph.h's NodeLists): the server decodes the client's graph and capture requests, the client
 // decodes the server's replies, so any bytes must decode or be refused without reading past the end or allocating past
-// the limits. The first byte picks the message. What decodes must re-encode to bytes that decode
+// the limits. The first byte picks the message (its low 5 bits; bit 7 picks a form where a
+// message has two). What decodes must re-encode to bytes that decode
 // and re-encode to the same bytes again.
 #include <cuda.h>
 
@@ -45,7 +46,7 @@ void put_params(Writer& w, NodeParams& n) {
 
 // Decodes msg kind `k` from r and re-encodes it into *out; false when it does not decode.
 bool decode_encode(uint8_t k, Reader& r, Writer* out) {
-  switch (k % 11) {
+  switch (k & 0x1f) {
     case 0: {
       AddNode m;
       if (!read_add_node(r, &m)) return false;
@@ -126,12 +127,26 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
                                       nodes.size(), m.flags);
       return true;
     }
-    default: {
+    case 10: {
       NodeList m;
       if (!read_node_list(r, &m)) return false;
       put_list(*out, m);
       return true;
     }
+    case 11: {
+      CaptureInfoAsk m;
+      if (!read_capture_info_ask(r, &m)) return false;
+      put_capture_info_ask(*out, m);
+      return true;
+    }
+    case 12: {
+      uint64_t node;
+      if (!read_get_params(r, &node)) return false;
+      put_get_params(*out, node);
+      return true;
+    }
+    default:
+      return false;
   }
 }
 
@@ -199,4 +214,9 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   Writer list;
   put_node_list(list, deps, edges, 2);
   seed(10, list);
+  Writer info_ask, get;
+  put_capture_info_ask(info_ask, {1, true});
+  seed(11, info_ask);
+  put_get_params(get, 2);
+  seed(12, get);
 }

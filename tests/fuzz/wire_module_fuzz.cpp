@@ -67,6 +67,12 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
       put_link_result(*out, with_cubin, m);
       return true;
     }
+    case 6: {
+      uint64_t id;
+      if (!read_id(r, &id)) return false;
+      put_id(*out, id);
+      return true;
+    }
     default: {
       std::string name;
       if (!read_symbol_name(r, &name)) return false;
@@ -105,4 +111,7 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   Writer result;
   put_link_result(result, true, LinkResult{{1024}, "info", "", reinterpret_cast<const uint8_t*>("CUBIN"), 5});
   seed(0x85, result);
+  Writer id;
+  put_id(id, 7);
+  seed(6, id);
 }

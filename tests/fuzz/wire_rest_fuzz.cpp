@@ -3,8 +3,9 @@
 // maps): the server decodes these requests, the
 // client decodes their replies, so any bytes must decode or be refused without reading past the
 // end or taking a count or size over the limits, and no decoded struct may carry a Windows
-// pointer. The first byte picks the message. What decodes must re-encode to bytes that decode and
-// re-encode to the same bytes again.
+// pointer. The first byte picks the message: its low 5 bits the message, its top 3 the variant
+// (bit 7 the form of a message that has two, the tensor map's form, the pointer attribute). What
+// decodes must re-encode to bytes that decode and re-encode to the same bytes again.
 #include <cuda.h>
 
 #include <cstdint>
@@ -27,7 +28,8 @@ using rgpu::Writer;
 
 bool decode_encode(uint8_t k, Reader& r, Writer* out) {
   const bool flag = k & 0x80;
-  switch (k % 13) {
+  const unsigned variant = k >> 5;
+  switch (k & 0x1f) {
     case 0: {
       HostCallback m;
       if (!read_host_callback(r, flag, &m)) return false;
@@ -102,7 +104,7 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
       return true;
     }
     case 11: {
-      const auto form = static_cast<TensorMapForm>((k >> 4) % 3);
+      const auto form = static_cast<TensorMapForm>(variant % 3);
       TensorMapEncode m;
       if (!read_tensor_map_encode(r, form, &m)) return false;
       if (m.rank == 0 || m.rank > kMaxTensorRank) abort();
@@ -116,9 +118,39 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
       put_tensor_map_replace_address(*out, map, address);
       return true;
     }
-    default: {
-      // A reply entry for attribute ((k >> 4) & 7) + 1: its size must be that attribute's.
-      const int32_t attr = ((k >> 4) & 7) + 1;
+    case 13: {
+      uint64_t v;
+      if (!read_u64_value(r, &v)) return false;
+      put_u64_value(*out, v);
+      return true;
+    }
+    case 14: {
+      CUstreamAttrValue v;
+      if (!read_stream_attribute_value(r, &v)) return false;
+      put_stream_attribute_value(*out, v);
+      return true;
+    }
+    case 15: {
+      CUtensorMap map;
+      if (!read_tensor_map(r, &map)) return false;
+      put_tensor_map(*out, map);
+      return true;
+    }
+    case 16: {
+      uint64_t object;
+      if (!read_object(r, &object)) return false;
+      put_object(*out, object);
+      return true;
+    }
+    case 17: {
+      CUDA_RESOURCE_DESC res;
+      if (!read_resource_desc(r, &res)) return false;
+      put_resource_desc(*out, res);
+      return true;
+    }
+    case 8: {
+      // A reply entry for attribute variant + 1: its size must be that attribute's.
+      const int32_t attr = int32_t(variant) + 1;
       int32_t result;
       const uint8_t* value;
       uint32_t size;
@@ -127,6 +159,8 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
       put_pointer_attribute_value(*out, result, value, size);
       return true;
     }
+    default:
+      return false;
   }
 }
 
@@ -138,11 +172,11 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   const rgpu::fuzz::Seeds seed(out);
   Writer cb, attr, gran, create, prop, pool, pattr, ptr, pval;
   put_host_callback(cb, true, {1, 2, 0});
-  seed(0x82, cb);  // k % 13 picks the message, bit 7 the form
+  seed(0x80, cb);  // k & 0x1f picks the message, bit 7 the form
   CUstreamAttrValue v{};
   v.priority = 1;
   put_stream_attribute(attr, true, {1, CU_LAUNCH_ATTRIBUTE_PRIORITY, v});
-  seed(0x83, attr);
+  seed(0x81, attr);
   CUmemAllocationProp p{};
   p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   put_granularity(gran, {p, 0});
@@ -155,7 +189,7 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   seed(5, pool);
   PoolAttribute pa{1, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, 8};
   put_pool_attribute(pattr, true, pa);
-  seed(0x88, pattr);
+  seed(0x86, pattr);
   CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_CONTEXT};
   put_pointer_attributes(ptr, 0xd000, attrs, 2);
   seed(7, ptr);
@@ -173,8 +207,19 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   TensorMapEncode tm;
   tm.rank = 2;
   put_tensor_map_encode(tiled, TensorMapForm::kTiled, tm);
-  seed(11, tiled);  // (11 >> 4) % 3 == 0: the tiled form
+  seed(11, tiled);  // variant 0 % 3 == 0: the tiled form
   put_tensor_map_replace_address(replace, CUtensorMap{}, 0xd000);
   seed(12, replace);
-  seed(0x15, pval);  // attribute ((k >> 4) & 7) + 1 == 2: MEMORY_TYPE
+  Writer u64, sval, map, object, rdesc;
+  put_u64_value(u64, 1 << 20);
+  seed(13, u64);
+  put_stream_attribute_value(sval, v);
+  seed(14, sval);
+  put_tensor_map(map, CUtensorMap{});
+  seed(15, map);
+  put_object(object, 9);
+  seed(16, object);
+  put_resource_desc(rdesc, res);
+  seed(17, rdesc);
+  seed(0x28, pval);  // attribute variant + 1 == 2: MEMORY_TYPE
 }
