@@ -7,8 +7,10 @@
 // cores loaded, rgpu-server's workers spinning 50 µs after every call made a small synchronous call
 // 60 µs (p99 3 to 8 ms); blocking at once, 9.5 µs (p99 13 µs)
 // (bench/recorded/cpu-2026-12-03). So a SpinPolicy spins only
-// - when the machine has a CPU to spare: at least 4 usable CPUs and a 1-minute load average at
-//   least 2 below their number (looked at once a second), and
+// - when the machine has a CPU to spare: at least 4 usable CPUs of which at least 2 were idle over
+//   the last second (from /proc/stat's CPU times, looked at once a second; not the load average,
+//   which also counts threads asleep in the kernel: a GPU driver's can hold it high on an idle
+//   host), and
 // - while spinning pays: the events of its recent waits mostly came during the spin (a score kept
 //   from each wait's outcome; a policy whose spins keep missing tries again every 32nd wait).
 // One per waiting thread (not thread-safe).
@@ -28,8 +30,17 @@ class SpinPolicy {
   // After a wait that spun: whether what it waited for came during the spin.
   void after_spin(bool caught);
 
-  // The machine test (usable CPUs, 1-minute load average), apart for tests.
-  static bool machine_can_spare(unsigned cpus, double load);
+  // The machine test (usable CPUs, how many of them were busy), apart for tests.
+  static bool machine_can_spare(unsigned cpus, double busy);
+  // The CPU times of /proc/stat's first line ("cpu  user nice system idle iowait irq softirq
+  // steal ..."), in ticks: all of them, and the idle ones (idle and iowait). False when the line
+  // is not one.
+  struct CpuTimes {
+    unsigned long long total = 0, idle = 0;
+  };
+  static bool parse_cpu_line(const char* line, CpuTimes* out);
+  // How many of the machine's `cpus` CPUs were busy between two readings (0 when no time passed).
+  static double busy_between(const CpuTimes& before, const CpuTimes& after, unsigned cpus);
   // For tests: decide as if on such a machine from now on.
   void pretend_machine(unsigned cpus, double load);
 
@@ -40,6 +51,7 @@ class SpinPolicy {
   bool can_spare_ = false;
   bool pretended_ = false;
   std::chrono::steady_clock::time_point checked_{};
+  CpuTimes last_{};  // /proc/stat at checked_ (total 0: not read yet)
 };
 
 }  // namespace rgpu
