@@ -17,6 +17,22 @@ TEST(SpinPolicy, SparesACpuOnlyWithFourOrMoreAndTwoOfThemIdle) {
   EXPECT_FALSE(SpinPolicy::machine_can_spare(16, 15.0));
 }
 
+// The busy CPUs come from /proc/stat's times, not the load average: threads asleep in the kernel
+// (a GPU driver's) count in the load average and made an idle 16-core GPU host look busy.
+TEST(SpinPolicy, CountsBusyCpusFromTheMachinesCpuTimes) {
+  SpinPolicy::CpuTimes a, b;
+  ASSERT_TRUE(SpinPolicy::parse_cpu_line("cpu  100 5 50 800 45 0 0 0 0 0\n", &a));
+  EXPECT_EQ(a.total, 1000u);
+  EXPECT_EQ(a.idle, 845u);
+  // One second on 16 CPUs: 1600 ticks, of which 1400 idle or waiting on I/O: 2 CPUs busy.
+  ASSERT_TRUE(SpinPolicy::parse_cpu_line("cpu  250 5 100 2150 95 0 0 0 0 0\n", &b));
+  EXPECT_DOUBLE_EQ(SpinPolicy::busy_between(a, b, 16), 2.0);
+  EXPECT_TRUE(SpinPolicy::machine_can_spare(16, SpinPolicy::busy_between(a, b, 16)));
+  EXPECT_EQ(SpinPolicy::busy_between(b, b, 16), 0.0);  // no time passed
+  EXPECT_FALSE(SpinPolicy::parse_cpu_line("intr 1 2 3\n", &a));
+  EXPECT_FALSE(SpinPolicy::parse_cpu_line("cpu  1 2\n", &a));
+}
+
 TEST(SpinPolicy, NeverSpinsOnABusyOrSmallMachine) {
   SpinPolicy p(microseconds(50));
   p.pretend_machine(2, 0.0);

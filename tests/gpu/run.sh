@@ -254,6 +254,9 @@ if want bench && [ "${RGPU_GPU_BENCH:-1}" = 1 ]; then
 fi
 if want abbench && [ -n "${RGPU_GPU_BASE_TREE:-}" ]; then
   step "driver path against the commit in $RGPU_GPU_BASE_TREE, A B A B (bench/pair_driver_bench.sh)"
+  # The load average beside how many threads sit in uninterruptible sleep: common/spin_policy.h
+  # once judged spare CPUs by the load average, which such threads (a GPU driver's) raise.
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); threads in D state: $(ps -eLo stat= | grep -c '^D')"
   base=$RGPU_GPU_BASE_TREE
   { cmake -S "$base" -B "$base/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
     cmake --build "$base/build-base" -j"$nproc_" --target rgpu-server driver_bench rgpu_cuda; } >"$OUT/build_base.log" 2>&1 ||
