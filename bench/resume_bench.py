@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests/e2e"))
+from conftest import free_port, wait_for_port  # noqa: E402  (the end-to-end tests' own helpers)
 
 # The client: calls cuMemGetInfo back to back until told to stop (stdin closes), recording the
 # time each answer came; prints the times, one per line, as nanoseconds since its start.
@@ -56,23 +57,6 @@ done = True
 t.join()
 print("\n".join(map(str, times)))
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
 
 
 def run_kind(build, fault, cuts, spacing, runtime_dir):
