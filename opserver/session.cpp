@@ -10,6 +10,7 @@
 #include <complex>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 
 #include "common/huge_pages.h"
 #include "common/log.h"
@@ -119,6 +120,17 @@ Value decode_value(Reader& r, int depth) {
         throw Malformed(log::format("unknown value tag %u", v->tag));
     }
   });
+}
+
+// An operator's name or overload as Reader::str(kMaxNameString) reads it, without a copy.
+std::string_view read_name(Reader& r) {
+  uint32_t n = r.u32();
+  if (!r.ok() || n > kMaxNameString) {
+    r.fail();
+    return {};
+  }
+  const uint8_t* p = r.view(n);
+  return p ? std::string_view(reinterpret_cast<const char*>(p), n) : std::string_view();
 }
 
 const char* tag_name(Tag t) {
@@ -376,8 +388,7 @@ bool Session::bind(const TensorDesc& spec, uint64_t nbytes, const at::Tensor& re
 }
 
 void Session::call(Reader& r, bool want_reply, Writer* w) {
-  std::string name = r.str(kMaxNameString);
-  std::string overload = r.str(kMaxNameString);
+  const std::string_view name = read_name(r), overload = read_name(r);
   uint32_t nargs = r.u32();
   if (!r.ok() || nargs > r.left()) throw Malformed("truncated op call");
   std::vector<Value> args;
@@ -421,17 +432,22 @@ void Session::call(Reader& r, bool want_reply, Writer* w) {
   }
   if (!r.ok() || r.left() != 0) throw Malformed("op call with trailing or missing bytes");
 
-  std::string full = overload.empty() ? name : name + "." + overload;
-  if (log::level() >= log::kDebug) log::debug("%s%s", full.c_str(), want_reply ? " (waits)" : "");
-  auto it = ops_.find(full);
+  op_key_.assign(name);
+  if (!overload.empty()) op_key_.append(1, '.').append(overload);
+  auto it = ops_.find(op_key_);
   if (it == ops_.end()) {
-    if (name.rfind("aten::", 0) != 0 || denied(name))
-      throw CallError("operator " + full + " is not one rgpu-opserver runs for clients");
-    auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+    const std::string& full = op_key_;
+    if (op_refused(std::string(name))) throw CallError("operator " + full + " is not one rgpu-opserver runs for clients");
+    auto handle = c10::Dispatcher::singleton().findSchema({std::string(name), std::string(overload)});
     if (!handle) throw CallError("operator " + full + " does not exist in this server's torch " + torch_version());
-    it = ops_.emplace(full, *handle).first;
+    OpEntry e{*handle, full, {}, name == "aten::_index_put_impl_"};
+    for (const c10::Argument& a : handle->schema().arguments()) e.where.push_back(full + " argument '" + a.name() + "'");
+    it = ops_.emplace(full, std::move(e)).first;
   }
-  const c10::OperatorHandle& op = it->second;
+  const OpEntry& entry = it->second;
+  const std::string& full = entry.full;
+  if (log::level() >= log::kDebug) log::debug("%s%s", full.c_str(), want_reply ? " (waits)" : "");
+  const c10::OperatorHandle& op = entry.op;
   const c10::FunctionSchema& schema = op.schema();
   if (schema.arguments().size() != args.size())
     throw CallError(log::format("%s takes %zu arguments, the client sent %zu", full.c_str(), schema.arguments().size(),
@@ -446,10 +462,10 @@ void Session::call(Reader& r, bool want_reply, Writer* w) {
   torch::jit::Stack stack;
   stack.reserve(args.size());
   for (size_t k = 0; k < args.size(); ++k)
-    stack.push_back(conv(args[k], schema.arguments()[k].type(), full + " argument '" + schema.arguments()[k].name() + "'"));
+    stack.push_back(conv(args[k], schema.arguments()[k].type(), entry.where[k]));
   // index_put_ reaches the server as _index_put_impl_, whose unsafe=True skips the index bounds
   // checks: a client never gets that.
-  if (name == "aten::_index_put_impl_" && stack.size() == 5) stack[4] = false;
+  if (entry.index_put_impl && stack.size() == 5) stack[4] = false;
   // The boxed wrappers of out= ops that return several tensors (std::tuple<Tensor&, ...>) hand
   // back references into the argument stack after dropping it: somebody else must hold the
   // argument tensors meanwhile, as a caller always does in a client process. Found by ASan

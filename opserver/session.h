@@ -161,7 +161,18 @@ class Session {
   SessionOptions opt_;
   std::unordered_map<uint64_t, Slot> storages_;
   std::unordered_map<const c10::StorageImpl*, uint64_t> ids_by_impl_;
-  std::unordered_map<std::string, c10::OperatorHandle> ops_;
+  // An operator clients called, looked up once: kTorchCall names it by name and overload on
+  // every call, and the lookup, the full name and the arguments' names for errors would
+  // otherwise be worked out per call.
+  struct OpEntry {
+    c10::OperatorHandle op;
+    std::string full;                 // "aten::add.Tensor"
+    std::vector<std::string> where;   // per argument: "aten::add.Tensor argument 'self'"
+    bool index_put_impl = false;      // aten::_index_put_impl_ (its unsafe flag is cleared)
+  };
+  // By name, '.', overload (what op_key_ holds during a lookup: no allocation per call).
+  std::unordered_map<std::string, OpEntry> ops_;
+  std::string op_key_;
   std::unordered_map<uint64_t, Graph> graphs_;
   Inductor inductor_;
   bool told_no_python_ = false;  // logged that Python did not start (once a session)

@@ -23,6 +23,29 @@ def test_server_info_names_server_and_device(opserver):
     assert f"rgpu-opserver at {opserver.addr}" in r.stdout and f"on {SERVER_DEVICE}" in r.stdout
 
 
+FORKED = """
+import os, torch, rgpu
+x = torch.ones(4, device="rgpu")
+pid = os.fork()
+if pid == 0:
+    try:
+        torch.ones(4, device="rgpu") * 2
+        os._exit(3)
+    except RuntimeError as e:
+        os._exit(0 if "forked from one connected" in str(e) else 4)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status), (x * 2).sum().item())
+"""
+
+
+def test_forked_child_is_told_the_connection_is_the_parents(opserver):
+    # The check is a flag set by a fork handler, not a getpid() call on every op (which cost 3%
+    # of the client's time generating tokens); the parent keeps working after the fork.
+    r = run_python(FORKED, {"RGPU_OPSERVER": opserver.addr})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "8.0"], r.stdout + r.stderr
+
+
 def test_no_server_says_how_to_start_one():
     from device_fixtures import free_port
     addr = f"127.0.0.1:{free_port()}"

@@ -230,3 +230,32 @@ def test_generation_misses_stay_bounded_as_the_sequence_grows(use_opserver, kv):
     late = misses[-1] - misses[20]
     per_token = 12 if not kv else 5
     assert late <= per_token * 19, f"{late} meta misses over the last 19 tokens: {rgpu.stats()['meta_misses_by_op']}"
+
+
+def test_flash_attention_rule_plans_the_query_of_a_kv_cache_step(use_opserver):
+    """The query of a KV-cache step (batch 1, one position: a permuted view of qkv whose size-1
+    dimensions keep odd strides) is contiguous as torch counts it, and the meta device's empty_like
+    (torch._refs) gives the attention output contiguous strides, not the query's. The rule must say
+    the same: when it did not, the shape class was left to the meta device, which then ran once a
+    token (the cached keys grow), about 0.1 ms of the client's time each (bench/torch_gen_bench.py
+    --modes kv)."""
+    name = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    qkv = torch.randn(1, 1, 3, 4, 32)
+    q = Laid(qkv, lambda t: t.permute(2, 0, 3, 1, 4)[0])
+
+    def step(tk):
+        kv = torch.randn(1, 4, tk, 32)
+        check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, kv, kv)
+
+    torch.ops.rgpu.verify_shape_rules(True)
+    try:
+        _, mismatched0 = rules_checked()
+        for tk in (2, 3):
+            step(tk)
+        assert rules_checked()[1] == mismatched0, "the rule and the meta device disagree"
+    finally:
+        torch.ops.rgpu.verify_shape_rules(False)
+    before = rgpu.stats()["meta_misses_by_op"].get(name, 0)
+    for tk in range(4, 12):
+        step(tk)
+    assert rgpu.stats()["meta_misses_by_op"].get(name, 0) == before

@@ -460,6 +460,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   Connection& c = Connection::get();
   bool send = info.mutates;
   Writer outs;
+  outs.buf().reserve(128);
   outs.put_u32(static_cast<uint32_t>(plan->rets.size()));
   std::vector<c10::IValue> results;
   results.reserve(plan->rets.size());
@@ -504,6 +505,9 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   if (send) {
     Writer w;
+    // Room for a typical call (name, a few tensors, the outputs), so the buffer does not grow
+    // a byte vector step by step on every op.
+    w.buf().reserve(512 + outs.size());
     put_call_head(w, schema, args);
     w.append(outs.buf().data(), outs.size());
     c.post(kTorchCall, w);

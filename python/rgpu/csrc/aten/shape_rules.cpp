@@ -57,9 +57,15 @@ OutPlan fresh_contiguous(c10::ScalarType dtype, c10::IntArrayRef sizes) {
   return fresh(dtype, sizes, c10::IntArrayRef(strides.data(), strides.size()));
 }
 
-// torch.empty_like(t) (memory_format preserve): t's strides when it is dense, else dense strides
-// in t's order of dimensions.
+// torch.empty_like(t) (memory_format preserve) as the meta device makes it (torch._refs.empty_like):
+// contiguous when t is contiguous and not also channels-last (compute_elementwise_output_
+// logical_to_physical_perm's short cut, which ignores the strides of size-1 dimensions: the query
+// of a one-token KV-cache step, a permuted view of qkv with stride 384 at its size-1 dimension,
+// gets contiguous strides, not its own); else t's strides when it is dense, else dense strides in
+// t's order of dimensions.
 OutPlan fresh_like(const at::Tensor& t) {
+  if (t.is_contiguous() && !t.is_contiguous(c10::MemoryFormat::ChannelsLast))
+    return fresh_contiguous(t.scalar_type(), t.sizes());
   if (t.is_non_overlapping_and_dense()) return fresh(t.scalar_type(), t.sizes(), t.strides());
   auto strides = at::infer_dense_strides(t.sizes(), t.strides());
   return fresh(t.scalar_type(), t.sizes(), strides);
