@@ -23,7 +23,7 @@ except ImportError as e:
 SOURCES = sorted(glob.glob(os.path.join(HERE, "rgpu", "csrc", "*", "*.cpp"))) + [
     os.path.join(ROOT, "common", f) for f in ("log.cpp", "env.cpp", "net.cpp", "crypto.cpp", "spin_policy.cpp")
 ] + [os.path.join(ROOT, "protocol", f) for f in ("frame.cpp", "handshake.cpp", "transport.cpp", "channel.cpp",
-                                              "client_session.cpp", "drain.cpp")]
+                                              "client_session.cpp", "drain.cpp", "tls.cpp")]
 # setuptools wants paths relative to this directory.
 SOURCES = [os.path.relpath(p, HERE) for p in SOURCES]
 
@@ -51,7 +51,7 @@ setup(
             "rgpu._C",
             SOURCES,
             include_dirs=[ROOT, os.path.join(HERE, "rgpu", "csrc")],
-            libraries=["crypto"],
+            libraries=["ssl", "crypto"],
             extra_compile_args=["-std=c++20", "-O2"],
         )
     ],
