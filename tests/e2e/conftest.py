@@ -93,6 +93,16 @@ class Server:
         self.log.close()
 
 
+def wait_for_log(server, text, timeout=5.0):
+    """True once the server's log holds `text`; fails the test, showing the log's end, at timeout."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if text in server.text():
+            return True
+        time.sleep(0.05)
+    raise AssertionError(f"server log has no line containing {text!r}:\n{server.text()[-3000:]}")
+
+
 def run_client(args, server, token=None, env_extra=None, timeout=120):
     """Runs a program with the shim first on the library path, pointed at the server."""
     env = dict(os.environ)

@@ -8,24 +8,14 @@ import socket
 import struct
 import subprocess
 import threading
-import time
 
 import pytest
 
 import rgpu_wire as wire
-from conftest import BUILD, IMAGE, run_client
+from conftest import BUILD, IMAGE, run_client, wait_for_log
 
 PROGRAM = str(BUILD / "bin/driver_api_test")
 TOKEN = "correct horse battery staple"
-
-
-def wait_for_log(server, text, timeout=5.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if text in server.text():
-            return True
-        time.sleep(0.05)
-    raise AssertionError(f"server log has no line containing {text!r}:\n{server.text()[-3000:]}")
 
 
 def assert_still_serving(server, token=None, program=False):

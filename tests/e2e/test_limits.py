@@ -11,22 +11,13 @@ from pathlib import Path
 import pytest
 
 import rgpu_wire as wire
-from conftest import BUILD, IMAGE, Server, run_client
+from conftest import BUILD, IMAGE, Server, run_client, wait_for_log
 
 PROGRAM = str(BUILD / "bin/driver_api_test")
 OP_MODULE_BY_HASH = wire.CONTROL["kOpModuleByHash"]
 OP_SESSIONS = wire.CONTROL["kOpSessions"]
 CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_OUT_OF_MEMORY = 2
-
-
-def wait_for_log(server, text, timeout=5.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if text in server.text():
-            return True
-        time.sleep(0.05)
-    raise AssertionError(f"server log has no line containing {text!r}:\n{server.text()[-3000:]}")
 
 
 def start(tmp_path, *args, tokens=None):
