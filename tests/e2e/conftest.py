@@ -93,6 +93,18 @@ class Server:
         self.log.close()
 
 
+def restart_on_port(port, extra_args=()):
+    """A new rgpu-server on the port of one just killed: the old one's spare holds the port for a
+    moment after its parent died, so it is tried for up to 10 s. Fails the test if none listens."""
+    for _ in range(50):
+        server = Server(extra_args=extra_args, port=port)
+        time.sleep(0.2)
+        if server.alive():
+            return server
+        server.log.close()
+    raise AssertionError("a second rgpu-server could not listen on the port")
+
+
 def wait_for_log(server, text, timeout=5.0):
     """True once the server's log holds `text`; fails the test, showing the log's end, at timeout."""
     deadline = time.time() + timeout

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, IMAGE, Server, free_port, run_client
+from conftest import BUILD, IMAGE, Server, free_port, restart_on_port, run_client
 from fault_proxy import FaultProxy
 
 PROGRAM = str(BUILD / "bin/reconnect_test")
@@ -141,15 +141,7 @@ def test_a_restarted_server_hands_the_reconnecting_client_its_session(runtime_di
             time.sleep(0.05)
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(5)
-        # The old server's spare ends with it (a moment later): until then the port is taken.
-        for _ in range(50):
-            second = Server(extra_args=args, port=port)
-            time.sleep(0.2)
-            if second.alive():
-                break
-            second.log.close()
-            second = None
-        assert second, "a second rgpu-server could not listen on the port"
+        second = restart_on_port(port, args)
         finish_on(second, client, proxy, go, 30)
     finally:
         if client.poll() is None:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, IMAGE, Server, free_port, run_client, wait_for_port
+from conftest import BUILD, IMAGE, Server, free_port, restart_on_port, run_client, wait_for_port
 from fault_proxy import FaultProxy
 
 PROGRAM = str(BUILD / "bin/driver_api_test")
@@ -299,15 +299,7 @@ def test_a_restarted_tls_server_hands_the_reconnecting_client_its_session(short_
             time.sleep(0.05)
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(5)
-        for _ in range(50):  # the old spare holds the port for a moment after its parent died
-            second = Server(port=port, extra_args=["--tls", "auto", "--state-dir", short_dir, "--runtime-dir",
-                                                   short_dir])
-            time.sleep(0.2)
-            if second.alive():
-                break
-            second.log.close()
-            second = None
-        assert second, "a second rgpu-server could not listen on the port"
+        second = restart_on_port(port, ["--tls", "auto", "--state-dir", short_dir, "--runtime-dir", short_dir])
         assert fingerprint(second) == fp
         proxy.strike()
         go.touch()
