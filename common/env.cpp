@@ -80,6 +80,10 @@ constexpr Variable kVariables[] = {
     {"RGPU_ORDER_WAIT_MS", "10000", nullptr, kServer,
      "how long a call waits for another client thread's earlier one-way call still running in the "
      "driver before it runs anyway"},
+    {"RGPU_SPIN", "auto", nullptr, kClient | kServer,
+     "how a thread waiting for its peer (the client for a reply, the server for the next call) "
+     "waits: `auto` spins up to 50 µs first where the machine has CPUs to spare and spinning "
+     "pays (common/spin_policy.h), `1` always spins first, `0` never"},
     {"RGPU_FAKE_NOOP_KERNELS", "0", nullptr, kFake,
      "`1`: kernels the fake driver has no host code for run and do nothing, instead of failing "
      "with NOT_SUPPORTED, so unmodified programs (PyTorch training) run on `--driver fake`; their "
@@ -184,6 +188,7 @@ void read_all() {
   s.user = str("USER");
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
   s.fake_noop_kernels = str("RGPU_FAKE_NOOP_KERNELS") == "1";
+  s.spin = str("RGPU_SPIN") == "1" ? 1 : str("RGPU_SPIN") == "0" ? 0 : -1;
   s.fake_load_delay_ms = std::max(0, std::atoi(str("RGPU_FAKE_LOAD_DELAY_MS").c_str()));
   s.fake_devices = std::clamp(std::atoi(str("RGPU_FAKE_DEVICES").c_str()), 1, 8);
   g_settings = s;

@@ -1,6 +1,8 @@
 // Implementation of common/spin_policy.h.
 #include "common/spin_policy.h"
 
+#include "common/env.h"
+
 #include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -67,6 +69,9 @@ void SpinPolicy::pretend_machine(unsigned cpus, double load) {
 }
 
 std::chrono::microseconds SpinPolicy::before_wait() {
+  static const int forced = env::get().spin;  // RGPU_SPIN: -1 auto
+  if (forced == 0 && !pretended_) return std::chrono::microseconds(0);
+  if (forced == 1 && !pretended_) return window_;
   if (!pretended_) {
     const auto now = std::chrono::steady_clock::now();
     if (now - checked_ >= std::chrono::seconds(1)) {

@@ -13,6 +13,7 @@
 //   host), and
 // - while spinning pays: the events of its recent waits mostly came during the spin (a score kept
 //   from each wait's outcome; a policy whose spins keep missing tries again every 32nd wait).
+// RGPU_SPIN=1 spins always, =0 never (measuring what the choice costs on a host).
 // One per waiting thread (not thread-safe).
 #pragma once
 

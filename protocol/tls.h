@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,9 @@ class TlsTransport : public Transport {
  private:
   friend struct TlsHandshake;
   TlsTransport() = default;
+  // Sends the records made so far (State::out), mu held by `lock` and let go while sending.
+  // may_wait false: leaves them when another thread is sending. False when the socket failed.
+  bool flush_locked(std::unique_lock<std::mutex>& lock, bool may_wait);
   struct State;
   std::unique_ptr<State> s_;
   bool owns_fd_ = false;

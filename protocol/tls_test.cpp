@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <cstring>
 #include <thread>
 
 #include "common/net.h"
@@ -175,6 +176,61 @@ TEST_F(TlsTest, AServerWhoseCertificateTheCaSignedIsTrustedAndCarriesBytesBothWa
   // The host name works as well as the address.
   Pair q = connect_pair(server_ctx(leaf), client_ctx(&ca), "localhost");
   EXPECT_TRUE(q.client) << q.client_err;
+}
+
+// Records go out many to a send() (TlsTransport::flush_locked), with the SSL lock let go while
+// the socket is full: both ends writing megabytes at once, neither reading until its own write is
+// under way, must not wait on each other; and two threads writing on one end keep each write
+// whole, as the channel's threads (calls, acknowledgements) do.
+TEST_F(TlsTest, BothEndsWriteMegabytesAtOnceAndConcurrentWritesStayWhole) {
+  Pem ca = make_ca();
+  Pem leaf = make_leaf(&ca, {"localhost", "127.0.0.1"});
+  Pair p = connect_pair(server_ctx(leaf), client_ctx(&ca));
+  ASSERT_TRUE(p.client) << p.client_err;
+  ASSERT_TRUE(p.server) << p.server_err;
+  const size_t kBig = 8 << 20;  // far more than the socket buffers hold
+  std::string up(kBig, 0), down(kBig, 0);
+  for (size_t i = 0; i < kBig; ++i) {
+    up[i] = static_cast<char>('a' + i % 26);
+    down[i] = static_cast<char>('A' + i % 23);
+  }
+  std::string got_up, got_down;
+  std::thread client_reader([&] { got_down = read_text(*p.client, kBig); });
+  std::thread server_reader([&] { got_up = read_text(*p.server, kBig); });
+  std::thread server_writer([&] { EXPECT_TRUE(send_text(*p.server, down)); });
+  EXPECT_TRUE(send_text(*p.client, up));
+  server_writer.join();
+  client_reader.join();
+  server_reader.join();
+  EXPECT_TRUE(got_up == up) << "client to server: " << got_up.size() << " bytes of " << kBig;
+  EXPECT_TRUE(got_down == down) << "server to client: " << got_down.size() << " bytes of " << kBig;
+
+  // Two writers, each sending 64 messages of its own letter in sizes across the record and the
+  // send sizes: every message arrives whole (its letter throughout), none interleaved.
+  const size_t sizes[] = {7, 4000, 16384, 16385, 70000, 300000};
+  auto writer = [&](char letter) {
+    for (int i = 0; i < 64; ++i) {
+      std::string m(sizes[i % 6], letter);
+      uint32_t n = static_cast<uint32_t>(m.size());
+      iovec v[2] = {{&n, sizeof n}, {m.data(), m.size()}};
+      EXPECT_TRUE(p.client->write(v, 2));
+    }
+  };
+  std::thread a(writer, 'x'), b(writer, 'y');
+  int whole = 0;
+  for (int i = 0; i < 128; ++i) {
+    std::string len = read_text(*p.server, 4);
+    ASSERT_EQ(len.size(), 4u);
+    uint32_t n;
+    std::memcpy(&n, len.data(), 4);
+    ASSERT_LE(n, 300000u);
+    std::string m = read_text(*p.server, n);
+    ASSERT_EQ(m.size(), n);
+    whole += m.find_first_not_of(m[0]) == std::string::npos;
+  }
+  a.join();
+  b.join();
+  EXPECT_EQ(whole, 128);
 }
 
 TEST_F(TlsTest, BothEndsAgreeOnTheExporterValueAndEachConnectionHasItsOwn) {

@@ -8,6 +8,7 @@
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
 #   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,reconnect,tls,torch,torchdev,torchstep,bench,abbench,startup,train
 #                                  the steps to run (default: all but abbench)
+#   RGPU_AB_SPIN=1                 abbench: a second A B A B with RGPU_SPIN=1 (common/spin_policy.h)
 #   RGPU_GPU_BASE_TREE=DIR         abbench: the source tree of the commit to compare against (e.g. from
 #                                  `git archive BASE | tar -x -C DIR`); it is built in DIR/build-base and its
 #                                  driver path timed against this one's, A B A B (bench/pair_driver_bench.sh)
@@ -261,8 +262,18 @@ if want abbench && [ -n "${RGPU_GPU_BASE_TREE:-}" ]; then
   { cmake -S "$base" -B "$base/build-base" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
     cmake --build "$base/build-base" -j"$nproc_" --target rgpu-server driver_bench rgpu_cuda; } >"$OUT/build_base.log" 2>&1 ||
     { tail -20 "$OUT/build_base.log"; status=1; }
+  # Busy CPUs over one second, from /proc/stat, as the spin policy judges them now.
+  read -r _ u n s i w q sq st _ </proc/stat; sleep 1; read -r _ u2 n2 s2 i2 w2 q2 sq2 st2 _ </proc/stat
+  echo "busy CPUs over 1 s: $(( ((u2+n2+s2+q2+sq2+st2)-(u+n+s+q+sq+st)) * $(nproc) / ((u2+n2+s2+i2+w2+q2+sq2+st2)-(u+n+s+i+w+q+sq+st)) )) of $(nproc)"
   bench/pair_driver_bench.sh "$base/build-base" build "$RESULTS/abbench" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" $QUICK ||
     status=1
+  # RGPU_AB_SPIN=1: again with RGPU_SPIN=1 (the new build's waits always spin first, as the base's
+  # did), which tells the spin policy's choice apart from the rest of the new build's cost.
+  if [ "${RGPU_AB_SPIN:-0}" = 1 ]; then
+    step "the same with RGPU_SPIN=1"
+    RGPU_SPIN=1 bench/pair_driver_bench.sh "$base/build-base" build "$RESULTS/abbench-spin" --driver "$REAL" \
+      --pairs "${RGPU_AB_PAIRS:-3}" $QUICK || status=1
+  fi
 fi
 if want startup; then
   SMODEL=${RGPU_STARTUP_MODEL:-small}
