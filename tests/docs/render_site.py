@@ -66,6 +66,12 @@ def main() -> int:
     site = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "build" / "site"
     out = Path(sys.argv[2]) if len(sys.argv) > 2 else REPO / "build" / "docs-render"
     if not (site / "index.html").is_file():
+        try:
+            import material  # noqa: F401  (MkDocs Material: without it docs_build skipped, and so does this)
+        except ImportError:
+            print("render_site: skipped: no built site, and MkDocs Material is not installed to build one; "
+                  "RGPU_SETUP_DOCS=1 scripts/setup.sh installs it")
+            return SKIP
         print(f"render_site: no built site at {site} (index.html missing); build it first: mkdocs build --strict",
               file=sys.stderr)
         return 1
