@@ -1,14 +1,17 @@
-"""Runs the docs' quick-start commands as a user types them (ctest docs_quick_start).
+"""Runs the quick-start commands of the README and the docs as a user types them (ctest
+docs_quick_start).
 
-docs/quickstart.md and docs/training.md mark each command block the test runs with an HTML
-comment right before it, which the rendered page does not show:
+README.md, docs/quickstart.md and docs/training.md mark each command block the test runs with an
+HTML comment right before it, which the rendered page does not show:
 
     <!-- quick-start GROUP: run [expect="TEXT"] -->      a client block: must exit 0 (and print TEXT)
     <!-- quick-start GROUP: server -->                    a GPU host block, left running
     <!-- quick-start GROUP: file NAME -->                 the next fenced block is saved as NAME
 
-The blocks run in page order (PAGES), in one temporary folder that stands for the checkout (its
-build/, python/ and examples/ are the tree's), with HOME in it too. The client's run blocks are
+The blocks run in page order, one set of pages at a time (PAGE_SETS: the README's quick start
+stands alone, the docs' training page goes on from their quick start), each set in a temporary
+folder of its own that stands for the checkout (its build/, python/, examples/ and docs/ are the
+tree's), with HOME in it too. The client's run blocks are
 one shell session: what one block exports the next sees. A server block runs in its own shell,
 as in another terminal on the GPU host, and stays up until the test ends; the test waits for its
 "listening on" line. Group "shim" needs the build; the other groups need torch, and are skipped
@@ -42,7 +45,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("RGPU_BUILD_DIR", REPO / "build")).resolve()
-PAGES = ("docs/quickstart.md", "docs/training.md")
+PAGE_SETS = (("README.md",), ("docs/quickstart.md", "docs/training.md"))
 # Lines a user runs to install or build, which the build under test stands for.
 INSTALLS = {
     "scripts/setup.sh",
@@ -69,9 +72,9 @@ class Block:
         return m.group(1) if m else None
 
 
-def blocks() -> list[Block]:
+def blocks(pages: tuple[str, ...]) -> list[Block]:
     found = []
-    for page in PAGES:
+    for page in pages:
         for m in MARKER.finditer((REPO / page).read_text(encoding="utf-8")):
             found.append(Block(page, m.group(1), m.group(2), m.group(3), m.group(5)))
     return found
@@ -196,23 +199,27 @@ class Session:
                 proc.wait()
 
 
-def test_the_pages_mark_both_paths_quick_starts():
-    groups = {b.group for b in blocks()}
-    assert {"shim", "device", "training"} <= groups, f"marked groups: {sorted(groups)}"
-    assert any(b.kind == "server" for b in blocks() if b.group == "shim")
-    assert any(b.kind == "server" for b in blocks() if b.group == "device")
-    device_runs = " ".join(b.text for b in blocks() if b.group == "device" and b.kind == "run")
-    assert "--opserver" in device_runs, "the PyTorch device's quick start names rgpu-run --opserver"
+@pytest.mark.parametrize("pages", PAGE_SETS, ids=lambda pages: pages[0])
+def test_the_quick_starts_mark_both_paths(pages):
+    found = blocks(pages)
+    groups = {b.group for b in found}
+    assert {"shim", "device"} <= groups, f"marked groups in {pages}: {sorted(groups)}"
+    for group in ("shim", "device"):
+        assert any(b.kind == "server" for b in found if b.group == group), f"{pages}: no {group} server block"
+        assert any(b.expect() for b in found if b.group == group), f"{pages}: no {group} block checks its output"
+    device_runs = " ".join(b.text for b in found if b.group == "device" and b.kind == "run")
+    assert "rgpu-run --opserver" in device_runs, f"{pages}: the PyTorch device's quick start names rgpu-run --opserver"
 
 
-def test_the_quick_start_commands_run_as_written(tmp_path):
+@pytest.mark.parametrize("pages", PAGE_SETS, ids=lambda pages: pages[0])
+def test_the_quick_start_commands_run_as_written(pages, tmp_path):
     for needed in ("bin/rgpu-server", "lib/libcuda.so.1", "bin/vector_add", "tests/kernels/test_kernels.fatbin"):
         assert (BUILD / needed).exists(), f"{BUILD / needed} is missing: build rgpu first (scripts/setup.sh)"
     torch_ok = have_torch()
     session = Session(tmp_path)
     skipped = set()
     try:
-        for block in blocks():
+        for block in blocks(pages):
             if block.group not in TORCH_FREE_GROUPS and not torch_ok:
                 skipped.add(block.group)
                 continue
