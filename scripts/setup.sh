@@ -38,6 +38,24 @@ if [ "${RGPU_SETUP_FUZZ:-0}" = 1 ]; then
       echo "setup: warning: could not install ${fuzz_pkgs[*]}; bench/fuzz.sh will not build" >&2
   fi
 fi
+# The docs site's tests (tests/docs/) when asked: MkDocs Material builds the site, Debian's
+# Chromium and its driver render it through selenium. scripts/test.sh asks; the demo does not (the
+# browser is a download of about 100 MB: 41 s with apt-get update on the 2-core machine).
+if [ "${RGPU_SETUP_DOCS:-0}" = 1 ]; then
+  docs_pkgs=()
+  for p in chromium chromium-driver; do dpkg -s "$p" >/dev/null 2>&1 || docs_pkgs+=("$p"); done
+  if ((${#docs_pkgs[@]})); then
+    echo "setup: installing ${docs_pkgs[*]} (the docs site's render test)"
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${docs_pkgs[@]}" >/dev/null; } ||
+      echo "setup: warning: could not install ${docs_pkgs[*]}; ctest docs_render will skip" >&2
+  fi
+  python3 -c "import mkdocs, material, selenium" 2>/dev/null ||
+    python3 -m pip install -q mkdocs-material selenium 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages mkdocs-material selenium 2>/dev/null ||
+    echo "setup: warning: could not install mkdocs-material/selenium from PyPI; the docs tests will skip" >&2
+fi
 # libclang and pytest run the code generator's checks and the tests; the build needs neither.
 python3 -c "import clang.cindex, pytest" 2>/dev/null ||
   python3 -m pip install -q libclang pytest 2>/dev/null ||

@@ -4,9 +4,9 @@
 # rgpu-server and the fake driver. The GPU tests are tests/gpu/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# With PyTorch (.venv/, scripts/setup_torch.sh) for the PyTorch tests; without it they skip and
-# say why.
-RGPU_SETUP_TORCH=1 scripts/setup.sh
+# With PyTorch (.venv/, scripts/setup_torch.sh) for the PyTorch tests, and MkDocs and Chromium for
+# the docs site's (tests/docs/); without them they skip and say why.
+RGPU_SETUP_TORCH=1 RGPU_SETUP_DOCS=1 scripts/setup.sh
 python3 codegen/generate.py --check
 python3 codegen/generate_nvml.py --check
 cd build

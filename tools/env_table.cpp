@@ -1,11 +1,14 @@
-// rgpu-env-table: writes or checks the README's table of environment variables, which is
-// generated from the one table in common/env.cpp (env::readme_table()).
+// rgpu-env-table: writes or checks a markdown file's table of environment variables, which is
+// generated from the one table in common/env.cpp (env::readme_table()). Two files hold it: the
+// README and the docs site's configuration reference.
 //
 //   rgpu-env-table                 prints the table
-//   rgpu-env-table --check FILE    exit 1 when FILE's table differs (ctest env_table_readme)
+//   rgpu-env-table --check FILE    exit 1 when FILE's table differs (ctest env_table_readme,
+//                                  env_table_docs)
 //   rgpu-env-table --write FILE    replaces FILE's table
 //
-// The table sits between the two marker lines below, which FILE must hold once each.
+// The table sits between a begin marker line (kBegin, then the rest of the comment: each file says
+// there which command writes it) and the end marker line kEnd; FILE must hold each once.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -16,9 +19,7 @@
 
 namespace {
 
-constexpr char kBegin[] =
-    "<!-- environment variables: generated from common/env.cpp by build/bin/rgpu-env-table --write "
-    "README.md (ctest env_table_readme checks it) -->\n";
+constexpr char kBegin[] = "<!-- environment variables: generated from common/env.cpp by build/bin/rgpu-env-table";
 constexpr char kEnd[] = "<!-- end of the generated table -->\n";
 
 int usage() {
@@ -47,13 +48,16 @@ int main(int argc, char** argv) {
   ss << in.rdbuf();
   const std::string text = ss.str();
   const size_t b = text.find(kBegin);
-  const size_t e = b == std::string::npos ? std::string::npos : text.find(kEnd, b);
+  // The table starts on the line after the begin marker's.
+  const size_t begin_end = b == std::string::npos ? std::string::npos : text.find("-->\n", b);
+  const size_t e = begin_end == std::string::npos ? std::string::npos : text.find(kEnd, begin_end);
   if (e == std::string::npos || text.find(kBegin, b + 1) != std::string::npos) {
-    std::fprintf(stderr, "rgpu-env-table: %s must hold the lines\n%s...\n%sonce each, in that order\n", path, kBegin,
-                 kEnd);
+    std::fprintf(stderr,
+                 "rgpu-env-table: %s must hold the lines\n%s ... -->\n...\n%sonce each, in that order\n",
+                 path, kBegin, kEnd);
     return 2;
   }
-  const size_t start = b + std::strlen(kBegin);
+  const size_t start = begin_end + 4;
   const std::string current = text.substr(start, e - start);
   if (current == table) return 0;
   if (!write) {
