@@ -112,7 +112,7 @@ c10::IValue schema_value(const V& v, const c10::TypePtr& type, const std::string
       if (v.tag != kInt) throw mismatch("int");
       return v.i;
     case c10::TypeKind::ScalarTypeType:
-      if (v.tag != kInt || v.i < INT8_MIN || v.i > INT8_MAX || !dtype_accepted(static_cast<int8_t>(v.i)))
+      if (v.tag != kInt || (v.i < INT8_MIN) || (v.i > INT8_MAX) || !dtype_accepted(static_cast<int8_t>(v.i)))
         throw mismatch("a dtype");
       return v.i;
     case c10::TypeKind::LayoutType:
