@@ -16,6 +16,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/version.h"
 #include "opserver/session.h"
 #include "protocol/accept_loop.h"
 #include "protocol/handshake.h"
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
       "seconds to finish, sessions still running then are ended, and the server exits 0; a second SIGTERM or\n"
       "SIGINT ends them at once. SIGHUP: the server exits at once and leaves its sessions running.",
       "rgpu-opserver"};
+  app.set_version_flag("--version", "rgpu-opserver " RGPU_VERSION, "print rgpu-opserver's version and exit");
   rgpu::proto::ServerOptions server;
   server.listen = {"info", "", "127.0.0.1:9720", 9720, false, "this machine"};
   std::string device = "cuda";

@@ -561,7 +561,9 @@ bool Session::hello(Reader& r, ReplyStatus* st, Writer* w, std::string* why) {
     st->failed = true;
     st->message = "rgpu-opserver runs torch " + opt_.torch_version + " but this client has torch " + client +
                   "; both sides need the same torch major.minor: install torch " + major_minor(opt_.torch_version) +
-                  " on the client, or run an rgpu-opserver built against torch " + major_minor(client);
+                  " on the client (the CPU build is enough: pip install 'torch==" + major_minor(opt_.torch_version) +
+                  ".*' --index-url https://download.pytorch.org/whl/cpu), or run an rgpu-opserver built against torch " +
+                  major_minor(client);
     *why = "refused a client with torch " + client + " (this server has " + opt_.torch_version + ")";
     return false;
   }

@@ -4,7 +4,10 @@
 # otherwise. Prints the program's result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# Only what the demo runs: the server, the fake driver it falls back to (libfakecuda.so,
+# libfakenvml.so), and vector_add with the shim it links (libcuda.so.1) and its kernel image;
+# not the ~270 targets of scripts/test.sh, which builds the rest into the same build/ later.
+scripts/setup.sh rgpu-server fakecuda fakenvml vector_add
 
 driver=fake
 for lib in /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 /lib/libcuda.so.1; do

@@ -2,6 +2,8 @@
 # Installs what rgpu needs to build and test (Debian packages and PyPI only), then configures and
 # builds it into build/. Safe to run again: it installs only what is missing and rebuilds
 # incrementally. The CUDA toolkit (for cuda.h and nvcc) must already be present.
+#   scripts/setup.sh               builds everything (tests, fuzz smoke targets, benchmarks)
+#   scripts/setup.sh TARGET...     builds only those CMake targets (scripts/demo.sh's few programs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,4 +87,8 @@ fi
 torch_py=()
 [ -x .venv/bin/python ] && torch_py=(-DRGPU_TORCH_PYTHON="$PWD/.venv/bin/python")
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch_py[@]}" >/dev/null
-cmake --build build
+if (($#)); then
+  cmake --build build --target "$@"
+else
+  cmake --build build
+fi

@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "common/version.h"
 #include "gen/driver_table.gen.h"
 #include "protocol/accept_loop.h"
 #include "protocol/handshake.h"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
       "SIGHUP hands over: the server exits at once and its sessions keep running for the next rgpu-server started\n"
       "on the same port (and --runtime-dir), which hands them their clients when they reconnect (an upgrade).",
       "rgpu-server"};
+  app.set_version_flag("--version", "rgpu-server " RGPU_VERSION, "print rgpu-server's version and exit");
   rgpu::proto::ServerOptions server;
   server.listen = {"info", "", "127.0.0.1:9713", 9713, false, "this GPU"};
   std::string driver = "libcuda.so.1";

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "common/version.h"
 
 namespace {
 
@@ -23,7 +24,7 @@ constexpr char kBegin[] = "<!-- environment variables: generated from common/env
 constexpr char kEnd[] = "<!-- end of the generated table -->\n";
 
 int usage() {
-  std::fprintf(stderr, "usage: rgpu-env-table [--check FILE | --write FILE]\n");
+  std::fprintf(stderr, "usage: rgpu-env-table [--check FILE | --write FILE | --version]\n");
   return 2;
 }
 
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
   const std::string table = rgpu::env::readme_table();
   if (argc == 1) {
     std::fputs(table.c_str(), stdout);
+    return 0;
+  }
+  if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+    std::printf("rgpu-env-table %s\n", RGPU_VERSION);
     return 0;
   }
   if (argc != 3) return usage();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/version.h"
 
 // From rgpu's libnvidia-ml.so.1 (client/nvml/runtime.cpp).
 extern "C" long rgpu_nvml_sessions(char* buf, size_t len);
@@ -91,6 +92,7 @@ constexpr const char* kUsage =
     "                                         its calls wait (its program sees a pause)\n"
     "       rgpu-smi resume SESSION           brings a suspended session back onto its GPU\n"
     "       rgpu-smi migrate SESSION --gpu N  moves the session onto the server's GPU N (of the same kind)\n"
+    "       rgpu-smi --version                rgpu's version\n"
     "SESSION is the pid the session list shows. The token, if the server wants one: RGPU_TOKEN.\n"
     "Suspend, resume and migrate need a driver with the checkpoint API (570 or newer) on the server.\n";
 
@@ -139,6 +141,10 @@ int control(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc > 1 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
     std::printf("%s", kUsage);
+    return 0;
+  }
+  if (argc > 1 && !std::strcmp(argv[1], "--version")) {
+    std::printf("rgpu-smi %s\n", RGPU_VERSION);
     return 0;
   }
   if (argc > 1) {

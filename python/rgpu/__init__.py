@@ -10,10 +10,14 @@ tls://host:port for one started with --tls, trusted through RGPU_TLS_FINGERPRINT
 token in RGPU_TOKEN). The connection opens at the first use of the device, not at import.
 
 Where the pieces are found:
-- the backend library: rgpu/_C*.so inside the installed package (pip install ./python), else
+- the backend library: rgpu/_C*.so inside a package pip compiled (pip install ./python), or
+  rgpu/librgpu_torch.so inside a wheel made from a CMake build (scripts/build_wheels.sh), else
   $RGPU_BUILD_DIR/lib/librgpu_torch.so, else build/lib/librgpu_torch.so of the source tree this
   file sits in (CMake build);
-- lib_dir(): see its docstring.
+- lib_dir(): see its docstring; `python -m rgpu.shim` prints it.
+
+rgpu.__version__ is the release, from the one VERSION file (rgpu/VERSION installed, the source
+tree's VERSION otherwise), which every program's --version prints too.
 """
 import glob
 import os
@@ -24,11 +28,23 @@ try:
 except ImportError:  # rgpu-run and lib_dir() need no torch; only the device does
     torch = None
 
-__all__ = ["lib_dir", "server_info", "stats", "synchronize"]
+__all__ = ["__version__", "lib_dir", "server_info", "stats", "synchronize"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # python/rgpu/__init__.py -> the repository root, when run from the source tree.
 _REPO = os.path.dirname(os.path.dirname(_HERE))
+
+
+def _read_version():
+    # rgpu/run.py reads the same two files itself: it also runs as a plain script.
+    for path in (os.path.join(_HERE, "VERSION"), os.path.join(_REPO, "VERSION")):
+        if os.path.exists(path):
+            with open(path) as f:
+                return f.read().strip()
+    return "unknown"
+
+
+__version__ = _read_version()
 
 
 def _build_dir():
@@ -61,13 +77,15 @@ def lib_dir():
 
 
 def _backend_library():
-    for path in sorted(glob.glob(os.path.join(_HERE, "_C*.so"))):
-        return path
+    for path in sorted(glob.glob(os.path.join(_HERE, "_C*.so"))) + [os.path.join(_HERE, "librgpu_torch.so")]:
+        if os.path.exists(path):
+            return path
     path = os.path.join(_build_dir() or "build", "lib", "librgpu_torch.so")
     if os.path.exists(path):
         return path
     raise ImportError(
-        "rgpu: the backend library is missing: neither rgpu/_C*.so (pip install ./python builds it) nor "
+        "rgpu: the backend library is missing: neither rgpu/_C*.so (pip install ./python builds it), "
+        "rgpu/librgpu_torch.so (a wheel from scripts/build_wheels.sh) nor "
         f"{path} (the CMake build makes it; set RGPU_BUILD_DIR to another build directory) exists")
 
 

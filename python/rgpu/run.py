@@ -140,6 +140,16 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _version() -> str:
+    """The release, from the VERSION file that rgpu/__init__.py reads (rgpu/VERSION installed, the
+    source tree's otherwise), read here directly because this file also runs as a plain script."""
+    here = Path(__file__).resolve().parent
+    for path in (here / "VERSION", here.parents[1] / "VERSION"):
+        if path.is_file():
+            return path.read_text().strip()
+    return "unknown"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rgpu-run",
@@ -191,6 +201,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="the folder holding rgpu's libcuda.so.1 (implies --shim)")
     run.add_argument("-v", "--verbose", action="store_true",
                      help="say what rgpu-run does: the ssh command line, ports, checks")
+    run.add_argument("--version", action="version", version=f"rgpu-run {_version()}",
+                     help="print rgpu-run's version and exit")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]",
                      help="the command to run, after --")
     return p

@@ -47,7 +47,8 @@ torch = pytest.importorskip("torch", reason="the quick start needs torch install
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("RGPU_BUILD_DIR", REPO / "build")).resolve()
-# What python/setup.py compiles and includes: the package and the C++ it shares with the servers.
+# What python/setup.py compiles and includes: the package and the C++ it shares with the servers,
+# and the VERSION file.
 SOURCE_FOLDERS = ("python", "common", "protocol", "opserver")
 SMOKE = 'import torch, rgpu; x = torch.ones(4, device="rgpu"); print((x*2).sum().item())\n'
 # Compiling the extension took ~1.5 min on 2 idle cores with 6 sources (11 now); ctest runs other tests beside
@@ -101,6 +102,7 @@ def venv(tmp_path_factory) -> Path:
     for folder in SOURCE_FOLDERS:
         shutil.copytree(REPO / folder, tree / folder,
                         ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    shutil.copy2(REPO / "VERSION", tree / "VERSION")
     env = user_env(venv)
     env["RGPU_BUILD_DIR"] = str(BUILD)  # where setup.py takes rgpu-opserver and the shims from
     started = time.monotonic()

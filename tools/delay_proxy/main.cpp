@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/version.h"
 #include "tools/delay_proxy/delay_proxy.h"
 
 namespace {
@@ -15,6 +16,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: rgpu-delay-proxy --listen HOST:PORT --target HOST:PORT --delay-ms D "
     "[--bandwidth-mbps B]\n"
+    "       rgpu-delay-proxy --version\n"
     "  Relays every connection to --listen on to --target. Each direction gains D/2 ms, so a\n"
     "  round trip gains D ms. --bandwidth-mbps caps each direction at B Mbit/s (1e6 bit/s).\n";
 
@@ -41,6 +43,10 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--version") {
+      std::printf("rgpu-delay-proxy %s\n", RGPU_VERSION);
       return 0;
     }
     if (i + 1 >= argc) fail(a + " needs a value");

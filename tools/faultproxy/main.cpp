@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/version.h"
 #include "tools/faultproxy/faultproxy.h"
 
 namespace {
@@ -14,6 +15,7 @@ constexpr const char* kUsage =
     "usage: rgpu-faultproxy --listen HOST:PORT --target HOST:PORT --fault KIND\n"
     "                       [--after-bytes N [--after-bytes-max M --seed S]] [--after-ms N]\n"
     "                       [--on-signal] [--connections N] [--max-connections N]\n"
+    "       rgpu-faultproxy --version\n"
     "  Relays every connection to --listen on to --target, then breaks it:\n"
     "    cut         closes both sockets (the peers see the stream end)\n"
     "    reset       closes both with RST (the peers see ECONNRESET)\n"
@@ -58,6 +60,10 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--version") {
+      std::printf("rgpu-faultproxy %s\n", RGPU_VERSION);
       return 0;
     }
     if (a == "--on-signal") {
