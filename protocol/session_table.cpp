@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <span>
 #include <new>
 
 #include "common/log.h"
@@ -41,6 +42,10 @@ struct HostFailures {
 
 struct Table {
   pthread_mutex_t mu;
+  // Rows [0, used) have been taken at some time; the rest were never (rows are taken first free
+  // first, so `used` stays near the most sessions ever at once). Scans stop there: the whole table
+  // is 160 KiB, and scanning it in every cuMemGetInfo cost the H100's small call 16 µs (issue 16).
+  uint32_t used;
   Row rows[kRows];
   HostFailures hosts[kHosts];
 };
@@ -88,6 +93,12 @@ class Lock {
   Table& t_;
 };
 
+// The rows that have been taken at some time (Table::used).
+std::span<Row> rows_used(Lock& t) { return {t->rows, t->used}; }
+
+// Marks row i taken.
+void took(Lock& t, size_t i) { t->used = std::max<uint32_t>(t->used, static_cast<uint32_t>(i + 1)); }
+
 void copy_name(char (&dst)[kName], const std::string& src) {
   size_t n = std::min(src.size(), kName - 1);
   std::memcpy(dst, src.data(), n);
@@ -99,7 +110,7 @@ void copy_name(char (&dst)[kName], const std::string& src) {
 Row& my_row(Lock& t) {
   const pid_t me = getpid();
   if (g_row_pid == me && g_row >= 0 && t->rows[g_row].pid == me) return t->rows[g_row];
-  for (size_t i = 0; i < kRows; ++i) {
+  for (size_t i = 0; i < t->used; ++i) {
     if (t->rows[i].pid == me) {
       g_row = static_cast<int>(i);
       g_row_pid = me;
@@ -113,6 +124,7 @@ Row& my_row(Lock& t) {
       r.pid = me;
       r.state = State::kSession;
       r.since_ns = now_ns();
+      took(t, i);
       g_row = static_cast<int>(i);
       g_row_pid = me;
       return r;
@@ -125,7 +137,7 @@ Row& my_row(Lock& t) {
 
 unsigned count(Lock& t, State s) {
   unsigned n = 0;
-  for (const Row& r : t->rows) n += r.state == s ? 1 : 0;
+  for (const Row& r : rows_used(t)) n += r.state == s ? 1 : 0;
   return n;
 }
 
@@ -175,6 +187,7 @@ bool claim(const std::string& host) {
     r.state = State::kHandshake;
     r.since_ns = now_ns();
     copy_name(r.host, host);
+    took(t, i);
     g_row = static_cast<int>(i);
     g_row_pid = me;
     return true;
@@ -196,7 +209,7 @@ Admit admit(const std::string& tenant, unsigned max_sessions, unsigned* live) {
 
 void release(pid_t pid) {
   Lock t;
-  for (Row& r : t->rows) {
+  for (Row& r : rows_used(t)) {
     if (r.pid == pid && r.state != State::kFree) std::memset(static_cast<void*>(&r), 0, sizeof r);
   }
 }
@@ -205,12 +218,12 @@ pid_t evict_pending(unsigned max_pending) {
   Lock t;
   if (count(t, State::kHandshake) <= max_pending) return 0;
   std::map<std::string, unsigned> per_host;
-  for (const Row& r : t->rows)
+  for (const Row& r : rows_used(t))
     if (r.state == State::kHandshake) ++per_host[r.host];
   unsigned most = 0;
   for (const auto& [host, n] : per_host) most = std::max(most, n);
   Row* victim = nullptr;
-  for (Row& r : t->rows) {
+  for (Row& r : rows_used(t)) {
     if (r.state != State::kHandshake || per_host[r.host] != most) continue;
     if (!victim || r.since_ns < victim->since_ns) victim = &r;
   }
@@ -237,8 +250,12 @@ std::string my_tenant() {
 bool reserve(Resource res, uint64_t bytes, const Limits& l, std::string* why) {
   Lock t;
   Row& me = my_row(t);
+  if (!l.per_session && !l.per_tenant && !l.total) {  // no limit: only counted (rgpu-smi, metrics)
+    me.held[res] += bytes;
+    return true;
+  }
   uint64_t tenant_sum = 0, total = 0;
-  for (const Row& r : t->rows) {
+  for (const Row& r : rows_used(t)) {
     if (r.state == State::kFree) continue;
     total += r.held[res];
     if (std::strcmp(r.tenant, me.tenant) == 0) tenant_sum += r.held[res];
@@ -272,10 +289,11 @@ void unreserve(Resource res, uint64_t bytes) {
 }
 
 uint64_t headroom(Resource res, const Limits& l) {
+  if (!l.per_session && !l.per_tenant && !l.total) return UINT64_MAX;  // no lock: cuMemGetInfo's path
   Lock t;
   Row& me = my_row(t);
   uint64_t tenant_sum = 0, total = 0;
-  for (const Row& r : t->rows) {
+  for (const Row& r : rows_used(t)) {
     if (r.state == State::kFree) continue;
     total += r.held[res];
     if (std::strcmp(r.tenant, me.tenant) == 0) tenant_sum += r.held[res];

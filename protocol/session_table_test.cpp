@@ -148,6 +148,31 @@ TEST_F(SessionTable, MemoryIsCountedPerSessionPerTenantAndInTotalAcrossProcesses
   EXPECT_TRUE(reserve(kHost, 900, total, &why)) << why;
 }
 
+// Scans stop at the rows ever taken (Table::used), not at the first free one: a session whose row
+// lies behind rows given back still counts. And without limits nothing is scanned, yet what a
+// session holds is still counted (rgpu-smi, metrics).
+TEST_F(SessionTable, SessionsBehindGivenBackRowsStillCountAndNoLimitStillCounts) {
+  pid_t a = session("10.0.0.1", "alice", 100);
+  pid_t b = session("10.0.0.2", "alice", 100);
+  session("10.0.0.3", "alice", 700);
+  for (pid_t p : {a, b}) {
+    kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+    release(p);
+  }
+  ASSERT_TRUE(claim("10.0.0.4"));
+  unsigned live;
+  ASSERT_EQ(admit("alice", 0, &live), Admit::kOk);
+  EXPECT_EQ(live, 1u);  // the third session, behind the two free rows
+  Limits tenant{0, 1000, 0, "", "--tenant-memory-limit-mb", ""};
+  EXPECT_EQ(headroom(kGpu, tenant), 300u);
+  std::string why;
+  EXPECT_FALSE(reserve(kGpu, 301, tenant, &why));
+  EXPECT_EQ(headroom(kGpu, Limits{}), UINT64_MAX);
+  EXPECT_TRUE(reserve(kGpu, 5000, Limits{}, &why)) << why;
+  EXPECT_EQ(held(kGpu), 5000u);
+}
+
 TEST_F(SessionTable, WhatACrashedSessionHeldIsGivenBackWhenItIsReaped) {
   const pid_t crashed = session("10.0.0.1", "alice", 900);
   ASSERT_TRUE(claim("10.0.0.2"));
