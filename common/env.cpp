@@ -87,8 +87,12 @@ constexpr Variable kVariables[] = {
     {"RGPU_FAKE_LOAD_DELAY_MS", "0", nullptr, kFake,
      "milliseconds each module load takes on the fake driver, as a real driver's take (tests)"},
     {"RGPU_FAKE_DEVICES", "1", nullptr, kFake,
-     "how many GPUs the fake driver has, 1 to 8, all H200-shaped with UUIDs of their own (tests of "
-     "`rgpu-smi migrate`)"},
+     "how many GPUs the fake driver (and its NVML) has, 1 to 8, all H200-shaped with UUIDs and PCI "
+     "buses of their own, each other's peers (tests of several GPUs, `rgpu-smi migrate`)"},
+    {"RGPU_FAKE_ADDRESS_SLOT", "0", nullptr, kFake,
+     "0 to 7: which eighth of the fake driver's device address window its allocations start in, so "
+     "that two fake servers under one client (`RGPU_SERVER=a,b`) hand out different addresses, as "
+     "two GPU hosts do (tests of several servers)"},
     {"OMP_WAIT_POLICY", "", "unset: `PASSIVE` for `--device cpu`", kOpserver,
      "how idle OpenMP threads wait; `rgpu-opserver --device cpu` runs itself again with `PASSIVE` "
      "unless it is set, so that its threads sleep instead of spinning on the client's core"},
@@ -186,6 +190,7 @@ void read_all() {
   s.fake_noop_kernels = str("RGPU_FAKE_NOOP_KERNELS") == "1";
   s.fake_load_delay_ms = std::max(0, std::atoi(str("RGPU_FAKE_LOAD_DELAY_MS").c_str()));
   s.fake_devices = std::clamp(std::atoi(str("RGPU_FAKE_DEVICES").c_str()), 1, 8);
+  s.fake_address_slot = std::clamp(std::atoi(str("RGPU_FAKE_ADDRESS_SLOT").c_str()), 0, 7);
   g_settings = s;
 }
 
