@@ -90,9 +90,9 @@ constexpr Variable kVariables[] = {
      "how many GPUs the fake driver (and its NVML) has, 1 to 8, all H200-shaped with UUIDs and PCI "
      "buses of their own, each other's peers (tests of several GPUs, `rgpu-smi migrate`)"},
     {"RGPU_FAKE_ADDRESS_SLOT", "0", nullptr, kFake,
-     "0 to 7: which eighth of the fake driver's device address window its allocations start in, so "
-     "that two fake servers under one client (`RGPU_SERVER=a,b`) hand out different addresses, as "
-     "two GPU hosts do (tests of several servers)"},
+     "0 to 7: which eighth of the fake driver's device address window its allocations start in, "
+     "and the 15th byte of its GPUs' UUIDs, so that two fake servers under one client "
+     "(`RGPU_SERVER=a,b`) hand out different addresses and UUIDs, as two GPU hosts do"},
     {"OMP_WAIT_POLICY", "", "unset: `PASSIVE` for `--device cpu`", kOpserver,
      "how idle OpenMP threads wait; `rgpu-opserver --device cpu` runs itself again with `PASSIVE` "
      "unless it is set, so that its threads sleep instead of spinning on the client's core"},

@@ -168,6 +168,7 @@ bool valid_device(CUdevice dev) { return dev >= 0 && dev < device_count(); }
 void device_uuid(CUdevice dev, unsigned char out[16]) {
   std::memcpy(out, kUuid, 16);
   out[15] = static_cast<unsigned char>(1 + dev);  // GPU 0 keeps the UUID it had when the fake had one GPU
+  out[14] = static_cast<unsigned char>(rgpu::env::get().fake_address_slot);  // another fake host's GPUs differ
 }
 
 int device_pci_bus(CUdevice dev) { return 0x1b + 0x10 * dev; }  // fakecuda/nvml/fake_nvml.cpp bus_of

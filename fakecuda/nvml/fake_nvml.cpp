@@ -42,7 +42,7 @@ constexpr const char* kDriverVersion = "580.159.04";
 // fakecuda/device.cpp's UUID and PCI bus of device i, in NVML's text forms.
 std::string uuid_of(unsigned i) {
   char text[64];
-  std::snprintf(text, sizeof text, "GPU-72677075-2d66-616b-652d-4832303000%02x", 1 + i);
+  std::snprintf(text, sizeof text, "GPU-72677075-2d66-616b-652d-48323030%02x%02x", rgpu::env::get().fake_address_slot, 1 + i);
   return text;
 }
 unsigned bus_of(unsigned i) { return 0x1b + 0x10 * i; }
