@@ -20,10 +20,29 @@ namespace rgpu::client {
 
 Call::Call(uint16_t op, CallKind kind) : op_(op), kind_(kind) {}
 
+Connection* Call::route() {
+  if (!several_servers()) return connection();
+  if (other_ >= 0) {
+    Connection* a = connection(server_);
+    Connection* b = connection(other_);
+    log::error("%s names handles of two servers (%s and %s); a call acts on one server's GPUs, so rgpu refuses it "
+               "(returning CUDA_ERROR_NOT_SUPPORTED): keep the handles a call names on one server",
+               op::name(op_) ? op::name(op_) : "a call", a ? a->server_name().c_str() : "?",
+               b ? b->server_name().c_str() : "?");
+    return nullptr;
+  }
+  return connection(server());
+}
+
+uint64_t Call::mint() {
+  const uint64_t id = mint_handle();
+  return several_servers() ? id | (static_cast<uint64_t>(server()) << proto::kHandleServerShift) : id;
+}
+
 CUresult Call::invoke() {
-  Connection* conn = connection();
-  if (!conn) return no_connection_result();
   if (kind_ == kOneWay && batching()) {
+    Connection* conn = route();
+    if (!conn) return several_servers() && connection() ? CUDA_ERROR_NOT_SUPPORTED : no_connection_result();
     device_work::note(op_, stream_);
     if (!checked_) device_work::unanswered();
     if (mapped::active()) mapped::push(thread_id(), op_);
@@ -37,8 +56,8 @@ CUresult Call::invoke() {
 }
 
 CUresult Call::submit() {
-  Connection* conn = connection();
-  if (!conn) return no_connection_result();
+  Connection* conn = route();
+  if (!conn) return several_servers() && connection() ? CUDA_ERROR_NOT_SUPPORTED : no_connection_result();
   device_work::note(op_, stream_);
   if (mapped::active()) mapped::push(thread_id(), op_);
   slot_.sink = sink_;
@@ -49,7 +68,7 @@ CUresult Call::submit() {
 }
 
 CUresult Call::finish() {
-  Connection* conn = connection();
+  Connection* conn = several_servers() ? connection(server()) : connection();
   if (!conn || !id_) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   const bool counting = stats::enabled();
   std::chrono::steady_clock::time_point t0;

@@ -17,15 +17,39 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "client/connection.h"
 #include "common/wire.h"
+#include "protocol/messages.h"
 
 namespace rgpu::client {
 
 enum CallKind { kWaits, kOneWay };
+
+// Several servers (RGPU_SERVER=a,b; docs/design.md §6). The number of servers is set once by
+// cuInit; with one, every routing step below is this one load and branch.
+namespace detail {
+extern std::atomic<int> g_servers;
+}
+inline bool several_servers() { return detail::g_servers.load(std::memory_order_relaxed) > 1; }
+// The server a handle id belongs to (its bits, protocol/messages.h kHandleServerShift); -1 for
+// NULL and the special stream ids, which name no server.
+inline int handle_server(uint64_t id) {
+  if (id < proto::kFirstClientHandle) return -1;
+  return static_cast<int>((id & proto::kHandleServerMask) >> proto::kHandleServerShift);
+}
+// The server of a client device ordinal, -1 for none.
+int device_server(CUdevice client_ordinal);
+// The server of the allocation holding p, -1 when the client has none on record. Allocations are
+// recorded (note_allocation) only with several servers.
+int pointer_server(CUdeviceptr p);
+void note_allocation(CUdeviceptr base, size_t size, int server);
+void forget_allocation(CUdeviceptr base);
+// The server of this thread's current context (0 when none is current).
+int current_server();
 
 class Call {
  public:
@@ -54,6 +78,31 @@ class Call {
   // The client checked what the server could refuse (a copy into memory it holds): a one-way
   // call so marked does not make this thread's next synchronize wait to hear how it went.
   void checked() { checked_ = true; }
+  // Routing (several servers): the call goes to the server of the handles, devices and pointers
+  // it names, else to that of the thread's current context. Handles of two servers in one call
+  // make invoke() refuse it with a log line that names both. With one server these do nothing.
+  void via(const void* handle) {
+    if (several_servers()) to_server(handle_server(reinterpret_cast<uint64_t>(handle)));
+  }
+  void via_device(CUdevice dev) {
+    if (several_servers()) to_server(device_server(dev));
+  }
+  void via_pointer(CUdeviceptr p) {
+    if (several_servers()) to_server(pointer_server(p));
+  }
+  // Routes the call to server s (-1: no opinion).
+  void to_server(int s) {
+    if (s < 0 || s == server_) return;
+    if (server_ < 0) server_ = s;
+    else other_ = s;
+  }
+  // The server the call goes to (0 with one server).
+  int server() {
+    if (server_ < 0) server_ = several_servers() ? current_server() : 0;
+    return server_;
+  }
+  // A fresh id for a handle this call creates, owned by the call's server.
+  uint64_t mint();
   // Sends the call. Returns the call's CUresult (for one-way calls, CUDA_SUCCESS once queued), or
   // an error deferred from an earlier one-way call on this thread, or a connection error.
   CUresult invoke();
@@ -89,6 +138,9 @@ class Call {
   CUresult deferred_ = CUDA_SUCCESS;
   ReplySlot slot_;
   uint32_t id_ = 0;
+  int server_ = -1;  // the server the call goes to; -1 until decided
+  int other_ = -1;   // a second server the call named (refused)
+  Connection* route();  // the connection, or nullptr after logging why not
 };
 
 // Client handles (protocol/messages.h "Handles on the wire").
@@ -105,11 +157,11 @@ uint64_t mint_handle();
 CUresult unsupported(const char* name);
 
 // Device ordinals: the program sees only the devices CUDA_VISIBLE_DEVICES names, numbered from
-// 0; the server numbers all of its devices. server_device maps a client ordinal to the server's
-// (-1 for one the client cannot see, which the driver refuses); client_device maps back (-1 for
-// a device hidden from the client).
+// 0; each server numbers all of its devices. server_device maps a client ordinal to its server's
+// (-1 for one the client cannot see, which the driver refuses); client_device maps an ordinal of
+// server `server` back (-1 for a device hidden from the client).
 CUdevice server_device(CUdevice client_ordinal);
-CUdevice client_device(CUdevice server_ordinal);
+CUdevice client_device(CUdevice server_ordinal, int server = 0);
 
 // RGPU_TRACE: one line per call when tracing is on (cheap check when off).
 void trace_call(const char* name);

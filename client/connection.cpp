@@ -57,10 +57,8 @@ void goodbye_all() {
 Connection* Connection::open(const std::string& server, const std::string& token, std::string* err,
                              bool want_snapshot) {
   net::Address addr;
-  // Several servers (comma-separated) are a later feature; the first one serves all devices now.
-  std::string first = server.substr(0, server.find(','));
   bool tls = false;
-  if (!proto::parse_server_address(first, 9713, &addr, &tls, err)) {
+  if (!proto::parse_server_address(server, 9713, &addr, &tls, err)) {
     *err += " (from RGPU_SERVER)";
     return nullptr;
   }

@@ -52,7 +52,8 @@ struct ReplySlot {
 
 class Connection {
  public:
-  // Connects and runs the handshake. With want_snapshot, asks the server to send its device
+  // Connects to one server ("host:port" or "tls://host:port"; proto::split_server_list splits
+  // RGPU_SERVER's list) and runs the handshake. With want_snapshot, asks the server to send its device
   // snapshot right behind the handshake (kCapPushedSnapshot), kept for take_pushed_snapshot. On
   // failure returns nullptr with a sentence in *err.
   static Connection* open(const std::string& server, const std::string& token, std::string* err,

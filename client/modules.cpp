@@ -89,6 +89,8 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
     return CUDA_ERROR_INVALID_IMAGE;
   }
   uint64_t minted = mint_handle();
+  // Several servers: the module is the current context's server's (client/call.h).
+  if (several_servers()) minted |= static_cast<uint64_t>(current_server()) << proto::kHandleServerShift;
   crypto::Digest hash;
   {
     stats::Timer timer(stats::Time::kImageDigest);

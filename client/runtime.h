@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "client/connection.h"
 #include "protocol/snapshot.h"
@@ -17,8 +18,13 @@ namespace rgpu::client {
 // server's own cuInit result, or CUDA_ERROR_DEVICE_UNAVAILABLE when the server cannot be reached
 // or refuses us (with one error line saying why and what to do).
 CUresult init(unsigned flags);
-// The connection, or nullptr before a successful init().
+// The first server's connection (the only one unless RGPU_SERVER lists several), or nullptr
+// before a successful init().
 Connection* connection();
+// Server `server`'s connection (RGPU_SERVER's order from 0), or nullptr for no such server.
+Connection* connection(int server);
+// Every server's connection, by number; empty before a successful init().
+const std::vector<Connection*>& connections();
 // What a call answers without a connection: CUDA_ERROR_NOT_INITIALIZED before cuInit has been
 // tried, CUDA_ERROR_DEVICE_UNAVAILABLE after it failed.
 CUresult no_connection_result();

@@ -536,6 +536,15 @@ def emit_client_stub(f: Func) -> list[str]:
             b.append(f"  if (static_cast<uint64_t>({p.expr}) > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;")
     kind = "kOneWay" if f.oneway else "kWaits"
     b.append(f"  rgpu::client::Call c(rgpu::op::{f.name}, rgpu::client::{kind});")
+    # With several servers the call goes where the handles, devices and pointers it names live
+    # (client/call.h); first, so that a handle it mints is that server's.
+    for p in f.params:
+        if p.kind == "handle_in":
+            b.append(f"  c.via({p.name});")
+        elif p.kind == "scalar" and p.ctype == "CUdevice":
+            b.append(f"  c.via_device({p.name});")
+        elif p.kind == "scalar" and p.ctype == "CUdeviceptr":
+            b.append(f"  c.via_pointer({p.name});")
     for p in f.params:
         n = p.name
         if p.kind == "scalar" and p.ctype == "CUdevice":  # client ordinals (CUDA_VISIBLE_DEVICES)
@@ -555,7 +564,7 @@ def emit_client_stub(f: Func) -> list[str]:
         elif p.kind in ("out", "handle_out", "outstr"):
             b.append(f"  c.args().put_u8({n} != nullptr);")
         elif p.kind == "mint":
-            b.append(f"  const uint64_t {n}_id = rgpu::client::mint_handle();")
+            b.append(f"  const uint64_t {n}_id = c.mint();")
             b.append(f"  c.args().put_u64({n}_id);")
         elif p.kind == "in_buf":
             b.append(f"  c.args().put_u8({n} != nullptr);")
@@ -575,7 +584,7 @@ def emit_client_stub(f: Func) -> list[str]:
     for p in outs:
         n = p.name
         if p.kind in ("out", "inout") and p.ctype == "CUdevice":
-            b.append(f"  if ({n}) *{n} = rgpu::client::client_device(c.reply().get<CUdevice>());")
+            b.append(f"  if ({n}) *{n} = rgpu::client::client_device(c.reply().get<CUdevice>(), c.server());")
         elif p.kind in ("out", "inout"):
             b.append(f"  if ({n}) *{n} = c.reply().get<{p.ctype}>();")
         elif p.kind == "handle_out":

@@ -16,7 +16,9 @@ constexpr unsigned kShims = kClient | kNvml;
 // line each; say where the longer story is.
 constexpr Variable kVariables[] = {
     {"RGPU_SERVER", "127.0.0.1:9713", nullptr, kShims,
-     "`host:port` of rgpu-server, `tls://host:port` for one started with TLS (`--tls`)"},
+     "`host:port` of rgpu-server, `tls://host:port` for one started with TLS (`--tls`); a "
+     "comma-separated list (`a:9713,b:9713`) joins several servers' GPUs into one device list, in "
+     "its order (the NVML shim lists the first server's)"},
     {"RGPU_TOKEN", "", "none", kShims | kServer | kOpserver | kTorch,
      "the shared token; it never crosses the wire (HMAC-SHA256 challenge and response); the servers "
      "take it when given no `--token-file`"},
@@ -91,8 +93,12 @@ constexpr Variable kVariables[] = {
     {"RGPU_FAKE_LOAD_DELAY_MS", "0", nullptr, kFake,
      "milliseconds each module load takes on the fake driver, as a real driver's take (tests)"},
     {"RGPU_FAKE_DEVICES", "1", nullptr, kFake,
-     "how many GPUs the fake driver has, 1 to 8, all H200-shaped with UUIDs of their own (tests of "
-     "`rgpu-smi migrate`)"},
+     "how many GPUs the fake driver (and its NVML) has, 1 to 8, all H200-shaped with UUIDs and PCI "
+     "buses of their own, each other's peers (tests of several GPUs, `rgpu-smi migrate`)"},
+    {"RGPU_FAKE_ADDRESS_SLOT", "0", nullptr, kFake,
+     "0 to 7: which eighth of the fake driver's device address window its allocations start in, "
+     "and the 15th byte of its GPUs' UUIDs, so that two fake servers under one client "
+     "(`RGPU_SERVER=a,b`) hand out different addresses and UUIDs, as two GPU hosts do"},
     {"OMP_WAIT_POLICY", "", "unset: `PASSIVE` for `--device cpu`", kOpserver,
      "how idle OpenMP threads wait; `rgpu-opserver --device cpu` runs itself again with `PASSIVE` "
      "unless it is set, so that its threads sleep instead of spinning on the client's core"},
@@ -191,6 +197,7 @@ void read_all() {
   s.spin = str("RGPU_SPIN") == "1" ? 1 : str("RGPU_SPIN") == "0" ? 0 : -1;
   s.fake_load_delay_ms = std::max(0, std::atoi(str("RGPU_FAKE_LOAD_DELAY_MS").c_str()));
   s.fake_devices = std::clamp(std::atoi(str("RGPU_FAKE_DEVICES").c_str()), 1, 8);
+  s.fake_address_slot = std::clamp(std::atoi(str("RGPU_FAKE_ADDRESS_SLOT").c_str()), 0, 7);
   g_settings = s;
 }
 

@@ -1,7 +1,7 @@
 // Contexts: created ones, the device's primary context, and each thread's context stack.
 //
 // Semantics chosen:
-// - The primary context is one permanent object; "active" while retained (refs > 0). Releasing
+// - Each device's primary context is one permanent object; "active" while retained (refs > 0). Releasing
 //   the last reference or cuDevicePrimaryCtxReset tears down what it owns (streams, memory,
 //   modules, events) and clears its sticky error; the handle stays valid for the next retain.
 // - A context poisoned by a fault (sticky CUDA_ERROR_ILLEGAL_ADDRESS) answers that error to every
@@ -26,11 +26,21 @@ std::unordered_map<CUfunc_st*, CUmod_st*>& g_funcs = *new std::unordered_map<CUf
 namespace {
 
 thread_local std::vector<CUctx_st*> t_stack;  // back() is current
-CUctx_st* g_primary = nullptr;                // created on first use, never freed
+CUctx_st* g_primary[8] = {};  // one per device (RGPU_FAKE_DEVICES), created on first use, never freed
 
-CUctx_st* primary_locked() {
-  if (!g_primary) g_primary = new_ctx_locked(0, true);
-  return g_primary;
+CUctx_st* primary_locked(CUdevice dev) {
+  CUctx_st*& p = g_primary[dev];
+  if (!p) {
+    p = new_ctx_locked(0, true);
+    p->device = dev;
+  }
+  return p;
+}
+
+// Takes c out of every context's peer list (it was destroyed or torn down), and empties its own.
+void forget_peer_locked(CUctx_st* c) {
+  for (auto& [raw, other] : g_ctxs) std::erase(other->peers, c);
+  c->peers.clear();
 }
 
 bool usable_locked(CUctx_st* c) { return ctx_alive_locked(c) && (!c->primary || c->primary_refs > 0); }
@@ -129,6 +139,7 @@ CUresult current_ctx(CUctx_st** out) {
 }
 
 void teardown_ctx(std::unique_lock<std::mutex>& lk, CUctx_st* c) {
+  forget_peer_locked(c);
   wait_seq(lk, c->null_stream, c->null_stream->submitted);
   std::vector<std::shared_ptr<CUstream_st>> streams;
   for (auto& [raw, s] : g_streams)
@@ -372,7 +383,7 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard lk(g_mu);
-  CUctx_st* p = primary_locked();
+  CUctx_st* p = primary_locked(dev);
   ++p->primary_refs;
   *pctx = p;
   return CUDA_SUCCESS;
@@ -382,7 +393,7 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult r = check_init()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::unique_lock lk(g_mu);
-  CUctx_st* p = primary_locked();
+  CUctx_st* p = primary_locked(dev);
   if (p->primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (--p->primary_refs == 0) teardown_ctx(lk, p);
   return CUDA_SUCCESS;
@@ -395,7 +406,7 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (CUresult r = check_init()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::unique_lock lk(g_mu);
-  CUctx_st* p = primary_locked();
+  CUctx_st* p = primary_locked(dev);
   teardown_ctx(lk, p);
   p->primary_refs = 0;
   p->flags = 0;
@@ -407,7 +418,7 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int*
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard lk(g_mu);
-  CUctx_st* p = primary_locked();
+  CUctx_st* p = primary_locked(dev);
   *flags = p->flags;
   *active = p->primary_refs > 0;
   return CUDA_SUCCESS;
@@ -418,6 +429,33 @@ FAKE_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned i
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (flags & ~0x1fu) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mu);
-  primary_locked()->flags = flags;
+  primary_locked(dev)->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+// ---------- peer access ----------
+// Two different devices of this fake can always reach each other (an H200 SXM board's NVLink);
+// the codes are the driver's: a context of the same device is INVALID_DEVICE, a second enable
+// PEER_ACCESS_ALREADY_ENABLED, a disable of what was never enabled PEER_ACCESS_NOT_ENABLED. The
+// fake's kernels reach every device's memory whether or not access was enabled.
+
+FAKE_API CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  if (CUresult r = check_init()) return r;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lk(g_mu);
+  CUctx_st* c = current_ctx_locked();
+  if (!c || !ctx_alive_locked(peer)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (peer->device == c->device) return CUDA_ERROR_INVALID_DEVICE;
+  if (std::find(c->peers.begin(), c->peers.end(), peer) != c->peers.end()) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  c->peers.push_back(peer);
+  return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) {
+  if (CUresult r = check_init()) return r;
+  std::lock_guard lk(g_mu);
+  CUctx_st* c = current_ctx_locked();
+  if (!c || !ctx_alive_locked(peer)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (std::erase(c->peers, peer) == 0) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
   return CUDA_SUCCESS;
 }

@@ -1,4 +1,4 @@
-// cuInit, versions, the one H200-shaped device and its attributes, error strings.
+// cuInit, versions, the H200-shaped devices (RGPU_FAKE_DEVICES of them) and their attributes, peers, error strings.
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -168,7 +168,10 @@ bool valid_device(CUdevice dev) { return dev >= 0 && dev < device_count(); }
 void device_uuid(CUdevice dev, unsigned char out[16]) {
   std::memcpy(out, kUuid, 16);
   out[15] = static_cast<unsigned char>(1 + dev);  // GPU 0 keeps the UUID it had when the fake had one GPU
+  out[14] = static_cast<unsigned char>(rgpu::env::get().fake_address_slot);  // another fake host's GPUs differ
 }
+
+int device_pci_bus(CUdevice dev) { return 0x1b + 0x10 * dev; }  // fakecuda/nvml/fake_nvml.cpp bus_of
 
 int device_attribute(int attr) {
   for (const AttrValue& a : kAttrs)
@@ -235,7 +238,8 @@ FAKE_API CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 FAKE_API CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
   if (CUresult r = check_device(dev)) return r;
   if (!pi || int(attrib) <= 0 || int(attrib) >= int(CU_DEVICE_ATTRIBUTE_MAX)) return CUDA_ERROR_INVALID_VALUE;
-  *pi = device_attribute(attrib);
+  // Each GPU on a bus of its own (NCCL and PyTorch tell GPUs apart by it); GPU 0 keeps 0x1b.
+  *pi = attrib == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID ? device_pci_bus(dev) : device_attribute(attrib);
   return CUDA_SUCCESS;
 }
 
@@ -252,17 +256,18 @@ FAKE_API CUresult CUDAAPI cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice 
   // Domain:bus:device.function, "0000:1B:00.0"; a buffer too short for all of it is refused.
   if (!pciBusId || len < 13) return CUDA_ERROR_INVALID_VALUE;
   std::snprintf(pciBusId, size_t(len), "%04X:%02X:%02X.0", device_attribute(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
-                device_attribute(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID), device_attribute(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID));
+                device_pci_bus(dev), device_attribute(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID));
   return CUDA_SUCCESS;
 }
 
-// One device: no peer. The driver answers "no" for the device with itself, and refuses P2P
-// attributes of a pair that is one device (both seen on the H200).
+// Peers: two different devices of this fake reach each other as an H200 SXM board's NVLinked GPUs
+// do. A device with itself is "no" for cuDeviceCanAccessPeer, and INVALID_DEVICE for the P2P
+// attributes (both seen on the H200).
 FAKE_API CUresult CUDAAPI cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev) {
   if (!canAccessPeer) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_device(dev)) return r;
   if (CUresult r = check_device(peerDev)) return r;
-  *canAccessPeer = 0;
+  *canAccessPeer = dev != peerDev;
   return CUDA_SUCCESS;
 }
 FAKE_API CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
@@ -270,8 +275,15 @@ FAKE_API CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttrib
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_device(srcDevice)) return r;
   if (CUresult r = check_device(dstDevice)) return r;
-  (void)attrib;
-  return CUDA_ERROR_INVALID_DEVICE;  // src == dst: the only pair there is
+  if (srcDevice == dstDevice) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attrib) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: *value = 0; return CUDA_SUCCESS;
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED: *value = 1; return CUDA_SUCCESS;
+    case CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: *value = 0; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 // ---------- error strings ----------

@@ -307,7 +307,7 @@ CUresult set_params(CUgraphNode_st* n, CUgraphNodeParams* p) {
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
       auto& a = p->alloc;
       if (!a.bytesize || a.poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-          a.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || a.poolProps.location.id != 0 ||
+          a.poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(a.poolProps.location.id) ||
           (a.accessDescCount && !a.accessDescs))
         return CUDA_ERROR_INVALID_VALUE;
       auto mem = std::make_shared<GraphAlloc>();

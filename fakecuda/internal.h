@@ -40,6 +40,7 @@ int device_attribute(int attr);  // H200 value, 0 for attributes it has none for
 int device_count();  // RGPU_FAKE_DEVICES, 1 by default
 bool valid_device(CUdevice dev);
 void device_uuid(CUdevice dev, unsigned char out[16]);  // GPU 0's is the one-GPU fake's UUID
+int device_pci_bus(CUdevice dev);                       // 0x1b for GPU 0, 0x10 apart
 
 // ---------- init and errors ----------
 bool initialized();
@@ -89,6 +90,9 @@ struct CUctx_st {
   CUresult sticky = CUDA_SUCCESS;  // a fault on a stream poisons the context, as on the real driver
   std::shared_ptr<CUstream_st> null_stream;
   std::map<CUlimit, size_t> limits;
+  // Contexts whose memory this one may reach (cuCtxEnablePeerAccess); a destroyed or torn-down
+  // context leaves every such set.
+  std::vector<CUctx_st*> peers;
 };
 
 struct CUfunc_st {
@@ -194,7 +198,8 @@ struct Alloc {
   // A VMM mapping (vmm.cpp): not freed by cuMemFree or with a context; reachable from the device
   // only after cuMemSetAccess (access: CUmemAccess_flags).
   bool vmm = false;
-  int access = 0;
+  int access = 0;         // what any device may do (the fake's kernels do not tell devices apart)
+  int access_of[8] = {};  // ... and each device (cuMemGetAccess)
   // The mapping holding it when that is more than the allocation (a pool's chunk), else 0.
   CUdeviceptr map_base = 0;
   size_t map_size = 0;
@@ -205,6 +210,9 @@ struct Span {
   uint8_t* host = nullptr;
 };
 bool device_span(CUdeviceptr p, size_t n, Span* out);
+// Where this process's device addresses start: slot RGPU_FAKE_ADDRESS_SLOT of eight equal parts of
+// the window, so that two fake servers under one client hand out addresses apart.
+CUdeviceptr device_window_start();
 // cuMemFree_v2 without the graph-allocation check (graph.cpp frees its nodes' memory with it).
 CUresult free_device(CUdeviceptr p);
 // cuMemAlloc_v2 at an address aligned to align (a power of two, at least 256): graph memory

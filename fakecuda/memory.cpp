@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env.h"
 #include "fakecuda/internal.h"
 
 namespace fake {
@@ -41,7 +42,7 @@ struct Pinned {
 };
 std::map<uintptr_t, Pinned>& g_pinned = *new std::map<uintptr_t, Pinned>;
 size_t g_used = 0;
-CUdeviceptr g_next = kDeviceBase;
+CUdeviceptr g_next = 0;  // the next free address; 0 until first used (device_window_start)
 
 constexpr size_t kAlign = 256;
 
@@ -176,8 +177,13 @@ bool host_is_pinned(const void* p, size_t n) {
 std::mutex& mem_mutex() { return g_mem_mu; }
 std::map<CUdeviceptr, std::shared_ptr<Alloc>>& allocs_locked() { return g_allocs; }
 
+CUdeviceptr device_window_start() {
+  return kDeviceBase + CUdeviceptr(rgpu::env::get().fake_address_slot) * ((kDeviceEnd - kDeviceBase) / 8);
+}
+
 CUdeviceptr reserve_va_locked(size_t size, size_t align) {
   if (!align || align & (align - 1)) return 0;
+  if (!g_next) g_next = device_window_start();
   CUdeviceptr base = (g_next + align - 1) & ~CUdeviceptr(align - 1);
   if (base < g_next || size > kDeviceEnd - base || size + kAlign > kDeviceEnd - base - size) return 0;
   g_next = base + size + kAlign;  // the gap after each range, as for allocations
@@ -228,6 +234,7 @@ CUresult alloc_in(CUctx_st* c, CUdeviceptr* dptr, size_t bytesize, size_t align 
   if (bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lk(g_mem_mu);
   if (bytesize > kTotalMem - g_used) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!g_next) g_next = device_window_start();
   CUdeviceptr base = (g_next + align - 1) & ~CUdeviceptr(align - 1);
   size_t span = (bytesize + kAlign - 1) / kAlign * kAlign + kAlign;
   if (base < g_next || span > kDeviceEnd - base) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -513,6 +520,37 @@ FAKE_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t
   return copy(unified(dst), unified(src), n, h, true);
 }
 
+// Between devices: the fake's device memory is one address space, so a peer copy is a copy that
+// first checks both contexts (a dead one is INVALID_CONTEXT, as on the driver). It runs on the
+// current context's stream, as cuMemcpyDtoD does.
+namespace {
+CUresult peer_copy(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n, CUstream h,
+                   bool async) {
+  if (CUresult r = check_init()) return r;
+  {
+    std::lock_guard lk(g_mu);
+    if (!ctx_alive_locked(dst_ctx) || !ctx_alive_locked(src_ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return copy(dev(dst), dev(src), n, h, async);
+}
+}  // namespace
+
+FAKE_API CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) {
+  return peer_copy(dst, dst_ctx, src, src_ctx, n, nullptr, false);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                            size_t n, CUstream h) {
+  return peer_copy(dst, dst_ctx, src, src_ctx, n, h, true);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                                            size_t n) {
+  return cuMemcpyPeer(dst, dst_ctx, src, src_ctx, n);
+}
+FAKE_API CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
+                                                 CUcontext src_ctx, size_t n, CUstream h) {
+  return cuMemcpyPeerAsync(dst, dst_ctx, src, src_ctx, n, h);
+}
+
 // ---------- memsets ----------
 
 FAKE_API CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return memset(d, v, 1, n, nullptr, false); }
@@ -744,7 +782,7 @@ FAKE_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolPro
   if (!pool || !props) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = check_init()) return r;
   if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      props->location.id != 0)
+      !valid_device(props->location.id))
     return CUDA_ERROR_INVALID_VALUE;
   auto p = make_handle<CUmemPoolHandle_st>();
   std::lock_guard lk(g_mem_mu);
@@ -904,7 +942,9 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = device ? s.hold->base : pin_base; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = device && s.hold->ctx ? s.hold->ctx->device : 0;
+      break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
       CUdeviceptr range_base = device ? s.hold->base : pin_base;

@@ -57,8 +57,6 @@ std::map<CUdeviceptr, CUmemGenericAllocationHandle>& g_mapped = *new std::map<CU
 
 bool aligned(uint64_t v) { return v % kGranularity == 0; }
 
-bool good_location(const CUmemLocation& l) { return l.type == CU_MEM_LOCATION_TYPE_DEVICE && l.id == 0; }
-
 // Forgets a handle whose last reference and last mapping are gone (lock held).
 void maybe_free_locked(CUmemGenericAllocationHandle h) {
   auto it = g_handles.find(h);
@@ -173,7 +171,7 @@ FAKE_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size
   if (!handle || !prop || size == 0 || !aligned(size) || flags != 0 || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
     return CUDA_ERROR_INVALID_VALUE;
   if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-  if (prop->location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
   if (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
   int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -261,14 +259,12 @@ FAKE_API CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
 FAKE_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   if (CUresult r = check_init()) return r;
   if (!desc || count == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
-  int flags = -1;
   for (size_t i = 0; i < count; ++i) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-    if (desc[i].location.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!valid_device(desc[i].location.id)) return CUDA_ERROR_INVALID_DEVICE;
     if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
         desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
       return CUDA_ERROR_INVALID_VALUE;
-    flags = int(desc[i].flags);  // the last one for the device wins
   }
   std::lock_guard lk(mem_mutex());
   std::vector<Alloc*> maps;
@@ -278,7 +274,11 @@ FAKE_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUm
     maps.push_back(a);
     p = a->base + a->size;
   }
-  for (Alloc* a : maps) a->access = flags;
+  for (Alloc* a : maps) {
+    for (size_t i = 0; i < count; ++i) a->access_of[desc[i].location.id] = int(desc[i].flags);  // the last one for a device wins
+    a->access = 0;
+    for (int f : a->access_of) a->access |= f;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -286,11 +286,11 @@ FAKE_API CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemL
   if (CUresult r = check_init()) return r;
   if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
   if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-  if (location->id != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(location->id)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard lk(mem_mutex());
   Alloc* a = mapping_at_locked(ptr);
   if (!a) return CUDA_ERROR_INVALID_VALUE;
-  *flags = static_cast<unsigned long long>(a->access);
+  *flags = static_cast<unsigned long long>(a->access_of[location->id]);
   return CUDA_SUCCESS;
 }
 

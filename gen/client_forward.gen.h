@@ -11,6 +11,7 @@ extern "C" {
 CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuCtxDestroy_v2(CUcontext ctx);
+CUresult CUDAAPI rgpu_fwd_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
 CUresult CUDAAPI rgpu_fwd_cuCtxGetApiVersion(CUcontext ctx, unsigned int *version);
 CUresult CUDAAPI rgpu_fwd_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxGetLimit(size_t *pvalue, CUlimit limit);
@@ -21,6 +22,8 @@ CUresult CUDAAPI rgpu_fwd_cuCtxSetCurrent(CUcontext ctx);
 CUresult CUDAAPI rgpu_fwd_cuCtxSetLimit(CUlimit limit, size_t value);
 CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize(void);
 CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize_v2(CUcontext ctx);
+CUresult CUDAAPI rgpu_fwd_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+CUresult CUDAAPI rgpu_fwd_cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset(CUdevice dev);

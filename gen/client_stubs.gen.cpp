@@ -44,6 +44,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray *pHandle, con
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray) {
   rgpu::client::trace_call("cuArray3DGetDescriptor");
   rgpu::client::Call c(rgpu::op::cuArray3DGetDescriptor, rgpu::client::kWaits);
+  c.via(hArray);
   c.args().put_u8(pArrayDescriptor != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hArray));
   CUresult rc = c.invoke();
@@ -56,6 +57,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArray3DGetDescriptor(CUDA_ARRAY3D_DESC
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray) {
   rgpu::client::trace_call("cuArray3DGetDescriptor_v2");
   rgpu::client::Call c(rgpu::op::cuArray3DGetDescriptor_v2, rgpu::client::kWaits);
+  c.via(hArray);
   c.args().put_u8(pArrayDescriptor != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hArray));
   CUresult rc = c.invoke();
@@ -94,6 +96,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray *pHandle, const
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
   rgpu::client::trace_call("cuArrayDestroy");
   rgpu::client::Call c(rgpu::op::cuArrayDestroy, rgpu::client::kWaits);
+  c.via(hArray);
   c.args().put_u64(rgpu::client::handle_id(hArray));
   return c.invoke();
 }
@@ -101,6 +104,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPTOR_v1 *pArrayDescriptor, CUarray hArray) {
   rgpu::client::trace_call("cuArrayGetDescriptor");
   rgpu::client::Call c(rgpu::op::cuArrayGetDescriptor, rgpu::client::kWaits);
+  c.via(hArray);
   c.args().put_u8(pArrayDescriptor != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hArray));
   CUresult rc = c.invoke();
@@ -113,6 +117,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetDescriptor(CUDA_ARRAY_DESCRIPT
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray) {
   rgpu::client::trace_call("cuArrayGetDescriptor_v2");
   rgpu::client::Call c(rgpu::op::cuArrayGetDescriptor_v2, rgpu::client::kWaits);
+  c.via(hArray);
   c.args().put_u8(pArrayDescriptor != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hArray));
   CUresult rc = c.invoke();
@@ -125,6 +130,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCR
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array, CUdevice device) {
   rgpu::client::trace_call("cuArrayGetMemoryRequirements");
   rgpu::client::Call c(rgpu::op::cuArrayGetMemoryRequirements, rgpu::client::kWaits);
+  c.via(array);
+  c.via_device(device);
   c.args().put_u8(memoryRequirements != nullptr);
   c.args().put_u64(rgpu::client::handle_id(array));
   c.args().put<CUdevice>(rgpu::client::server_device(device));
@@ -138,6 +145,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetMemoryRequirements(CUDA_ARRAY_
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx) {
   rgpu::client::trace_call("cuArrayGetPlane");
   rgpu::client::Call c(rgpu::op::cuArrayGetPlane, rgpu::client::kWaits);
+  c.via(hArray);
   c.args().put_u8(pPlaneArray != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hArray));
   c.args().put<unsigned int>(planeIdx);
@@ -151,6 +159,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetPlane(CUarray *pPlaneArray, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUarray array) {
   rgpu::client::trace_call("cuArrayGetSparseProperties");
   rgpu::client::Call c(rgpu::op::cuArrayGetSparseProperties, rgpu::client::kWaits);
+  c.via(array);
   c.args().put_u8(sparseProperties != nullptr);
   c.args().put_u64(rgpu::client::handle_id(array));
   CUresult rc = c.invoke();
@@ -195,6 +204,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxAttach(CUcontext *pctx, unsigned in
 extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
   rgpu::client::trace_call("cuCtxCreate_v2");
   rgpu::client::Call c(rgpu::op::cuCtxCreate_v2, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(pctx != nullptr);
   c.args().put<unsigned int>(flags);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -210,6 +220,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v3(CUcontext *pctx, CUexecAffin
   const uint64_t paramsArray_n = rgpu::gen::sz_mul(static_cast<uint64_t>(numParams), uint64_t{sizeof(CUexecAffinityParam)});
   if (paramsArray_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuCtxCreate_v3, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(pctx != nullptr);
   c.args().put_u8(paramsArray != nullptr);
   if (paramsArray) c.args().put_bytes(paramsArray, static_cast<size_t>(paramsArray_n));
@@ -226,6 +237,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxCreate_v3(CUcontext *pctx, CUexecAffin
 extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxDestroy_v2(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxDestroy_v2");
   rgpu::client::Call c(rgpu::op::cuCtxDestroy_v2, rgpu::client::kWaits);
+  c.via(ctx);
   c.args().put_u64(rgpu::client::handle_id(ctx));
   return c.invoke();
 }
@@ -233,6 +245,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxDestroy_v2(CUcontext ctx) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxDetach(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxDetach");
   rgpu::client::Call c(rgpu::op::cuCtxDetach, rgpu::client::kWaits);
+  c.via(ctx);
   c.args().put_u64(rgpu::client::handle_id(ctx));
   return c.invoke();
 }
@@ -240,13 +253,15 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxDetach(CUcontext ctx) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext) {
   rgpu::client::trace_call("cuCtxDisablePeerAccess");
   rgpu::client::Call c(rgpu::op::cuCtxDisablePeerAccess, rgpu::client::kWaits);
+  c.via(peerContext);
   c.args().put_u64(rgpu::client::handle_id(peerContext));
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
   rgpu::client::trace_call("cuCtxEnablePeerAccess");
   rgpu::client::Call c(rgpu::op::cuCtxEnablePeerAccess, rgpu::client::kWaits);
+  c.via(peerContext);
   c.args().put_u64(rgpu::client::handle_id(peerContext));
   c.args().put<unsigned int>(Flags);
   return c.invoke();
@@ -255,6 +270,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerCont
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx) {
   rgpu::client::trace_call("cuCtxFromGreenCtx");
   rgpu::client::Call c(rgpu::op::cuCtxFromGreenCtx, rgpu::client::kWaits);
+  c.via(hCtx);
   c.args().put_u8(pContext != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hCtx));
   CUresult rc = c.invoke();
@@ -267,6 +283,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext *pContext, C
 extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
   rgpu::client::trace_call("cuCtxGetApiVersion");
   rgpu::client::Call c(rgpu::op::cuCtxGetApiVersion, rgpu::client::kWaits);
+  c.via(ctx);
   c.args().put_u64(rgpu::client::handle_id(ctx));
   c.args().put_u8(version != nullptr);
   CUresult rc = c.invoke();
@@ -290,6 +307,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache *pconfi
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type) {
   rgpu::client::trace_call("cuCtxGetDevResource");
   rgpu::client::Call c(rgpu::op::cuCtxGetDevResource, rgpu::client::kWaits);
+  c.via(hCtx);
   c.args().put_u64(rgpu::client::handle_id(hCtx));
   c.args().put_u8(resource != nullptr);
   c.args().put<CUdevResourceType>(type);
@@ -303,11 +321,12 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetDevResource(CUcontext hCtx, CUde
 extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
   rgpu::client::trace_call("cuCtxGetDevice_v2");
   rgpu::client::Call c(rgpu::op::cuCtxGetDevice_v2, rgpu::client::kWaits);
+  c.via(ctx);
   c.args().put_u8(device != nullptr);
   c.args().put_u64(rgpu::client::handle_id(ctx));
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>());
+  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>(), c.server());
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
@@ -338,6 +357,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetFlags(unsigned int *flags) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId) {
   rgpu::client::trace_call("cuCtxGetId");
   rgpu::client::Call c(rgpu::op::cuCtxGetId, rgpu::client::kWaits);
+  c.via(ctx);
   c.args().put_u64(rgpu::client::handle_id(ctx));
   c.args().put_u8(ctxId != nullptr);
   CUresult rc = c.invoke();
@@ -397,6 +417,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxPopCurrent_v2(CUcontext *pctx) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxPushCurrent_v2(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxPushCurrent_v2");
   rgpu::client::Call c(rgpu::op::cuCtxPushCurrent_v2, rgpu::client::kWaits);
+  c.via(ctx);
   c.args().put_u64(rgpu::client::handle_id(ctx));
   return c.invoke();
 }
@@ -404,6 +425,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxPushCurrent_v2(CUcontext ctx) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent) {
   rgpu::client::trace_call("cuCtxRecordEvent");
   rgpu::client::Call c(rgpu::op::cuCtxRecordEvent, rgpu::client::kWaits);
+  c.via(hCtx);
+  c.via(hEvent);
   c.args().put_u64(rgpu::client::handle_id(hCtx));
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   return c.invoke();
@@ -425,6 +448,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config)
 extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxSetCurrent(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxSetCurrent");
   rgpu::client::Call c(rgpu::op::cuCtxSetCurrent, rgpu::client::kWaits);
+  c.via(ctx);
   c.args().put_u64(rgpu::client::handle_id(ctx));
   return c.invoke();
 }
@@ -460,6 +484,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize(void) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize_v2(CUcontext ctx) {
   rgpu::client::trace_call("cuCtxSynchronize_v2");
   rgpu::client::Call c(rgpu::op::cuCtxSynchronize_v2, rgpu::client::kWaits);
+  c.via(ctx);
   c.args().put_u64(rgpu::client::handle_id(ctx));
   return c.invoke();
 }
@@ -467,6 +492,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuCtxSynchronize_v2(CUcontext ctx) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent) {
   rgpu::client::trace_call("cuCtxWaitEvent");
   rgpu::client::Call c(rgpu::op::cuCtxWaitEvent, rgpu::client::kWaits);
+  c.via(hCtx);
+  c.via(hEvent);
   c.args().put_u64(rgpu::client::handle_id(hCtx));
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   return c.invoke();
@@ -475,6 +502,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuCtxWaitEvent(CUcontext hCtx, CUevent h
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDestroyExternalMemory(CUexternalMemory extMem) {
   rgpu::client::trace_call("cuDestroyExternalMemory");
   rgpu::client::Call c(rgpu::op::cuDestroyExternalMemory, rgpu::client::kWaits);
+  c.via(extMem);
   c.args().put_u64(rgpu::client::handle_id(extMem));
   return c.invoke();
 }
@@ -482,6 +510,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDestroyExternalMemory(CUexternalMemory
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDestroyExternalSemaphore(CUexternalSemaphore extSem) {
   rgpu::client::trace_call("cuDestroyExternalSemaphore");
   rgpu::client::Call c(rgpu::op::cuDestroyExternalSemaphore, rgpu::client::kWaits);
+  c.via(extSem);
   c.args().put_u64(rgpu::client::handle_id(extSem));
   return c.invoke();
 }
@@ -504,9 +533,11 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevResourceGenerateDesc(CUdevResourceD
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDevSmResourceSplitByCount(CUdevResource * /*result*/, unsigned int * /*nbGroups*/, const CUdevResource * /*input*/, CUdevResource * /*remaining*/, unsigned int /*useFlags*/, unsigned int /*minCount*/) { return rgpu::client::unsupported("cuDevSmResourceSplitByCount"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev) {
   rgpu::client::trace_call("cuDeviceCanAccessPeer");
   rgpu::client::Call c(rgpu::op::cuDeviceCanAccessPeer, rgpu::client::kWaits);
+  c.via_device(dev);
+  c.via_device(peerDev);
   c.args().put_u8(canAccessPeer != nullptr);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put<CUdevice>(rgpu::client::server_device(peerDev));
@@ -520,6 +551,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
   rgpu::client::trace_call("cuDeviceGetDefaultMemPool");
   rgpu::client::Call c(rgpu::op::cuDeviceGetDefaultMemPool, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(pool_out != nullptr);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
@@ -532,6 +564,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type) {
   rgpu::client::trace_call("cuDeviceGetDevResource");
   rgpu::client::Call c(rgpu::op::cuDeviceGetDevResource, rgpu::client::kWaits);
+  c.via_device(device);
   c.args().put<CUdevice>(rgpu::client::server_device(device));
   c.args().put_u8(resource != nullptr);
   c.args().put<CUdevResourceType>(type);
@@ -545,6 +578,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetDevResource(CUdevice device, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev) {
   rgpu::client::trace_call("cuDeviceGetExecAffinitySupport");
   rgpu::client::Call c(rgpu::op::cuDeviceGetExecAffinitySupport, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(pi != nullptr);
   c.args().put<CUexecAffinityType>(type);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -560,6 +594,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice de
   const uint64_t value_n = uint64_t{8};
   if (value_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuDeviceGetGraphMemAttribute, rgpu::client::kWaits);
+  c.via_device(device);
   c.args().put<CUdevice>(rgpu::client::server_device(device));
   c.args().put<CUgraphMem_attribute>(attr);
   c.args().put_u8(value != nullptr);
@@ -582,6 +617,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetHostAtomicCapabilities(unsign
   const uint64_t operations_n = rgpu::gen::sz_mul(static_cast<uint64_t>(count), uint64_t{sizeof(CUatomicOperation)});
   if (operations_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuDeviceGetHostAtomicCapabilities, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(capabilities != nullptr);
   c.args().put_u64(capabilities_n);
   c.args().put_u8(operations != nullptr);
@@ -604,6 +640,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetLuid(char *luid, unsigned int
   const uint64_t luid_n = uint64_t{8};
   if (luid_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuDeviceGetLuid, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(luid != nullptr);
   c.args().put_u64(luid_n);
   c.args().put_u8(deviceNodeMask != nullptr);
@@ -623,6 +660,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetLuid(char *luid, unsigned int
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) {
   rgpu::client::trace_call("cuDeviceGetMemPool");
   rgpu::client::Call c(rgpu::op::cuDeviceGetMemPool, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(pool != nullptr);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
@@ -641,6 +679,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetP2PAtomicCapabilities(unsigne
   const uint64_t operations_n = rgpu::gen::sz_mul(static_cast<uint64_t>(count), uint64_t{sizeof(CUatomicOperation)});
   if (operations_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuDeviceGetP2PAtomicCapabilities, rgpu::client::kWaits);
+  c.via_device(srcDevice);
+  c.via_device(dstDevice);
   c.args().put_u8(capabilities != nullptr);
   c.args().put_u64(capabilities_n);
   c.args().put_u8(operations != nullptr);
@@ -659,9 +699,11 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetP2PAtomicCapabilities(unsigne
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice) {
   rgpu::client::trace_call("cuDeviceGetP2PAttribute");
   rgpu::client::Call c(rgpu::op::cuDeviceGetP2PAttribute, rgpu::client::kWaits);
+  c.via_device(srcDevice);
+  c.via_device(dstDevice);
   c.args().put_u8(value != nullptr);
   c.args().put<CUdevice_P2PAttribute>(attrib);
   c.args().put<CUdevice>(rgpu::client::server_device(srcDevice));
@@ -676,6 +718,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUde
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidthInElements, CUarray_format format, unsigned int numChannels, CUdevice dev) {
   rgpu::client::trace_call("cuDeviceGetTexture1DLinearMaxWidth");
   rgpu::client::Call c(rgpu::op::cuDeviceGetTexture1DLinearMaxWidth, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(maxWidthInElements != nullptr);
   c.args().put<CUarray_format>(format);
   c.args().put<unsigned int>(numChannels);
@@ -690,6 +733,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetTexture1DLinearMaxWidth(size_
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
   rgpu::client::trace_call("cuDeviceGraphMemTrim");
   rgpu::client::Call c(rgpu::op::cuDeviceGraphMemTrim, rgpu::client::kWaits);
+  c.via_device(device);
   c.args().put<CUdevice>(rgpu::client::server_device(device));
   return c.invoke();
 }
@@ -697,6 +741,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxRelease");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRelease, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
@@ -704,6 +749,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease(CUdevice dev) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxRelease_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRelease_v2, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
@@ -711,6 +757,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRelease_v2(CUdevice dev) 
 extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxReset");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxReset, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
@@ -718,6 +765,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset(CUdevice dev) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxReset_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxReset_v2, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
 }
@@ -725,6 +773,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   rgpu::client::trace_call("cuDevicePrimaryCtxRetain");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRetain, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(pctx != nullptr);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   CUresult rc = c.invoke();
@@ -737,6 +786,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxRetain(CUcontext *pctx, C
 extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
   rgpu::client::trace_call("cuDevicePrimaryCtxSetFlags");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxSetFlags, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put<unsigned int>(flags);
   return c.invoke();
@@ -745,6 +795,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxSetFlags(CUdevice dev, un
 extern "C" CUresult CUDAAPI rgpu_fwd_cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   rgpu::client::trace_call("cuDevicePrimaryCtxSetFlags_v2");
   rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxSetFlags_v2, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put<unsigned int>(flags);
   return c.invoke();
@@ -757,6 +808,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice de
   const uint64_t value_n = uint64_t{8};
   if (value_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuDeviceSetGraphMemAttribute, rgpu::client::kWaits);
+  c.via_device(device);
   c.args().put<CUdevice>(rgpu::client::server_device(device));
   c.args().put<CUgraphMem_attribute>(attr);
   c.args().put_u8(value != nullptr);
@@ -767,6 +819,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice de
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   rgpu::client::trace_call("cuDeviceSetMemPool");
   rgpu::client::Call c(rgpu::op::cuDeviceSetMemPool, rgpu::client::kWaits);
+  c.via_device(dev);
+  c.via(pool);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put_u64(rgpu::client::handle_id(pool));
   return c.invoke();
@@ -775,6 +829,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemor
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceUnregisterAsyncNotification(CUdevice device, CUasyncCallbackHandle callback) {
   rgpu::client::trace_call("cuDeviceUnregisterAsyncNotification");
   rgpu::client::Call c(rgpu::op::cuDeviceUnregisterAsyncNotification, rgpu::client::kWaits);
+  c.via_device(device);
+  c.via(callback);
   c.args().put<CUdevice>(rgpu::client::server_device(device));
   c.args().put_u64(rgpu::client::handle_id(callback));
   return c.invoke();
@@ -784,7 +840,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuEventCreate(CUevent *phEvent, unsigned in
   rgpu::client::trace_call("cuEventCreate");
   if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuEventCreate, rgpu::client::kOneWay);
-  const uint64_t phEvent_id = rgpu::client::mint_handle();
+  const uint64_t phEvent_id = c.mint();
   c.args().put_u64(phEvent_id);
   c.args().put<unsigned int>(Flags);
   CUresult rc = c.invoke();
@@ -796,6 +852,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuEventCreate(CUevent *phEvent, unsigned in
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
   rgpu::client::trace_call("cuEventDestroy");
   rgpu::client::Call c(rgpu::op::cuEventDestroy, rgpu::client::kOneWay);
+  c.via(hEvent);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   return c.invoke();
 }
@@ -803,6 +860,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
   rgpu::client::trace_call("cuEventDestroy_v2");
   rgpu::client::Call c(rgpu::op::cuEventDestroy_v2, rgpu::client::kOneWay);
+  c.via(hEvent);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   return c.invoke();
 }
@@ -810,6 +868,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
   rgpu::client::trace_call("cuEventElapsedTime");
   rgpu::client::Call c(rgpu::op::cuEventElapsedTime, rgpu::client::kWaits);
+  c.via(hStart);
+  c.via(hEnd);
   c.args().put_u8(pMilliseconds != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hStart));
   c.args().put_u64(rgpu::client::handle_id(hEnd));
@@ -823,6 +883,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
   rgpu::client::trace_call("cuEventElapsedTime_v2");
   rgpu::client::Call c(rgpu::op::cuEventElapsedTime_v2, rgpu::client::kWaits);
+  c.via(hStart);
+  c.via(hEnd);
   c.args().put_u8(pMilliseconds != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hStart));
   c.args().put_u64(rgpu::client::handle_id(hEnd));
@@ -836,6 +898,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float *pMillisecon
 extern "C" CUresult CUDAAPI rgpu_fwd_cuEventQuery(CUevent hEvent) {
   rgpu::client::trace_call("cuEventQuery");
   rgpu::client::Call c(rgpu::op::cuEventQuery, rgpu::client::kWaits);
+  c.via(hEvent);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   return c.invoke();
 }
@@ -843,6 +906,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuEventQuery(CUevent hEvent) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   rgpu::client::trace_call("cuEventRecord");
   rgpu::client::Call c(rgpu::op::cuEventRecord, rgpu::client::kOneWay);
+  c.via(hEvent);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -852,6 +917,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream h
 extern "C" CUresult CUDAAPI rgpu_fwd_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
   rgpu::client::trace_call("cuEventRecordWithFlags");
   rgpu::client::Call c(rgpu::op::cuEventRecordWithFlags, rgpu::client::kOneWay);
+  c.via(hEvent);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -862,6 +929,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuEventRecordWithFlags(CUevent hEvent, CUst
 extern "C" CUresult CUDAAPI rgpu_fwd_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
   rgpu::client::trace_call("cuEventRecordWithFlags_ptsz");
   rgpu::client::Call c(rgpu::op::cuEventRecordWithFlags_ptsz, rgpu::client::kOneWay);
+  c.via(hEvent);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -872,6 +941,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuEventRecordWithFlags_ptsz(CUevent hEvent,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
   rgpu::client::trace_call("cuEventRecord_ptsz");
   rgpu::client::Call c(rgpu::op::cuEventRecord_ptsz, rgpu::client::kOneWay);
+  c.via(hEvent);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -881,6 +952,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstr
 extern "C" CUresult CUDAAPI rgpu_fwd_cuEventSynchronize(CUevent hEvent) {
   rgpu::client::trace_call("cuEventSynchronize");
   rgpu::client::Call c(rgpu::op::cuEventSynchronize, rgpu::client::kWaits);
+  c.via(hEvent);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   return c.invoke();
 }
@@ -888,6 +960,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuEventSynchronize(CUevent hEvent) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuExternalMemoryGetMappedBuffer(CUdeviceptr *devPtr, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_BUFFER_DESC *bufferDesc) {
   rgpu::client::trace_call("cuExternalMemoryGetMappedBuffer");
   rgpu::client::Call c(rgpu::op::cuExternalMemoryGetMappedBuffer, rgpu::client::kWaits);
+  c.via(extMem);
   c.args().put_u8(devPtr != nullptr);
   c.args().put_u64(rgpu::client::handle_id(extMem));
   c.args().put_u8(bufferDesc != nullptr);
@@ -902,6 +975,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuExternalMemoryGetMappedBuffer(CUdevice
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuExternalMemoryGetMappedMipmappedArray(CUmipmappedArray *mipmap, CUexternalMemory extMem, const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC *mipmapDesc) {
   rgpu::client::trace_call("cuExternalMemoryGetMappedMipmappedArray");
   rgpu::client::Call c(rgpu::op::cuExternalMemoryGetMappedMipmappedArray, rgpu::client::kWaits);
+  c.via(extMem);
   c.args().put_u8(mipmap != nullptr);
   c.args().put_u64(rgpu::client::handle_id(extMem));
   c.args().put_u8(mipmapDesc != nullptr);
@@ -924,6 +998,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFlushGPUDirectRDMAWrites(CUflushGPUDir
 extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc) {
   rgpu::client::trace_call("cuFuncGetAttribute");
   rgpu::client::Call c(rgpu::op::cuFuncGetAttribute, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u8(pi != nullptr);
   c.args().put<CUfunction_attribute>(attrib);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
@@ -937,6 +1012,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncGetAttribute(int *pi, CUfunction_attr
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfunction hfunc) {
   rgpu::client::trace_call("cuFuncGetModule");
   rgpu::client::Call c(rgpu::op::cuFuncGetModule, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u8(hmod != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   CUresult rc = c.invoke();
@@ -949,6 +1025,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncGetModule(CUmodule *hmod, CUfuncti
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function) {
   rgpu::client::trace_call("cuFuncIsLoaded");
   rgpu::client::Call c(rgpu::op::cuFuncIsLoaded, rgpu::client::kWaits);
+  c.via(function);
   c.args().put_u8(state != nullptr);
   c.args().put_u64(rgpu::client::handle_id(function));
   CUresult rc = c.invoke();
@@ -961,6 +1038,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState *s
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncLoad(CUfunction function) {
   rgpu::client::trace_call("cuFuncLoad");
   rgpu::client::Call c(rgpu::op::cuFuncLoad, rgpu::client::kWaits);
+  c.via(function);
   c.args().put_u64(rgpu::client::handle_id(function));
   return c.invoke();
 }
@@ -968,6 +1046,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncLoad(CUfunction function) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
   rgpu::client::trace_call("cuFuncSetAttribute");
   rgpu::client::Call c(rgpu::op::cuFuncSetAttribute, rgpu::client::kOneWay);
+  c.via(hfunc);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<CUfunction_attribute>(attrib);
   c.args().put<int>(value);
@@ -977,6 +1056,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunc
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z) {
   rgpu::client::trace_call("cuFuncSetBlockShape");
   rgpu::client::Call c(rgpu::op::cuFuncSetBlockShape, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<int>(x);
   c.args().put<int>(y);
@@ -987,6 +1067,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetBlockShape(CUfunction hfunc, in
 extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) {
   rgpu::client::trace_call("cuFuncSetCacheConfig");
   rgpu::client::Call c(rgpu::op::cuFuncSetCacheConfig, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<CUfunc_cache>(config);
   return c.invoke();
@@ -995,6 +1076,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuFuncSetCacheConfig(CUfunction hfunc, CUfu
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config) {
   rgpu::client::trace_call("cuFuncSetSharedMemConfig");
   rgpu::client::Call c(rgpu::op::cuFuncSetSharedMemConfig, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<CUsharedconfig>(config);
   return c.invoke();
@@ -1003,6 +1085,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfun
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuFuncSetSharedSize(CUfunction hfunc, unsigned int bytes) {
   rgpu::client::trace_call("cuFuncSetSharedSize");
   rgpu::client::Call c(rgpu::op::cuFuncSetSharedSize, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<unsigned int>(bytes);
   return c.invoke();
@@ -1021,6 +1104,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphBatchMemOpNodeSetParams(CUgraphNo
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph) {
   rgpu::client::trace_call("cuGraphChildGraphNodeGetGraph");
   rgpu::client::Call c(rgpu::op::cuGraphChildGraphNodeGetGraph, rgpu::client::kWaits);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(phGraph != nullptr);
   CUresult rc = c.invoke();
@@ -1033,6 +1117,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNod
 extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph) {
   rgpu::client::trace_call("cuGraphClone");
   rgpu::client::Call c(rgpu::op::cuGraphClone, rgpu::client::kWaits);
+  c.via(originalGraph);
   c.args().put_u8(phGraphClone != nullptr);
   c.args().put_u64(rgpu::client::handle_id(originalGraph));
   CUresult rc = c.invoke();
@@ -1045,6 +1130,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphClone(CUgraph *phGraphClone, CUgraph
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags) {
   rgpu::client::trace_call("cuGraphConditionalHandleCreate");
   rgpu::client::Call c(rgpu::op::cuGraphConditionalHandleCreate, rgpu::client::kWaits);
+  c.via(hGraph);
+  c.via(ctx);
   c.args().put_u8(pHandle_out != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   c.args().put_u64(rgpu::client::handle_id(ctx));
@@ -1074,6 +1161,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph /*hGraph*/,
 extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphDestroy(CUgraph hGraph) {
   rgpu::client::trace_call("cuGraphDestroy");
   rgpu::client::Call c(rgpu::op::cuGraphDestroy, rgpu::client::kWaits);
+  c.via(hGraph);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   return c.invoke();
 }
@@ -1081,6 +1169,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphDestroy(CUgraph hGraph) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphDestroyNode(CUgraphNode hNode) {
   rgpu::client::trace_call("cuGraphDestroyNode");
   rgpu::client::Call c(rgpu::op::cuGraphDestroyNode, rgpu::client::kWaits);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   return c.invoke();
 }
@@ -1088,6 +1177,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphDestroyNode(CUgraphNode hNode) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent *event_out) {
   rgpu::client::trace_call("cuGraphEventRecordNodeGetEvent");
   rgpu::client::Call c(rgpu::op::cuGraphEventRecordNodeGetEvent, rgpu::client::kWaits);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(event_out != nullptr);
   CUresult rc = c.invoke();
@@ -1100,6 +1190,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNo
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event) {
   rgpu::client::trace_call("cuGraphEventRecordNodeSetEvent");
   rgpu::client::Call c(rgpu::op::cuGraphEventRecordNodeSetEvent, rgpu::client::kWaits);
+  c.via(hNode);
+  c.via(event);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u64(rgpu::client::handle_id(event));
   return c.invoke();
@@ -1108,6 +1200,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNo
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_out) {
   rgpu::client::trace_call("cuGraphEventWaitNodeGetEvent");
   rgpu::client::Call c(rgpu::op::cuGraphEventWaitNodeGetEvent, rgpu::client::kWaits);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(event_out != nullptr);
   CUresult rc = c.invoke();
@@ -1120,6 +1213,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event) {
   rgpu::client::trace_call("cuGraphEventWaitNodeSetEvent");
   rgpu::client::Call c(rgpu::op::cuGraphEventWaitNodeSetEvent, rgpu::client::kWaits);
+  c.via(hNode);
+  c.via(event);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u64(rgpu::client::handle_id(event));
   return c.invoke();
@@ -1130,6 +1225,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecBatchMemOpNodeSetParams(CUgra
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph) {
   rgpu::client::trace_call("cuGraphExecChildGraphNodeSetParams");
   rgpu::client::Call c(rgpu::op::cuGraphExecChildGraphNodeSetParams, rgpu::client::kWaits);
+  c.via(hGraphExec);
+  c.via(hNode);
+  c.via(childGraph);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u64(rgpu::client::handle_id(childGraph));
@@ -1139,6 +1237,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgra
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   rgpu::client::trace_call("cuGraphExecDestroy");
   rgpu::client::Call c(rgpu::op::cuGraphExecDestroy, rgpu::client::kWaits);
+  c.via(hGraphExec);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   return c.invoke();
 }
@@ -1146,6 +1245,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExe
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event) {
   rgpu::client::trace_call("cuGraphExecEventRecordNodeSetEvent");
   rgpu::client::Call c(rgpu::op::cuGraphExecEventRecordNodeSetEvent, rgpu::client::kWaits);
+  c.via(hGraphExec);
+  c.via(hNode);
+  c.via(event);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u64(rgpu::client::handle_id(event));
@@ -1155,6 +1257,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgra
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode, CUevent event) {
   rgpu::client::trace_call("cuGraphExecEventWaitNodeSetEvent");
   rgpu::client::Call c(rgpu::op::cuGraphExecEventWaitNodeSetEvent, rgpu::client::kWaits);
+  c.via(hGraphExec);
+  c.via(hNode);
+  c.via(event);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u64(rgpu::client::handle_id(event));
@@ -1168,6 +1273,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecExternalSemaphoresWaitNodeSet
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags) {
   rgpu::client::trace_call("cuGraphExecGetFlags");
   rgpu::client::Call c(rgpu::op::cuGraphExecGetFlags, rgpu::client::kWaits);
+  c.via(hGraphExec);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u8(flags != nullptr);
   CUresult rc = c.invoke();
@@ -1180,6 +1286,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphEx
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx) {
   rgpu::client::trace_call("cuGraphExecMemsetNodeSetParams");
   rgpu::client::Call c(rgpu::op::cuGraphExecMemsetNodeSetParams, rgpu::client::kWaits);
+  c.via(hGraphExec);
+  c.via(hNode);
+  c.via(ctx);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(memsetParams != nullptr);
@@ -1191,6 +1300,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphEx
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out, CUgraphExecUpdateResult *updateResult_out) {
   rgpu::client::trace_call("cuGraphExecUpdate");
   rgpu::client::Call c(rgpu::op::cuGraphExecUpdate, rgpu::client::kWaits);
+  c.via(hGraphExec);
+  c.via(hGraph);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   c.args().put_u8(hErrorNode_out != nullptr);
@@ -1215,6 +1326,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphInstantiate(CUgraphExec *phGraphExec
   rgpu::client::trace_call("cuGraphInstantiate");
   if (static_cast<uint64_t>(bufferSize) > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuGraphInstantiate, rgpu::client::kWaits);
+  c.via(hGraph);
   c.args().put_u8(phGraphExec != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   c.args().put_u8(phErrorNode != nullptr);
@@ -1237,6 +1349,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphInstantiate(CUgraphExec *phGraphExec
 extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
   rgpu::client::trace_call("cuGraphInstantiateWithFlags");
   rgpu::client::Call c(rgpu::op::cuGraphInstantiateWithFlags, rgpu::client::kWaits);
+  c.via(hGraph);
   c.args().put_u8(phGraphExec != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   c.args().put<unsigned long long>(flags);
@@ -1255,6 +1368,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphInstantiate_v2(CUgraphExec *phGraphE
   rgpu::client::trace_call("cuGraphInstantiate_v2");
   if (static_cast<uint64_t>(bufferSize) > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuGraphInstantiate_v2, rgpu::client::kWaits);
+  c.via(hGraph);
   c.args().put_u8(phGraphExec != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   c.args().put_u8(phErrorNode != nullptr);
@@ -1277,6 +1391,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphInstantiate_v2(CUgraphExec *phGraphE
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
   rgpu::client::trace_call("cuGraphKernelNodeCopyAttributes");
   rgpu::client::Call c(rgpu::op::cuGraphKernelNodeCopyAttributes, rgpu::client::kWaits);
+  c.via(dst);
+  c.via(src);
   c.args().put_u64(rgpu::client::handle_id(dst));
   c.args().put_u64(rgpu::client::handle_id(src));
   return c.invoke();
@@ -1289,6 +1405,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNod
 extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphLaunch(CUgraphExec hGraph, CUstream hStream) {
   rgpu::client::trace_call("cuGraphLaunch");
   rgpu::client::Call c(rgpu::op::cuGraphLaunch, rgpu::client::kOneWay);
+  c.via(hGraph);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -1298,6 +1416,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphLaunch(CUgraphExec hGraph, CUstream 
 extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   rgpu::client::trace_call("cuGraphLaunch_ptsz");
   rgpu::client::Call c(rgpu::op::cuGraphLaunch_ptsz, rgpu::client::kOneWay);
+  c.via(hGraphExec);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -1307,6 +1427,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out) {
   rgpu::client::trace_call("cuGraphMemFreeNodeGetParams");
   rgpu::client::Call c(rgpu::op::cuGraphMemFreeNodeGetParams, rgpu::client::kWaits);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(dptr_out != nullptr);
   CUresult rc = c.invoke();
@@ -1319,6 +1440,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS *nodeParams) {
   rgpu::client::trace_call("cuGraphMemsetNodeGetParams");
   rgpu::client::Call c(rgpu::op::cuGraphMemsetNodeGetParams, rgpu::client::kWaits);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(nodeParams != nullptr);
   CUresult rc = c.invoke();
@@ -1331,6 +1453,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode h
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS *nodeParams) {
   rgpu::client::trace_call("cuGraphMemsetNodeSetParams");
   rgpu::client::Call c(rgpu::op::cuGraphMemsetNodeSetParams, rgpu::client::kWaits);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(nodeParams != nullptr);
   if (nodeParams) c.args().put<CUDA_MEMSET_NODE_PARAMS>(*nodeParams);
@@ -1340,6 +1463,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode h
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph) {
   rgpu::client::trace_call("cuGraphNodeFindInClone");
   rgpu::client::Call c(rgpu::op::cuGraphNodeFindInClone, rgpu::client::kWaits);
+  c.via(hOriginalNode);
+  c.via(hClonedGraph);
   c.args().put_u8(phNode != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hOriginalNode));
   c.args().put_u64(rgpu::client::handle_id(hClonedGraph));
@@ -1353,6 +1478,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode *phNo
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled) {
   rgpu::client::trace_call("cuGraphNodeGetEnabled");
   rgpu::client::Call c(rgpu::op::cuGraphNodeGetEnabled, rgpu::client::kWaits);
+  c.via(hGraphExec);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(isEnabled != nullptr);
@@ -1366,6 +1493,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraph
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
   rgpu::client::trace_call("cuGraphNodeGetType");
   rgpu::client::Call c(rgpu::op::cuGraphNodeGetType, rgpu::client::kWaits);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put_u8(type != nullptr);
   CUresult rc = c.invoke();
@@ -1378,6 +1506,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
   rgpu::client::trace_call("cuGraphNodeSetEnabled");
   rgpu::client::Call c(rgpu::op::cuGraphNodeSetEnabled, rgpu::client::kWaits);
+  c.via(hGraphExec);
+  c.via(hNode);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.args().put_u64(rgpu::client::handle_id(hNode));
   c.args().put<unsigned int>(isEnabled);
@@ -1387,6 +1517,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraph
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count) {
   rgpu::client::trace_call("cuGraphReleaseUserObject");
   rgpu::client::Call c(rgpu::op::cuGraphReleaseUserObject, rgpu::client::kWaits);
+  c.via(graph);
+  c.via(object);
   c.args().put_u64(rgpu::client::handle_id(graph));
   c.args().put_u64(rgpu::client::handle_id(object));
   c.args().put<unsigned int>(count);
@@ -1396,6 +1528,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph graph, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags) {
   rgpu::client::trace_call("cuGraphRetainUserObject");
   rgpu::client::Call c(rgpu::op::cuGraphRetainUserObject, rgpu::client::kWaits);
+  c.via(graph);
+  c.via(object);
   c.args().put_u64(rgpu::client::handle_id(graph));
   c.args().put_u64(rgpu::client::handle_id(object));
   c.args().put<unsigned int>(count);
@@ -1406,6 +1540,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphRetainUserObject(CUgraph graph, C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraph, CUstream hStream) {
   rgpu::client::trace_call("cuGraphUpload");
   rgpu::client::Call c(rgpu::op::cuGraphUpload, rgpu::client::kWaits);
+  c.via(hGraph);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hGraph));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -1415,6 +1551,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraph, CUstre
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
   rgpu::client::trace_call("cuGraphUpload_ptsz");
   rgpu::client::Call c(rgpu::op::cuGraphUpload_ptsz, rgpu::client::kWaits);
+  c.via(hGraphExec);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hGraphExec));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -1428,6 +1566,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsMapResources_ptsz(unsigned int
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedMipmappedArray(CUmipmappedArray *pMipmappedArray, CUgraphicsResource resource) {
   rgpu::client::trace_call("cuGraphicsResourceGetMappedMipmappedArray");
   rgpu::client::Call c(rgpu::op::cuGraphicsResourceGetMappedMipmappedArray, rgpu::client::kWaits);
+  c.via(resource);
   c.args().put_u8(pMipmappedArray != nullptr);
   c.args().put_u64(rgpu::client::handle_id(resource));
   CUresult rc = c.invoke();
@@ -1440,6 +1579,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedMipmappedArra
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedPointer(CUdeviceptr_v1 *pDevPtr, unsigned int *pSize, CUgraphicsResource resource) {
   rgpu::client::trace_call("cuGraphicsResourceGetMappedPointer");
   rgpu::client::Call c(rgpu::op::cuGraphicsResourceGetMappedPointer, rgpu::client::kWaits);
+  c.via(resource);
   c.args().put_u8(pDevPtr != nullptr);
   c.args().put_u8(pSize != nullptr);
   c.args().put_u64(rgpu::client::handle_id(resource));
@@ -1454,6 +1594,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedPointer(CUdev
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedPointer_v2(CUdeviceptr *pDevPtr, size_t *pSize, CUgraphicsResource resource) {
   rgpu::client::trace_call("cuGraphicsResourceGetMappedPointer_v2");
   rgpu::client::Call c(rgpu::op::cuGraphicsResourceGetMappedPointer_v2, rgpu::client::kWaits);
+  c.via(resource);
   c.args().put_u8(pDevPtr != nullptr);
   c.args().put_u8(pSize != nullptr);
   c.args().put_u64(rgpu::client::handle_id(resource));
@@ -1468,6 +1609,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceGetMappedPointer_v2(CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceSetMapFlags(CUgraphicsResource resource, unsigned int flags) {
   rgpu::client::trace_call("cuGraphicsResourceSetMapFlags");
   rgpu::client::Call c(rgpu::op::cuGraphicsResourceSetMapFlags, rgpu::client::kWaits);
+  c.via(resource);
   c.args().put_u64(rgpu::client::handle_id(resource));
   c.args().put<unsigned int>(flags);
   return c.invoke();
@@ -1476,6 +1618,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceSetMapFlags(CUgraphics
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceSetMapFlags_v2(CUgraphicsResource resource, unsigned int flags) {
   rgpu::client::trace_call("cuGraphicsResourceSetMapFlags_v2");
   rgpu::client::Call c(rgpu::op::cuGraphicsResourceSetMapFlags_v2, rgpu::client::kWaits);
+  c.via(resource);
   c.args().put_u64(rgpu::client::handle_id(resource));
   c.args().put<unsigned int>(flags);
   return c.invoke();
@@ -1484,6 +1627,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsResourceSetMapFlags_v2(CUgraph
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsSubResourceGetMappedArray(CUarray *pArray, CUgraphicsResource resource, unsigned int arrayIndex, unsigned int mipLevel) {
   rgpu::client::trace_call("cuGraphicsSubResourceGetMappedArray");
   rgpu::client::Call c(rgpu::op::cuGraphicsSubResourceGetMappedArray, rgpu::client::kWaits);
+  c.via(resource);
   c.args().put_u8(pArray != nullptr);
   c.args().put_u64(rgpu::client::handle_id(resource));
   c.args().put<unsigned int>(arrayIndex);
@@ -1502,6 +1646,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsUnmapResources_ptsz(unsigned i
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsUnregisterResource(CUgraphicsResource resource) {
   rgpu::client::trace_call("cuGraphicsUnregisterResource");
   rgpu::client::Call c(rgpu::op::cuGraphicsUnregisterResource, rgpu::client::kWaits);
+  c.via(resource);
   c.args().put_u64(rgpu::client::handle_id(resource));
   return c.invoke();
 }
@@ -1509,6 +1654,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGraphicsUnregisterResource(CUgraphicsR
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) {
   rgpu::client::trace_call("cuGreenCtxCreate");
   rgpu::client::Call c(rgpu::op::cuGreenCtxCreate, rgpu::client::kWaits);
+  c.via(desc);
+  c.via_device(dev);
   c.args().put_u8(phCtx != nullptr);
   c.args().put_u64(rgpu::client::handle_id(desc));
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -1523,6 +1670,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx *phCtx, CUde
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxDestroy(CUgreenCtx hCtx) {
   rgpu::client::trace_call("cuGreenCtxDestroy");
   rgpu::client::Call c(rgpu::op::cuGreenCtxDestroy, rgpu::client::kWaits);
+  c.via(hCtx);
   c.args().put_u64(rgpu::client::handle_id(hCtx));
   return c.invoke();
 }
@@ -1530,6 +1678,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxDestroy(CUgreenCtx hCtx) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type) {
   rgpu::client::trace_call("cuGreenCtxGetDevResource");
   rgpu::client::Call c(rgpu::op::cuGreenCtxGetDevResource, rgpu::client::kWaits);
+  c.via(hCtx);
   c.args().put_u64(rgpu::client::handle_id(hCtx));
   c.args().put_u8(resource != nullptr);
   c.args().put<CUdevResourceType>(type);
@@ -1543,6 +1692,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxGetDevResource(CUgreenCtx hCtx
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId) {
   rgpu::client::trace_call("cuGreenCtxGetId");
   rgpu::client::Call c(rgpu::op::cuGreenCtxGetId, rgpu::client::kWaits);
+  c.via(greenCtx);
   c.args().put_u64(rgpu::client::handle_id(greenCtx));
   c.args().put_u8(greenCtxId != nullptr);
   CUresult rc = c.invoke();
@@ -1555,6 +1705,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxGetId(CUgreenCtx greenCtx, uns
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent) {
   rgpu::client::trace_call("cuGreenCtxRecordEvent");
   rgpu::client::Call c(rgpu::op::cuGreenCtxRecordEvent, rgpu::client::kWaits);
+  c.via(hCtx);
+  c.via(hEvent);
   c.args().put_u64(rgpu::client::handle_id(hCtx));
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   return c.invoke();
@@ -1563,6 +1715,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxRecordEvent(CUgreenCtx hCtx, C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority) {
   rgpu::client::trace_call("cuGreenCtxStreamCreate");
   rgpu::client::Call c(rgpu::op::cuGreenCtxStreamCreate, rgpu::client::kWaits);
+  c.via(greenCtx);
   c.args().put_u8(phStream != nullptr);
   c.args().put_u64(rgpu::client::handle_id(greenCtx));
   c.args().put<unsigned int>(flags);
@@ -1577,6 +1730,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxStreamCreate(CUstream *phStrea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent) {
   rgpu::client::trace_call("cuGreenCtxWaitEvent");
   rgpu::client::Call c(rgpu::op::cuGreenCtxWaitEvent, rgpu::client::kWaits);
+  c.via(hCtx);
+  c.via(hEvent);
   c.args().put_u64(rgpu::client::handle_id(hCtx));
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   return c.invoke();
@@ -1589,6 +1744,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuImportExternalSemaphore(CUexternalSema
 extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) {
   rgpu::client::trace_call("cuKernelGetAttribute");
   rgpu::client::Call c(rgpu::op::cuKernelGetAttribute, rgpu::client::kWaits);
+  c.via(kernel);
+  c.via_device(dev);
   c.args().put_u8(pi != nullptr);
   c.args().put<CUfunction_attribute>(attrib);
   c.args().put_u64(rgpu::client::handle_id(kernel));
@@ -1604,7 +1761,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelGetFunction(CUfunction *pFunc, CUke
   rgpu::client::trace_call("cuKernelGetFunction");
   if (!pFunc) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuKernelGetFunction, rgpu::client::kOneWay);
-  const uint64_t pFunc_id = rgpu::client::mint_handle();
+  c.via(kernel);
+  const uint64_t pFunc_id = c.mint();
   c.args().put_u64(pFunc_id);
   c.args().put_u64(rgpu::client::handle_id(kernel));
   CUresult rc = c.invoke();
@@ -1616,6 +1774,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelGetFunction(CUfunction *pFunc, CUke
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel) {
   rgpu::client::trace_call("cuKernelGetLibrary");
   rgpu::client::Call c(rgpu::op::cuKernelGetLibrary, rgpu::client::kWaits);
+  c.via(kernel);
   c.args().put_u8(pLib != nullptr);
   c.args().put_u64(rgpu::client::handle_id(kernel));
   CUresult rc = c.invoke();
@@ -1628,6 +1787,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuKernelGetLibrary(CUlibrary *pLib, CUke
 extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
   rgpu::client::trace_call("cuKernelGetParamInfo");
   rgpu::client::Call c(rgpu::op::cuKernelGetParamInfo, rgpu::client::kWaits);
+  c.via(kernel);
   c.args().put_u64(rgpu::client::handle_id(kernel));
   c.args().put<size_t>(paramIndex);
   c.args().put_u8(paramOffset != nullptr);
@@ -1643,6 +1803,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelGetParamInfo(CUkernel kernel, size_
 extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
   rgpu::client::trace_call("cuKernelSetAttribute");
   rgpu::client::Call c(rgpu::op::cuKernelSetAttribute, rgpu::client::kOneWay);
+  c.via(kernel);
+  c.via_device(dev);
   c.args().put<CUfunction_attribute>(attrib);
   c.args().put<int>(val);
   c.args().put_u64(rgpu::client::handle_id(kernel));
@@ -1653,6 +1815,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelSetAttribute(CUfunction_attribute a
 extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) {
   rgpu::client::trace_call("cuKernelSetCacheConfig");
   rgpu::client::Call c(rgpu::op::cuKernelSetCacheConfig, rgpu::client::kWaits);
+  c.via(kernel);
+  c.via_device(dev);
   c.args().put_u64(rgpu::client::handle_id(kernel));
   c.args().put<CUfunc_cache>(config);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -1662,6 +1826,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUf
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunch(CUfunction f) {
   rgpu::client::trace_call("cuLaunch");
   rgpu::client::Call c(rgpu::op::cuLaunch, rgpu::client::kWaits);
+  c.via(f);
   c.args().put_u64(rgpu::client::handle_id(f));
   return c.invoke();
 }
@@ -1671,6 +1836,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUD
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {
   rgpu::client::trace_call("cuLaunchGrid");
   rgpu::client::Call c(rgpu::op::cuLaunchGrid, rgpu::client::kWaits);
+  c.via(f);
   c.args().put_u64(rgpu::client::handle_id(f));
   c.args().put<int>(grid_width);
   c.args().put<int>(grid_height);
@@ -1680,6 +1846,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_widt
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream) {
   rgpu::client::trace_call("cuLaunchGridAsync");
   rgpu::client::Call c(rgpu::op::cuLaunchGridAsync, rgpu::client::kWaits);
+  c.via(f);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(f));
   c.args().put<int>(grid_width);
   c.args().put<int>(grid_height);
@@ -1691,6 +1859,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name) {
   rgpu::client::trace_call("cuLibraryGetGlobal");
   rgpu::client::Call c(rgpu::op::cuLibraryGetGlobal, rgpu::client::kWaits);
+  c.via(library);
   c.args().put_u8(dptr != nullptr);
   c.args().put_u8(bytes != nullptr);
   c.args().put_u64(rgpu::client::handle_id(library));
@@ -1707,6 +1876,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, si
 extern "C" CUresult CUDAAPI rgpu_fwd_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib) {
   rgpu::client::trace_call("cuLibraryGetKernelCount");
   rgpu::client::Call c(rgpu::op::cuLibraryGetKernelCount, rgpu::client::kWaits);
+  c.via(lib);
   c.args().put_u8(count != nullptr);
   c.args().put_u64(rgpu::client::handle_id(lib));
   CUresult rc = c.invoke();
@@ -1719,6 +1889,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuLibraryGetKernelCount(unsigned int *count
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name) {
   rgpu::client::trace_call("cuLibraryGetManaged");
   rgpu::client::Call c(rgpu::op::cuLibraryGetManaged, rgpu::client::kWaits);
+  c.via(library);
   c.args().put_u8(dptr != nullptr);
   c.args().put_u8(bytes != nullptr);
   c.args().put_u64(rgpu::client::handle_id(library));
@@ -1736,7 +1907,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuLibraryGetModule(CUmodule *pMod, CUlibrar
   rgpu::client::trace_call("cuLibraryGetModule");
   if (!pMod) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuLibraryGetModule, rgpu::client::kOneWay);
-  const uint64_t pMod_id = rgpu::client::mint_handle();
+  c.via(library);
+  const uint64_t pMod_id = c.mint();
   c.args().put_u64(pMod_id);
   c.args().put_u64(rgpu::client::handle_id(library));
   CUresult rc = c.invoke();
@@ -1750,6 +1922,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLibraryGetUnifiedFunction(void ** /*fp
 extern "C" CUresult CUDAAPI rgpu_fwd_cuLibraryUnload(CUlibrary library) {
   rgpu::client::trace_call("cuLibraryUnload");
   rgpu::client::Call c(rgpu::op::cuLibraryUnload, rgpu::client::kOneWay);
+  c.via(library);
   c.args().put_u64(rgpu::client::handle_id(library));
   return c.invoke();
 }
@@ -1775,6 +1948,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLogsRegisterCallback(CUlogsCallback /*
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuLogsUnregisterCallback(CUlogsCallbackHandle callback) {
   rgpu::client::trace_call("cuLogsUnregisterCallback");
   rgpu::client::Call c(rgpu::op::cuLogsUnregisterCallback, rgpu::client::kWaits);
+  c.via(callback);
   c.args().put_u64(rgpu::client::handle_id(callback));
   return c.invoke();
 }
@@ -1782,6 +1956,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLogsUnregisterCallback(CUlogsCallbackH
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   rgpu::client::trace_call("cuMemAddressFree");
   rgpu::client::Call c(rgpu::op::cuMemAddressFree, rgpu::client::kWaits);
+  c.via_pointer(ptr);
   c.args().put<CUdeviceptr>(ptr);
   c.args().put<size_t>(size);
   return c.invoke();
@@ -1790,6 +1965,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
   rgpu::client::trace_call("cuMemAddressReserve");
   rgpu::client::Call c(rgpu::op::cuMemAddressReserve, rgpu::client::kWaits);
+  c.via_pointer(addr);
   c.args().put_u8(ptr != nullptr);
   c.args().put<size_t>(size);
   c.args().put<size_t>(alignment);
@@ -1805,6 +1981,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, si
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device) {
   rgpu::client::trace_call("cuMemAdvise");
   rgpu::client::Call c(rgpu::op::cuMemAdvise, rgpu::client::kWaits);
+  c.via_pointer(devPtr);
+  c.via_device(device);
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUmem_advise>(advice);
@@ -1815,6 +1993,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t c
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) {
   rgpu::client::trace_call("cuMemAdvise_v2");
   rgpu::client::Call c(rgpu::op::cuMemAdvise_v2, rgpu::client::kWaits);
+  c.via_pointer(devPtr);
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUmem_advise>(advice);
@@ -1837,6 +2016,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigne
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
   rgpu::client::trace_call("cuMemAllocAsync");
   rgpu::client::Call c(rgpu::op::cuMemAllocAsync, rgpu::client::kWaits);
+  c.via(hStream);
   c.args().put_u8(dptr != nullptr);
   c.args().put<size_t>(bytesize);
   c.on_stream(hStream);
@@ -1851,6 +2031,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
   rgpu::client::trace_call("cuMemAllocAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemAllocAsync_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.args().put_u8(dptr != nullptr);
   c.args().put<size_t>(bytesize);
   c.on_stream(hStream);
@@ -1865,6 +2046,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
   rgpu::client::trace_call("cuMemAllocFromPoolAsync");
   rgpu::client::Call c(rgpu::op::cuMemAllocFromPoolAsync, rgpu::client::kWaits);
+  c.via(pool);
+  c.via(hStream);
   c.args().put_u8(dptr != nullptr);
   c.args().put<size_t>(bytesize);
   c.args().put_u64(rgpu::client::handle_id(pool));
@@ -1880,6 +2063,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dpt
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
   rgpu::client::trace_call("cuMemAllocFromPoolAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemAllocFromPoolAsync_ptsz, rgpu::client::kWaits);
+  c.via(pool);
+  c.via(hStream);
   c.args().put_u8(dptr != nullptr);
   c.args().put<size_t>(bytesize);
   c.args().put_u64(rgpu::client::handle_id(pool));
@@ -1958,6 +2143,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   rgpu::client::trace_call("cuMemFreeAsync");
   rgpu::client::Call c(rgpu::op::cuMemFreeAsync, rgpu::client::kWaits);
+  c.via_pointer(dptr);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dptr);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -1967,6 +2154,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstrea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
   rgpu::client::trace_call("cuMemFreeAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemFreeAsync_ptsz, rgpu::client::kWaits);
+  c.via_pointer(dptr);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dptr);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -1976,6 +2165,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CU
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemFree_v2(CUdeviceptr dptr) {
   rgpu::client::trace_call("cuMemFree_v2");
   rgpu::client::Call c(rgpu::op::cuMemFree_v2, rgpu::client::kOneWay);
+  c.via_pointer(dptr);
   c.args().put<CUdeviceptr>(dptr);
   return c.invoke();
 }
@@ -1983,6 +2173,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemFree_v2(CUdeviceptr dptr) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr) {
   rgpu::client::trace_call("cuMemGetAccess");
   rgpu::client::Call c(rgpu::op::cuMemGetAccess, rgpu::client::kWaits);
+  c.via_pointer(ptr);
   c.args().put_u8(flags != nullptr);
   c.args().put_u8(location != nullptr);
   if (location) c.args().put<CUmemLocation>(*location);
@@ -2011,6 +2202,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr_v1 *pba
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
   rgpu::client::trace_call("cuMemGetAddressRange_v2");
   rgpu::client::Call c(rgpu::op::cuMemGetAddressRange_v2, rgpu::client::kWaits);
+  c.via_pointer(dptr);
   c.args().put_u8(pbase != nullptr);
   c.args().put_u8(psize != nullptr);
   c.args().put<CUdeviceptr>(dptr);
@@ -2083,6 +2275,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemGetMemPool(CUmemoryPool *pool, CUme
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
   rgpu::client::trace_call("cuMemMap");
   rgpu::client::Call c(rgpu::op::cuMemMap, rgpu::client::kWaits);
+  c.via_pointer(ptr);
   c.args().put<CUdeviceptr>(ptr);
   c.args().put<size_t>(size);
   c.args().put<size_t>(offset);
@@ -2098,6 +2291,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemMapArrayAsync_ptsz(CUarrayMapInfo *
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
   rgpu::client::trace_call("cuMemPoolDestroy");
   rgpu::client::Call c(rgpu::op::cuMemPoolDestroy, rgpu::client::kWaits);
+  c.via(pool);
   c.args().put_u64(rgpu::client::handle_id(pool));
   return c.invoke();
 }
@@ -2105,6 +2299,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr) {
   rgpu::client::trace_call("cuMemPoolExportPointer");
   rgpu::client::Call c(rgpu::op::cuMemPoolExportPointer, rgpu::client::kWaits);
+  c.via_pointer(ptr);
   c.args().put_u8(shareData_out != nullptr);
   c.args().put<CUdeviceptr>(ptr);
   CUresult rc = c.invoke();
@@ -2119,6 +2314,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolExportToShareableHandle(void * 
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location) {
   rgpu::client::trace_call("cuMemPoolGetAccess");
   rgpu::client::Call c(rgpu::op::cuMemPoolGetAccess, rgpu::client::kWaits);
+  c.via(memPool);
   c.args().put_u8(flags != nullptr);
   c.args().put_u64(rgpu::client::handle_id(memPool));
   c.args().put_u8(location != nullptr);
@@ -2136,6 +2332,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmem
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData) {
   rgpu::client::trace_call("cuMemPoolImportPointer");
   rgpu::client::Call c(rgpu::op::cuMemPoolImportPointer, rgpu::client::kWaits);
+  c.via(pool);
   c.args().put_u8(ptr_out != nullptr);
   c.args().put_u64(rgpu::client::handle_id(pool));
   c.args().put_u8(shareData != nullptr);
@@ -2153,6 +2350,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemPoolSetAccess(CUmemoryPool pool, const
   const uint64_t map_n = rgpu::gen::sz_mul(static_cast<uint64_t>(count), uint64_t{sizeof(CUmemAccessDesc)});
   if (map_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuMemPoolSetAccess, rgpu::client::kWaits);
+  c.via(pool);
   c.args().put_u64(rgpu::client::handle_id(pool));
   c.args().put_u8(map != nullptr);
   if (map) c.args().put_bytes(map, static_cast<size_t>(map_n));
@@ -2163,6 +2361,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemPoolSetAccess(CUmemoryPool pool, const
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
   rgpu::client::trace_call("cuMemPoolTrimTo");
   rgpu::client::Call c(rgpu::op::cuMemPoolTrimTo, rgpu::client::kWaits);
+  c.via(pool);
   c.args().put_u64(rgpu::client::handle_id(pool));
   c.args().put<size_t>(minBytesToKeep);
   return c.invoke();
@@ -2171,6 +2370,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream) {
   rgpu::client::trace_call("cuMemPrefetchAsync");
   rgpu::client::Call c(rgpu::op::cuMemPrefetchAsync, rgpu::client::kWaits);
+  c.via_pointer(devPtr);
+  c.via_device(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUdevice>(rgpu::client::server_device(dstDevice));
@@ -2182,6 +2384,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, s
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream) {
   rgpu::client::trace_call("cuMemPrefetchAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemPrefetchAsync_ptsz, rgpu::client::kWaits);
+  c.via_pointer(devPtr);
+  c.via_device(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUdevice>(rgpu::client::server_device(dstDevice));
@@ -2193,6 +2398,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devP
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) {
   rgpu::client::trace_call("cuMemPrefetchAsync_v2");
   rgpu::client::Call c(rgpu::op::cuMemPrefetchAsync_v2, rgpu::client::kWaits);
+  c.via_pointer(devPtr);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUmemLocation>(location);
@@ -2205,6 +2412,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) {
   rgpu::client::trace_call("cuMemPrefetchAsync_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemPrefetchAsync_v2_ptsz, rgpu::client::kWaits);
+  c.via_pointer(devPtr);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(devPtr);
   c.args().put<size_t>(count);
   c.args().put<CUmemLocation>(location);
@@ -2234,6 +2443,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemSetAccess(CUdeviceptr ptr, size_t size
   const uint64_t desc_n = rgpu::gen::sz_mul(static_cast<uint64_t>(count), uint64_t{sizeof(CUmemAccessDesc)});
   if (desc_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuMemSetAccess, rgpu::client::kWaits);
+  c.via_pointer(ptr);
   c.args().put<CUdeviceptr>(ptr);
   c.args().put<size_t>(size);
   c.args().put_u8(desc != nullptr);
@@ -2245,6 +2455,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemSetAccess(CUdeviceptr ptr, size_t size
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool) {
   rgpu::client::trace_call("cuMemSetMemPool");
   rgpu::client::Call c(rgpu::op::cuMemSetMemPool, rgpu::client::kWaits);
+  c.via(pool);
   c.args().put_u8(location != nullptr);
   if (location) c.args().put<CUmemLocation>(*location);
   c.args().put<CUmemAllocationType>(type);
@@ -2259,6 +2470,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemSetMemPool(CUmemLocation *location,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   rgpu::client::trace_call("cuMemUnmap");
   rgpu::client::Call c(rgpu::op::cuMemUnmap, rgpu::client::kWaits);
+  c.via_pointer(ptr);
   c.args().put<CUdeviceptr>(ptr);
   c.args().put<size_t>(size);
   return c.invoke();
@@ -2293,6 +2505,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   rgpu::client::trace_call("cuMemcpyAtoA");
   rgpu::client::Call c(rgpu::op::cuMemcpyAtoA, rgpu::client::kWaits);
+  c.via(dstArray);
+  c.via(srcArray);
   c.args().put_u64(rgpu::client::handle_id(dstArray));
   c.args().put<unsigned int>(dstOffset);
   c.args().put_u64(rgpu::client::handle_id(srcArray));
@@ -2304,6 +2518,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoA(CUarray dstArray, unsigned 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyAtoA_v2");
   rgpu::client::Call c(rgpu::op::cuMemcpyAtoA_v2, rgpu::client::kWaits);
+  c.via(dstArray);
+  c.via(srcArray);
   c.args().put_u64(rgpu::client::handle_id(dstArray));
   c.args().put<size_t>(dstOffset);
   c.args().put_u64(rgpu::client::handle_id(srcArray));
@@ -2315,6 +2531,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dstArray, size_t
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyAtoA_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemcpyAtoA_v2_ptds, rgpu::client::kWaits);
+  c.via(dstArray);
+  c.via(srcArray);
   c.args().put_u64(rgpu::client::handle_id(dstArray));
   c.args().put<size_t>(dstOffset);
   c.args().put_u64(rgpu::client::handle_id(srcArray));
@@ -2326,6 +2544,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoA_v2_ptds(CUarray dstArray, s
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount) {
   rgpu::client::trace_call("cuMemcpyAtoD");
   rgpu::client::Call c(rgpu::op::cuMemcpyAtoD, rgpu::client::kWaits);
+  c.via(srcArray);
   c.args().put<CUdeviceptr_v1>(dstDevice);
   c.args().put_u64(rgpu::client::handle_id(srcArray));
   c.args().put<unsigned int>(srcOffset);
@@ -2336,6 +2555,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoD(CUdeviceptr_v1 dstDevice, C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyAtoD_v2");
   rgpu::client::Call c(rgpu::op::cuMemcpyAtoD_v2, rgpu::client::kWaits);
+  c.via_pointer(dstDevice);
+  c.via(srcArray);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put_u64(rgpu::client::handle_id(srcArray));
   c.args().put<size_t>(srcOffset);
@@ -2346,6 +2567,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dstDevice, C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyAtoD_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemcpyAtoD_v2_ptds, rgpu::client::kWaits);
+  c.via_pointer(dstDevice);
+  c.via(srcArray);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put_u64(rgpu::client::handle_id(srcArray));
   c.args().put<size_t>(srcOffset);
@@ -2376,6 +2599,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoA(CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount) {
   rgpu::client::trace_call("cuMemcpyDtoA");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoA, rgpu::client::kWaits);
+  c.via(dstArray);
   c.args().put_u64(rgpu::client::handle_id(dstArray));
   c.args().put<unsigned int>(dstOffset);
   c.args().put<CUdeviceptr_v1>(srcDevice);
@@ -2386,6 +2610,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoA(CUarray dstArray, unsigned 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyDtoA_v2");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoA_v2, rgpu::client::kWaits);
+  c.via(dstArray);
+  c.via_pointer(srcDevice);
   c.args().put_u64(rgpu::client::handle_id(dstArray));
   c.args().put<size_t>(dstOffset);
   c.args().put<CUdeviceptr>(srcDevice);
@@ -2396,6 +2622,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dstArray, size_t
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyDtoA_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoA_v2_ptds, rgpu::client::kWaits);
+  c.via(dstArray);
+  c.via_pointer(srcDevice);
   c.args().put_u64(rgpu::client::handle_id(dstArray));
   c.args().put<size_t>(dstOffset);
   c.args().put<CUdeviceptr>(srcDevice);
@@ -2415,6 +2643,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyDtoDAsync");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoDAsync, rgpu::client::kOneWay);
+  c.via(hStream);
   c.args().put<CUdeviceptr_v1>(dstDevice);
   c.args().put<CUdeviceptr_v1>(srcDevice);
   c.args().put<unsigned int>(ByteCount);
@@ -2426,6 +2655,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevi
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyDtoDAsync_v2");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoDAsync_v2, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via_pointer(srcDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<CUdeviceptr>(srcDevice);
   c.args().put<size_t>(ByteCount);
@@ -2437,6 +2669,9 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevi
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyDtoDAsync_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoDAsync_v2_ptsz, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via_pointer(srcDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<CUdeviceptr>(srcDevice);
   c.args().put<size_t>(ByteCount);
@@ -2448,6 +2683,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr ds
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyDtoD_v2");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoD_v2, rgpu::client::kWaits);
+  c.via_pointer(dstDevice);
+  c.via_pointer(srcDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<CUdeviceptr>(srcDevice);
   c.args().put<size_t>(ByteCount);
@@ -2457,6 +2694,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyDtoD_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoD_v2_ptds, rgpu::client::kWaits);
+  c.via_pointer(dstDevice);
+  c.via_pointer(srcDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<CUdeviceptr>(srcDevice);
   c.args().put<size_t>(ByteCount);
@@ -2478,6 +2717,10 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray /*dstArray*
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyPeer");
   rgpu::client::Call c(rgpu::op::cuMemcpyPeer, rgpu::client::kWaits);
+  c.via_pointer(dstDevice);
+  c.via(dstContext);
+  c.via_pointer(srcDevice);
+  c.via(srcContext);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put_u64(rgpu::client::handle_id(dstContext));
   c.args().put<CUdeviceptr>(srcDevice);
@@ -2489,6 +2732,11 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUco
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyPeerAsync");
   rgpu::client::Call c(rgpu::op::cuMemcpyPeerAsync, rgpu::client::kWaits);
+  c.via_pointer(dstDevice);
+  c.via(dstContext);
+  c.via_pointer(srcDevice);
+  c.via(srcContext);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put_u64(rgpu::client::handle_id(dstContext));
   c.args().put<CUdeviceptr>(srcDevice);
@@ -2502,6 +2750,11 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyPeerAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemcpyPeerAsync_ptsz, rgpu::client::kWaits);
+  c.via_pointer(dstDevice);
+  c.via(dstContext);
+  c.via_pointer(srcDevice);
+  c.via(srcContext);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put_u64(rgpu::client::handle_id(dstContext));
   c.args().put<CUdeviceptr>(srcDevice);
@@ -2515,6 +2768,10 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDe
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyPeer_ptds");
   rgpu::client::Call c(rgpu::op::cuMemcpyPeer_ptds, rgpu::client::kWaits);
+  c.via_pointer(dstDevice);
+  c.via(dstContext);
+  c.via_pointer(srcDevice);
+  c.via(srcContext);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put_u64(rgpu::client::handle_id(dstContext));
   c.args().put<CUdeviceptr>(srcDevice);
@@ -2535,6 +2792,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16(CUdeviceptr_v1 dstDevice, unsig
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD16Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD16Async, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned short>(us);
   c.args().put<size_t>(N);
@@ -2546,6 +2805,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16Async(CUdeviceptr dstDevice, uns
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD16Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD16Async_ptsz, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned short>(us);
   c.args().put<size_t>(N);
@@ -2557,6 +2818,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) {
   rgpu::client::trace_call("cuMemsetD16_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD16_v2, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned short>(us);
   c.args().put<size_t>(N);
@@ -2566,6 +2828,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16_v2(CUdeviceptr dstDevice, unsig
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N) {
   rgpu::client::trace_call("cuMemsetD16_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD16_v2_ptds, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned short>(us);
   c.args().put<size_t>(N);
@@ -2586,6 +2849,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16(CUdeviceptr_v1 dstDevice, uns
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D16Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16Async, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned short>(us);
@@ -2599,6 +2864,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16Async(CUdeviceptr dstDevice, s
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D16Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16Async_ptsz, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned short>(us);
@@ -2612,6 +2879,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevi
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D16_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16_v2, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned short>(us);
@@ -2623,6 +2891,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16_v2(CUdeviceptr dstDevice, siz
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D16_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D16_v2_ptds, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned short>(us);
@@ -2645,6 +2914,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32(CUdeviceptr_v1 dstDevice, uns
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D32Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32Async, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned int>(ui);
@@ -2658,6 +2929,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32Async(CUdeviceptr dstDevice, s
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D32Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32Async_ptsz, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned int>(ui);
@@ -2671,6 +2944,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevi
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D32_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32_v2, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned int>(ui);
@@ -2682,6 +2956,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32_v2(CUdeviceptr dstDevice, siz
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D32_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D32_v2_ptds, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned int>(ui);
@@ -2704,6 +2979,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8(CUdeviceptr_v1 dstDevice, u
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D8Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D8Async, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned char>(uc);
@@ -2717,6 +2994,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dstDevice,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD2D8Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D8Async_ptsz, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned char>(uc);
@@ -2730,6 +3009,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8Async_ptsz(CUdeviceptr dstDe
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D8_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D8_v2, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned char>(uc);
@@ -2741,6 +3021,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dstDevice, s
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height) {
   rgpu::client::trace_call("cuMemsetD2D8_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD2D8_v2_ptds, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<size_t>(dstPitch);
   c.args().put<unsigned char>(uc);
@@ -2761,6 +3042,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32(CUdeviceptr_v1 dstDevice, unsig
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD32Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD32Async, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned int>(ui);
   c.args().put<size_t>(N);
@@ -2772,6 +3055,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32Async(CUdeviceptr dstDevice, uns
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD32Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD32Async_ptsz, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned int>(ui);
   c.args().put<size_t>(N);
@@ -2783,6 +3068,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
   rgpu::client::trace_call("cuMemsetD32_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD32_v2, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned int>(ui);
   c.args().put<size_t>(N);
@@ -2792,6 +3078,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32_v2(CUdeviceptr dstDevice, unsig
 extern "C" CUresult CUDAAPI rgpu_fwd_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N) {
   rgpu::client::trace_call("cuMemsetD32_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD32_v2_ptds, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned int>(ui);
   c.args().put<size_t>(N);
@@ -2810,6 +3097,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8(CUdeviceptr_v1 dstDevice, uns
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD8Async");
   rgpu::client::Call c(rgpu::op::cuMemsetD8Async, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(N);
@@ -2821,6 +3110,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, u
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
   rgpu::client::trace_call("cuMemsetD8Async_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemsetD8Async_ptsz, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
+  c.via(hStream);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(N);
@@ -2832,6 +3123,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8Async_ptsz(CUdeviceptr dstDevi
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
   rgpu::client::trace_call("cuMemsetD8_v2");
   rgpu::client::Call c(rgpu::op::cuMemsetD8_v2, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(N);
@@ -2841,6 +3133,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, uns
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N) {
   rgpu::client::trace_call("cuMemsetD8_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemsetD8_v2_ptds, rgpu::client::kOneWay);
+  c.via_pointer(dstDevice);
   c.args().put<CUdeviceptr>(dstDevice);
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(N);
@@ -2864,6 +3157,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
   rgpu::client::trace_call("cuMipmappedArrayDestroy");
   rgpu::client::Call c(rgpu::op::cuMipmappedArrayDestroy, rgpu::client::kWaits);
+  c.via(hMipmappedArray);
   c.args().put_u64(rgpu::client::handle_id(hMipmappedArray));
   return c.invoke();
 }
@@ -2871,6 +3165,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level) {
   rgpu::client::trace_call("cuMipmappedArrayGetLevel");
   rgpu::client::Call c(rgpu::op::cuMipmappedArrayGetLevel, rgpu::client::kWaits);
+  c.via(hMipmappedArray);
   c.args().put_u8(pLevelArray != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hMipmappedArray));
   c.args().put<unsigned int>(level);
@@ -2884,6 +3179,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray *pLevel
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUmipmappedArray mipmap, CUdevice device) {
   rgpu::client::trace_call("cuMipmappedArrayGetMemoryRequirements");
   rgpu::client::Call c(rgpu::op::cuMipmappedArrayGetMemoryRequirements, rgpu::client::kWaits);
+  c.via(mipmap);
+  c.via_device(device);
   c.args().put_u8(memoryRequirements != nullptr);
   c.args().put_u64(rgpu::client::handle_id(mipmap));
   c.args().put<CUdevice>(rgpu::client::server_device(device));
@@ -2897,6 +3194,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayGetMemoryRequirements(CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMipmappedArrayGetSparseProperties(CUDA_ARRAY_SPARSE_PROPERTIES *sparseProperties, CUmipmappedArray mipmap) {
   rgpu::client::trace_call("cuMipmappedArrayGetSparseProperties");
   rgpu::client::Call c(rgpu::op::cuMipmappedArrayGetSparseProperties, rgpu::client::kWaits);
+  c.via(mipmap);
   c.args().put_u8(sparseProperties != nullptr);
   c.args().put_u64(rgpu::client::handle_id(mipmap));
   CUresult rc = c.invoke();
@@ -2911,6 +3209,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction * 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule mod) {
   rgpu::client::trace_call("cuModuleGetFunctionCount");
   rgpu::client::Call c(rgpu::op::cuModuleGetFunctionCount, rgpu::client::kWaits);
+  c.via(mod);
   c.args().put_u8(count != nullptr);
   c.args().put_u64(rgpu::client::handle_id(mod));
   CUresult rc = c.invoke();
@@ -2923,6 +3222,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *c
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule hmod, const char *name) {
   rgpu::client::trace_call("cuModuleGetGlobal");
   rgpu::client::Call c(rgpu::op::cuModuleGetGlobal, rgpu::client::kWaits);
+  c.via(hmod);
   c.args().put_u8(dptr != nullptr);
   c.args().put_u8(bytes != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hmod));
@@ -2939,6 +3239,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr_v1 *dptr, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name) {
   rgpu::client::trace_call("cuModuleGetGlobal_v2");
   rgpu::client::Call c(rgpu::op::cuModuleGetGlobal_v2, rgpu::client::kWaits);
+  c.via(hmod);
   c.args().put_u8(dptr != nullptr);
   c.args().put_u8(bytes != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hmod));
@@ -2966,6 +3267,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuModuleGetLoadingMode(CUmoduleLoadingMode 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetSurfRef(CUsurfref *pSurfRef, CUmodule hmod, const char *name) {
   rgpu::client::trace_call("cuModuleGetSurfRef");
   rgpu::client::Call c(rgpu::op::cuModuleGetSurfRef, rgpu::client::kWaits);
+  c.via(hmod);
   c.args().put_u8(pSurfRef != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hmod));
   c.args().put_u8(name != nullptr);
@@ -2980,6 +3282,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetSurfRef(CUsurfref *pSurfRef, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetTexRef(CUtexref *pTexRef, CUmodule hmod, const char *name) {
   rgpu::client::trace_call("cuModuleGetTexRef");
   rgpu::client::Call c(rgpu::op::cuModuleGetTexRef, rgpu::client::kWaits);
+  c.via(hmod);
   c.args().put_u8(pTexRef != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hmod));
   c.args().put_u8(name != nullptr);
@@ -2994,6 +3297,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuModuleGetTexRef(CUtexref *pTexRef, CUm
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastAddDevice(CUmemGenericAllocationHandle mcHandle, CUdevice dev) {
   rgpu::client::trace_call("cuMulticastAddDevice");
   rgpu::client::Call c(rgpu::op::cuMulticastAddDevice, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put<CUmemGenericAllocationHandle>(mcHandle);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   return c.invoke();
@@ -3002,6 +3306,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastAddDevice(CUmemGenericAllocat
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastBindAddr(CUmemGenericAllocationHandle mcHandle, size_t mcOffset, CUdeviceptr memptr, size_t size, unsigned long long flags) {
   rgpu::client::trace_call("cuMulticastBindAddr");
   rgpu::client::Call c(rgpu::op::cuMulticastBindAddr, rgpu::client::kWaits);
+  c.via_pointer(memptr);
   c.args().put<CUmemGenericAllocationHandle>(mcHandle);
   c.args().put<size_t>(mcOffset);
   c.args().put<CUdeviceptr>(memptr);
@@ -3052,6 +3357,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastGetGranularity(size_t *granul
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocationHandle mcHandle, CUdevice dev, size_t mcOffset, size_t size) {
   rgpu::client::trace_call("cuMulticastUnbind");
   rgpu::client::Call c(rgpu::op::cuMulticastUnbind, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put<CUmemGenericAllocationHandle>(mcHandle);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
   c.args().put<size_t>(mcOffset);
@@ -3062,6 +3368,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMulticastUnbind(CUmemGenericAllocation
 extern "C" CUresult CUDAAPI rgpu_fwd_cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize) {
   rgpu::client::trace_call("cuOccupancyAvailableDynamicSMemPerBlock");
   rgpu::client::Call c(rgpu::op::cuOccupancyAvailableDynamicSMemPerBlock, rgpu::client::kWaits);
+  c.via(func);
   c.args().put_u8(dynamicSmemSize != nullptr);
   c.args().put_u64(rgpu::client::handle_id(func));
   c.args().put<int>(numBlocks);
@@ -3076,6 +3383,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuOccupancyAvailableDynamicSMemPerBlock(siz
 extern "C" CUresult CUDAAPI rgpu_fwd_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags) {
   rgpu::client::trace_call("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
   rgpu::client::Call c(rgpu::op::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, rgpu::client::kWaits);
+  c.via(func);
   c.args().put_u8(numBlocks != nullptr);
   c.args().put_u64(rgpu::client::handle_id(func));
   c.args().put<int>(blockSize);
@@ -3093,6 +3401,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSetSize(CUfunction hfunc, unsigned int numbytes) {
   rgpu::client::trace_call("cuParamSetSize");
   rgpu::client::Call c(rgpu::op::cuParamSetSize, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<unsigned int>(numbytes);
   return c.invoke();
@@ -3101,6 +3410,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSetSize(CUfunction hfunc, unsigne
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSetTexRef(CUfunction hfunc, int texunit, CUtexref hTexRef) {
   rgpu::client::trace_call("cuParamSetTexRef");
   rgpu::client::Call c(rgpu::op::cuParamSetTexRef, rgpu::client::kWaits);
+  c.via(hfunc);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<int>(texunit);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
@@ -3110,6 +3421,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSetTexRef(CUfunction hfunc, int t
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSetf(CUfunction hfunc, int offset, float value) {
   rgpu::client::trace_call("cuParamSetf");
   rgpu::client::Call c(rgpu::op::cuParamSetf, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<int>(offset);
   c.args().put<float>(value);
@@ -3119,6 +3431,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSetf(CUfunction hfunc, int offset
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuParamSeti(CUfunction hfunc, int offset, unsigned int value) {
   rgpu::client::trace_call("cuParamSeti");
   rgpu::client::Call c(rgpu::op::cuParamSeti, rgpu::client::kWaits);
+  c.via(hfunc);
   c.args().put_u64(rgpu::client::handle_id(hfunc));
   c.args().put<int>(offset);
   c.args().put<unsigned int>(value);
@@ -3136,6 +3449,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuSignalExternalSemaphoresAsync_ptsz(con
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags) {
   rgpu::client::trace_call("cuStreamAttachMemAsync");
   rgpu::client::Call c(rgpu::op::cuStreamAttachMemAsync, rgpu::client::kWaits);
+  c.via(hStream);
+  c.via_pointer(dptr);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<CUdeviceptr>(dptr);
@@ -3147,6 +3462,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync(CUstream hStream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags) {
   rgpu::client::trace_call("cuStreamAttachMemAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamAttachMemAsync_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
+  c.via_pointer(dptr);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<CUdeviceptr>(dptr);
@@ -3166,6 +3483,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream /*st
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream) {
   rgpu::client::trace_call("cuStreamBeginCapture");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
@@ -3174,6 +3492,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamBeginCapture_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
@@ -3182,6 +3501,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_ptsz(CUstream hStream)
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
   rgpu::client::trace_call("cuStreamBeginCapture_v2");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_v2, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<CUstreamCaptureMode>(mode);
@@ -3191,6 +3511,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2(CUstream hStream, C
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
   rgpu::client::trace_call("cuStreamBeginCapture_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamBeginCapture_v2_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put<CUstreamCaptureMode>(mode);
@@ -3200,6 +3521,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamBeginCapture_v2_ptsz(CUstream hStre
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes(CUstream dstStream, CUstream srcStream) {
   rgpu::client::trace_call("cuStreamCopyAttributes");
   rgpu::client::Call c(rgpu::op::cuStreamCopyAttributes, rgpu::client::kWaits);
+  c.via(dstStream);
+  c.via(srcStream);
   c.on_stream(dstStream);
   c.args().put_u64(rgpu::client::handle_id(dstStream));
   c.on_stream(srcStream);
@@ -3210,6 +3533,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes(CUstream dstStrea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src) {
   rgpu::client::trace_call("cuStreamCopyAttributes_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamCopyAttributes_ptsz, rgpu::client::kWaits);
+  c.via(dst);
+  c.via(src);
   c.on_stream(dst);
   c.args().put_u64(rgpu::client::handle_id(dst));
   c.on_stream(src);
@@ -3221,7 +3546,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamCreate(CUstream *phStream, unsigned
   rgpu::client::trace_call("cuStreamCreate");
   if (!phStream) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuStreamCreate, rgpu::client::kOneWay);
-  const uint64_t phStream_id = rgpu::client::mint_handle();
+  const uint64_t phStream_id = c.mint();
   c.args().put_u64(phStream_id);
   c.args().put<unsigned int>(Flags);
   CUresult rc = c.invoke();
@@ -3234,7 +3559,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamCreateWithPriority(CUstream *phStre
   rgpu::client::trace_call("cuStreamCreateWithPriority");
   if (!phStream) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuStreamCreateWithPriority, rgpu::client::kOneWay);
-  const uint64_t phStream_id = rgpu::client::mint_handle();
+  const uint64_t phStream_id = c.mint();
   c.args().put_u64(phStream_id);
   c.args().put<unsigned int>(flags);
   c.args().put<int>(priority);
@@ -3247,6 +3572,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamCreateWithPriority(CUstream *phStre
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   rgpu::client::trace_call("cuStreamDestroy");
   rgpu::client::Call c(rgpu::op::cuStreamDestroy, rgpu::client::kOneWay);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
@@ -3255,6 +3581,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
   rgpu::client::trace_call("cuStreamDestroy_v2");
   rgpu::client::Call c(rgpu::op::cuStreamDestroy_v2, rgpu::client::kOneWay);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
@@ -3263,6 +3590,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
   rgpu::client::trace_call("cuStreamEndCapture");
   rgpu::client::Call c(rgpu::op::cuStreamEndCapture, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(phGraph != nullptr);
@@ -3276,6 +3604,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture(CUstream hStream, CUgrap
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) {
   rgpu::client::trace_call("cuStreamEndCapture_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamEndCapture_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(phGraph != nullptr);
@@ -3289,6 +3618,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamEndCapture_ptsz(CUstream hStream, C
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
   rgpu::client::trace_call("cuStreamGetCaptureInfo");
   rgpu::client::Call c(rgpu::op::cuStreamGetCaptureInfo, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(captureStatus_out != nullptr);
@@ -3304,6 +3634,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo(CUstream hStream, CU
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out) {
   rgpu::client::trace_call("cuStreamGetCaptureInfo_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetCaptureInfo_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(captureStatus_out != nullptr);
@@ -3319,6 +3650,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamGetCaptureInfo_ptsz(CUstream hStrea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
   rgpu::client::trace_call("cuStreamGetCtx");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(pctx != nullptr);
@@ -3332,6 +3664,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUconte
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx) {
   rgpu::client::trace_call("cuStreamGetCtx_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(pctx != nullptr);
@@ -3345,6 +3678,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_ptsz(CUstream hStream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
   rgpu::client::trace_call("cuStreamGetCtx_v2");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx_v2, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(pCtx != nullptr);
@@ -3360,6 +3694,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2(CUstream hStream, CUco
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) {
   rgpu::client::trace_call("cuStreamGetCtx_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetCtx_v2_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(pCtx != nullptr);
@@ -3375,12 +3710,13 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetCtx_v2_ptsz(CUstream hStream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUdevice *device) {
   rgpu::client::trace_call("cuStreamGetDevice");
   rgpu::client::Call c(rgpu::op::cuStreamGetDevice, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(device != nullptr);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>());
+  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>(), c.server());
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
@@ -3388,12 +3724,13 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice(CUstream hStream, CUde
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream, CUdevice *device) {
   rgpu::client::trace_call("cuStreamGetDevice_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetDevice_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(device != nullptr);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
-  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>());
+  if (device) *device = rgpu::client::client_device(c.reply().get<CUdevice>(), c.server());
   if (!c.reply().ok()) return CUDA_ERROR_UNKNOWN;
   return rc;
 }
@@ -3401,6 +3738,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream hStream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags) {
   rgpu::client::trace_call("cuStreamGetFlags");
   rgpu::client::Call c(rgpu::op::cuStreamGetFlags, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(flags != nullptr);
@@ -3414,6 +3752,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsig
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags) {
   rgpu::client::trace_call("cuStreamGetFlags_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetFlags_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(flags != nullptr);
@@ -3427,6 +3766,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetFlags_ptsz(CUstream hStream, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx) {
   rgpu::client::trace_call("cuStreamGetGreenCtx");
   rgpu::client::Call c(rgpu::op::cuStreamGetGreenCtx, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(phCtx != nullptr);
@@ -3440,6 +3780,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetGreenCtx(CUstream hStream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId) {
   rgpu::client::trace_call("cuStreamGetId");
   rgpu::client::Call c(rgpu::op::cuStreamGetId, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(streamId != nullptr);
@@ -3453,6 +3794,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId) {
   rgpu::client::trace_call("cuStreamGetId_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetId_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(streamId != nullptr);
@@ -3466,6 +3808,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetId_ptsz(CUstream hStream, uns
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority) {
   rgpu::client::trace_call("cuStreamGetPriority");
   rgpu::client::Call c(rgpu::op::cuStreamGetPriority, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(priority != nullptr);
@@ -3479,6 +3822,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, in
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStream, int *priority) {
   rgpu::client::trace_call("cuStreamGetPriority_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamGetPriority_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(priority != nullptr);
@@ -3492,6 +3836,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamGetPriority_ptsz(CUstream hStrea
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
   rgpu::client::trace_call("cuStreamIsCapturing");
   rgpu::client::Call c(rgpu::op::cuStreamIsCapturing, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(captureStatus != nullptr);
@@ -3505,6 +3850,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing(CUstream hStream, CUstr
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
   rgpu::client::trace_call("cuStreamIsCapturing_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamIsCapturing_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u8(captureStatus != nullptr);
@@ -3518,6 +3864,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, 
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery(CUstream hStream) {
   rgpu::client::trace_call("cuStreamQuery");
   rgpu::client::Call c(rgpu::op::cuStreamQuery, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
@@ -3526,6 +3873,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamQuery_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamQuery_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
@@ -3534,6 +3882,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamQuery_ptsz(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize(CUstream hStream) {
   rgpu::client::trace_call("cuStreamSynchronize");
   rgpu::client::Call c(rgpu::op::cuStreamSynchronize, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
@@ -3542,6 +3891,7 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize(CUstream hStream) {
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize_ptsz(CUstream hStream) {
   rgpu::client::trace_call("cuStreamSynchronize_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamSynchronize_ptsz, rgpu::client::kWaits);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();
@@ -3550,6 +3900,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamSynchronize_ptsz(CUstream hStream) 
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   rgpu::client::trace_call("cuStreamWaitEvent");
   rgpu::client::Call c(rgpu::op::cuStreamWaitEvent, rgpu::client::kOneWay);
+  c.via(hStream);
+  c.via(hEvent);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u64(rgpu::client::handle_id(hEvent));
@@ -3560,6 +3912,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamWaitEvent(CUstream hStream, CUevent
 extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   rgpu::client::trace_call("cuStreamWaitEvent_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitEvent_ptsz, rgpu::client::kOneWay);
+  c.via(hStream);
+  c.via(hEvent);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   c.args().put_u64(rgpu::client::handle_id(hEvent));
@@ -3570,6 +3924,8 @@ extern "C" CUresult CUDAAPI rgpu_fwd_cuStreamWaitEvent_ptsz(CUstream hStream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue32");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue32, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3581,6 +3937,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUd
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue32_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue32_ptsz, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3592,6 +3950,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue32_v2");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue32_v2, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3603,6 +3963,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2(CUstream stream, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue32_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue32_v2_ptsz, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3614,6 +3976,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue32_v2_ptsz(CUstream str
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue64");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue64, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3625,6 +3989,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUd
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue64_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue64_ptsz, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3636,6 +4002,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue64_v2");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue64_v2, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3647,6 +4015,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2(CUstream stream, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWaitValue64_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWaitValue64_v2_ptsz, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3658,6 +4028,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream str
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue32");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue32, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3669,6 +4041,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue32_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue32_ptsz, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3680,6 +4054,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream strea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue32_v2");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue32_v2, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3691,6 +4067,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2(CUstream stream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue32_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue32_v2_ptsz, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3702,6 +4080,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue32_v2_ptsz(CUstream st
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue64");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue64, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3713,6 +4093,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CU
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue64_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue64_ptsz, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3724,6 +4106,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream strea
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue64_v2");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue64_v2, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3735,6 +4119,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2(CUstream stream,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamWriteValue64_v2_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
   rgpu::client::trace_call("cuStreamWriteValue64_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuStreamWriteValue64_v2_ptsz, rgpu::client::kWaits);
+  c.via(stream);
+  c.via_pointer(addr);
   c.on_stream(stream);
   c.args().put_u64(rgpu::client::handle_id(stream));
   c.args().put<CUdeviceptr>(addr);
@@ -3753,6 +4139,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfObjectDestroy(CUsurfObject surfObj
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfRefGetArray(CUarray *phArray, CUsurfref hSurfRef) {
   rgpu::client::trace_call("cuSurfRefGetArray");
   rgpu::client::Call c(rgpu::op::cuSurfRefGetArray, rgpu::client::kWaits);
+  c.via(hSurfRef);
   c.args().put_u8(phArray != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hSurfRef));
   CUresult rc = c.invoke();
@@ -3765,6 +4152,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfRefGetArray(CUarray *phArray, CUsu
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuSurfRefSetArray(CUsurfref hSurfRef, CUarray hArray, unsigned int Flags) {
   rgpu::client::trace_call("cuSurfRefSetArray");
   rgpu::client::Call c(rgpu::op::cuSurfRefSetArray, rgpu::client::kWaits);
+  c.via(hSurfRef);
+  c.via(hArray);
   c.args().put_u64(rgpu::client::handle_id(hSurfRef));
   c.args().put_u64(rgpu::client::handle_id(hArray));
   c.args().put<unsigned int>(Flags);
@@ -3816,6 +4205,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefCreate(CUtexref *pTexRef) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefDestroy(CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefDestroy");
   rgpu::client::Call c(rgpu::op::cuTexRefDestroy, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   return c.invoke();
 }
@@ -3823,6 +4213,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefDestroy(CUtexref hTexRef) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetAddress(CUdeviceptr_v1 *pdptr, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetAddress");
   rgpu::client::Call c(rgpu::op::cuTexRefGetAddress, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pdptr != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3835,6 +4226,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetAddress(CUdeviceptr_v1 *pdptr
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetAddressMode(CUaddress_mode *pam, CUtexref hTexRef, int dim) {
   rgpu::client::trace_call("cuTexRefGetAddressMode");
   rgpu::client::Call c(rgpu::op::cuTexRefGetAddressMode, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pam != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<int>(dim);
@@ -3848,6 +4240,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetAddressMode(CUaddress_mode *p
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetAddress_v2(CUdeviceptr *pdptr, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetAddress_v2");
   rgpu::client::Call c(rgpu::op::cuTexRefGetAddress_v2, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pdptr != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3860,6 +4253,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetAddress_v2(CUdeviceptr *pdptr
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetArray(CUarray *phArray, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetArray");
   rgpu::client::Call c(rgpu::op::cuTexRefGetArray, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(phArray != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3874,6 +4268,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetBorderColor(float *pBorderCol
   const uint64_t pBorderColor_n = rgpu::gen::sz_mul(uint64_t{4}, uint64_t{sizeof(float)});
   if (pBorderColor_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuTexRefGetBorderColor, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pBorderColor != nullptr);
   c.args().put_u64(pBorderColor_n);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
@@ -3891,6 +4286,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetBorderColor(float *pBorderCol
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetFilterMode(CUfilter_mode *pfm, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetFilterMode");
   rgpu::client::Call c(rgpu::op::cuTexRefGetFilterMode, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pfm != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3903,6 +4299,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetFilterMode(CUfilter_mode *pfm
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetFlags(unsigned int *pFlags, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetFlags");
   rgpu::client::Call c(rgpu::op::cuTexRefGetFlags, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pFlags != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3915,6 +4312,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetFlags(unsigned int *pFlags, C
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetFormat(CUarray_format *pFormat, int *pNumChannels, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetFormat");
   rgpu::client::Call c(rgpu::op::cuTexRefGetFormat, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pFormat != nullptr);
   c.args().put_u8(pNumChannels != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
@@ -3929,6 +4327,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetFormat(CUarray_format *pForma
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMaxAnisotropy(int *pmaxAniso, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetMaxAnisotropy");
   rgpu::client::Call c(rgpu::op::cuTexRefGetMaxAnisotropy, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pmaxAniso != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3941,6 +4340,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMaxAnisotropy(int *pmaxAniso,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMipmapFilterMode(CUfilter_mode *pfm, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetMipmapFilterMode");
   rgpu::client::Call c(rgpu::op::cuTexRefGetMipmapFilterMode, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pfm != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3953,6 +4353,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMipmapFilterMode(CUfilter_mod
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMipmapLevelBias(float *pbias, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetMipmapLevelBias");
   rgpu::client::Call c(rgpu::op::cuTexRefGetMipmapLevelBias, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pbias != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3965,6 +4366,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMipmapLevelBias(float *pbias,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMipmapLevelClamp(float *pminMipmapLevelClamp, float *pmaxMipmapLevelClamp, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetMipmapLevelClamp");
   rgpu::client::Call c(rgpu::op::cuTexRefGetMipmapLevelClamp, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(pminMipmapLevelClamp != nullptr);
   c.args().put_u8(pmaxMipmapLevelClamp != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
@@ -3979,6 +4381,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMipmapLevelClamp(float *pminM
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMipmappedArray(CUmipmappedArray *phMipmappedArray, CUtexref hTexRef) {
   rgpu::client::trace_call("cuTexRefGetMipmappedArray");
   rgpu::client::Call c(rgpu::op::cuTexRefGetMipmappedArray, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(phMipmappedArray != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   CUresult rc = c.invoke();
@@ -3991,6 +4394,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefGetMipmappedArray(CUmipmappedArr
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress(unsigned int *ByteOffset, CUtexref hTexRef, CUdeviceptr_v1 dptr, unsigned int bytes) {
   rgpu::client::trace_call("cuTexRefSetAddress");
   rgpu::client::Call c(rgpu::op::cuTexRefSetAddress, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u8(ByteOffset != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<CUdeviceptr_v1>(dptr);
@@ -4005,6 +4409,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress(unsigned int *ByteOff
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress2D(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR_v1 *desc, CUdeviceptr_v1 dptr, unsigned int Pitch) {
   rgpu::client::trace_call("cuTexRefSetAddress2D");
   rgpu::client::Call c(rgpu::op::cuTexRefSetAddress2D, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put_u8(desc != nullptr);
   if (desc) c.args().put<CUDA_ARRAY_DESCRIPTOR_v1>(*desc);
@@ -4016,6 +4421,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress2D(CUtexref hTexRef, c
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress2D_v2(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch) {
   rgpu::client::trace_call("cuTexRefSetAddress2D_v2");
   rgpu::client::Call c(rgpu::op::cuTexRefSetAddress2D_v2, rgpu::client::kWaits);
+  c.via(hTexRef);
+  c.via_pointer(dptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put_u8(desc != nullptr);
   if (desc) c.args().put<CUDA_ARRAY_DESCRIPTOR>(*desc);
@@ -4027,6 +4434,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress2D_v2(CUtexref hTexRef
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress2D_v3(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR *desc, CUdeviceptr dptr, size_t Pitch) {
   rgpu::client::trace_call("cuTexRefSetAddress2D_v3");
   rgpu::client::Call c(rgpu::op::cuTexRefSetAddress2D_v3, rgpu::client::kWaits);
+  c.via(hTexRef);
+  c.via_pointer(dptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put_u8(desc != nullptr);
   if (desc) c.args().put<CUDA_ARRAY_DESCRIPTOR>(*desc);
@@ -4038,6 +4447,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress2D_v3(CUtexref hTexRef
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddressMode(CUtexref hTexRef, int dim, CUaddress_mode am) {
   rgpu::client::trace_call("cuTexRefSetAddressMode");
   rgpu::client::Call c(rgpu::op::cuTexRefSetAddressMode, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<int>(dim);
   c.args().put<CUaddress_mode>(am);
@@ -4047,6 +4457,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddressMode(CUtexref hTexRef,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress_v2(size_t *ByteOffset, CUtexref hTexRef, CUdeviceptr dptr, size_t bytes) {
   rgpu::client::trace_call("cuTexRefSetAddress_v2");
   rgpu::client::Call c(rgpu::op::cuTexRefSetAddress_v2, rgpu::client::kWaits);
+  c.via(hTexRef);
+  c.via_pointer(dptr);
   c.args().put_u8(ByteOffset != nullptr);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<CUdeviceptr>(dptr);
@@ -4061,6 +4473,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetAddress_v2(size_t *ByteOffset
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetArray(CUtexref hTexRef, CUarray hArray, unsigned int Flags) {
   rgpu::client::trace_call("cuTexRefSetArray");
   rgpu::client::Call c(rgpu::op::cuTexRefSetArray, rgpu::client::kWaits);
+  c.via(hTexRef);
+  c.via(hArray);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put_u64(rgpu::client::handle_id(hArray));
   c.args().put<unsigned int>(Flags);
@@ -4072,6 +4486,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetBorderColor(CUtexref hTexRef,
   const uint64_t pBorderColor_n = rgpu::gen::sz_mul(uint64_t{4}, uint64_t{sizeof(float)});
   if (pBorderColor_n > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuTexRefSetBorderColor, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put_u8(pBorderColor != nullptr);
   if (pBorderColor) c.args().put_bytes(pBorderColor, static_cast<size_t>(pBorderColor_n));
@@ -4081,6 +4496,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetBorderColor(CUtexref hTexRef,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetFilterMode(CUtexref hTexRef, CUfilter_mode fm) {
   rgpu::client::trace_call("cuTexRefSetFilterMode");
   rgpu::client::Call c(rgpu::op::cuTexRefSetFilterMode, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<CUfilter_mode>(fm);
   return c.invoke();
@@ -4089,6 +4505,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetFilterMode(CUtexref hTexRef, 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetFlags(CUtexref hTexRef, unsigned int Flags) {
   rgpu::client::trace_call("cuTexRefSetFlags");
   rgpu::client::Call c(rgpu::op::cuTexRefSetFlags, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<unsigned int>(Flags);
   return c.invoke();
@@ -4097,6 +4514,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetFlags(CUtexref hTexRef, unsig
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetFormat(CUtexref hTexRef, CUarray_format fmt, int NumPackedComponents) {
   rgpu::client::trace_call("cuTexRefSetFormat");
   rgpu::client::Call c(rgpu::op::cuTexRefSetFormat, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<CUarray_format>(fmt);
   c.args().put<int>(NumPackedComponents);
@@ -4106,6 +4524,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetFormat(CUtexref hTexRef, CUar
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMaxAnisotropy(CUtexref hTexRef, unsigned int maxAniso) {
   rgpu::client::trace_call("cuTexRefSetMaxAnisotropy");
   rgpu::client::Call c(rgpu::op::cuTexRefSetMaxAnisotropy, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<unsigned int>(maxAniso);
   return c.invoke();
@@ -4114,6 +4533,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMaxAnisotropy(CUtexref hTexRe
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMipmapFilterMode(CUtexref hTexRef, CUfilter_mode fm) {
   rgpu::client::trace_call("cuTexRefSetMipmapFilterMode");
   rgpu::client::Call c(rgpu::op::cuTexRefSetMipmapFilterMode, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<CUfilter_mode>(fm);
   return c.invoke();
@@ -4122,6 +4542,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMipmapFilterMode(CUtexref hTe
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMipmapLevelBias(CUtexref hTexRef, float bias) {
   rgpu::client::trace_call("cuTexRefSetMipmapLevelBias");
   rgpu::client::Call c(rgpu::op::cuTexRefSetMipmapLevelBias, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<float>(bias);
   return c.invoke();
@@ -4130,6 +4551,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMipmapLevelBias(CUtexref hTex
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMipmapLevelClamp(CUtexref hTexRef, float minMipmapLevelClamp, float maxMipmapLevelClamp) {
   rgpu::client::trace_call("cuTexRefSetMipmapLevelClamp");
   rgpu::client::Call c(rgpu::op::cuTexRefSetMipmapLevelClamp, rgpu::client::kWaits);
+  c.via(hTexRef);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put<float>(minMipmapLevelClamp);
   c.args().put<float>(maxMipmapLevelClamp);
@@ -4139,6 +4561,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMipmapLevelClamp(CUtexref hTe
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuTexRefSetMipmappedArray(CUtexref hTexRef, CUmipmappedArray hMipmappedArray, unsigned int Flags) {
   rgpu::client::trace_call("cuTexRefSetMipmappedArray");
   rgpu::client::Call c(rgpu::op::cuTexRefSetMipmappedArray, rgpu::client::kWaits);
+  c.via(hTexRef);
+  c.via(hMipmappedArray);
   c.args().put_u64(rgpu::client::handle_id(hTexRef));
   c.args().put_u64(rgpu::client::handle_id(hMipmappedArray));
   c.args().put<unsigned int>(Flags);
@@ -4162,6 +4586,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuUserObjectCreate(CUuserObject * /*obje
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuUserObjectRelease(CUuserObject object, unsigned int count) {
   rgpu::client::trace_call("cuUserObjectRelease");
   rgpu::client::Call c(rgpu::op::cuUserObjectRelease, rgpu::client::kWaits);
+  c.via(object);
   c.args().put_u64(rgpu::client::handle_id(object));
   c.args().put<unsigned int>(count);
   return c.invoke();
@@ -4170,6 +4595,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuUserObjectRelease(CUuserObject object,
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuUserObjectRetain(CUuserObject object, unsigned int count) {
   rgpu::client::trace_call("cuUserObjectRetain");
   rgpu::client::Call c(rgpu::op::cuUserObjectRetain, rgpu::client::kWaits);
+  c.via(object);
   c.args().put_u64(rgpu::client::handle_id(object));
   c.args().put<unsigned int>(count);
   return c.invoke();

@@ -38,6 +38,34 @@ bool parse_server_address(const std::string& s, uint16_t default_port, net::Addr
   return net::parse_address(*tls ? s.substr(kTls.size()) : s, default_port, out, err);
 }
 
+bool split_server_list(const std::string& list, std::vector<std::string>* out, std::string* err) {
+  out->clear();
+  size_t start = 0;
+  while (true) {
+    const size_t comma = list.find(',', start);
+    std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    while (!entry.empty() && entry.front() == ' ') entry.erase(0, 1);
+    while (!entry.empty() && entry.back() == ' ') entry.pop_back();
+    net::Address addr;
+    bool tls = false;
+    std::string why = "an empty entry";
+    if (entry.empty() || !parse_server_address(entry, 9713, &addr, &tls, &why)) {
+      *err = "RGPU_SERVER='" + list + "' is not a server list (" + why +
+             "); give host:port[,host:port...], each host:port may be tls://host:port";
+      return false;
+    }
+    out->push_back(entry);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (out->size() > kMaxServers) {
+    *err = "RGPU_SERVER names " + std::to_string(out->size()) + " servers; rgpu serves at most " +
+           std::to_string(kMaxServers) + " under one program";
+    return false;
+  }
+  return true;
+}
+
 namespace {
 
 // A TLS client that the server refused after its TLS handshake (TLS 1.3 tells the client only at

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/net.h"
 #include "protocol/channel.h"
@@ -26,6 +27,10 @@ std::string client_identity(const std::string& suffix = "");
 // "tls://host:port" (*tls set). False with *err.
 bool parse_server_address(const std::string& s, uint16_t default_port, net::Address* out, bool* tls,
                           std::string* err);
+
+// Splits RGPU_SERVER's comma-separated list ("a:9713,tls://b:9713") into its entries, each
+// checked with parse_server_address. False with *err, which shows the form a list takes.
+bool split_server_list(const std::string& list, std::vector<std::string>* out, std::string* err);
 
 struct ClientSessionOptions {
   net::Address address;

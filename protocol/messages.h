@@ -328,6 +328,14 @@ enum Op : uint16_t {
   // out, n = the context's device's multiprocessor count / 2 (what cuBLASLt 13.0 reads), or 0
   // when the slot handed out no data. The server hands the data back to its driver (slot 13).
   kOpClusterTopology = 47,  // codec: protocol/wire/dark_api.h
+  // Several servers under one client (RGPU_SERVER=a,b; docs/design.md §6): the client numbers its
+  // servers 0, 1, ... and every handle id carries its server's number in bits kHandleServerShift
+  // and up ("Handles on the wire" below), so any call routes by the handles it names. Sent by the
+  // client, before anything else, to every server but the first. Request: u8 the server's number
+  // (1..kMaxServers-1). Reply: CUresult (CUDA_ERROR_INVALID_VALUE for 0); from then on the ids
+  // this session mints carry the number. A server older than this op
+  // answers CUDA_ERROR_NOT_SUPPORTED, which the client reports: it cannot serve as a second server.
+  kOpHandleSpace = 48,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
@@ -404,7 +412,13 @@ static_assert(sizeof(ReplyPrefix) == 8);
 // ids, never server pointers: ids the client mints are below kServerMintedBit, ids the server
 // mints (for handles a call returns that the client did not name) have it set. 0 is NULL, and
 // 1 and 2 are CU_STREAM_LEGACY and CU_STREAM_PER_THREAD, which pass through unchanged.
+// With several servers (kOpHandleSpace), bits kHandleServerShift..61 of every id a client or a
+// server mints hold the number of the server that owns the handle (0 for the first, so with one
+// server ids are as they always were).
 inline constexpr uint64_t kFirstClientHandle = 0x1000;
 inline constexpr uint64_t kServerMintedBit = 1ull << 62;
+inline constexpr unsigned kHandleServerShift = 54;
+inline constexpr unsigned kMaxServers = 256;  // what the 8 bits hold
+inline constexpr uint64_t kHandleServerMask = (kMaxServers - 1ull) << kHandleServerShift;
 
 }  // namespace rgpu::proto

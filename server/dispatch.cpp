@@ -69,6 +69,7 @@ constexpr Row kRows[] = {
     {proto::kOpClusterOccupancyTable, "cluster occupancy table", handlers::cluster_occupancy_table},
     {proto::kOpAllocAhead, "alloc ahead", handlers::alloc_ahead},
     {proto::kOpAllocMany, "alloc many", handlers::alloc_many},
+    {proto::kOpHandleSpace, "handle space", handlers::handle_space},
     {proto::kOpMappedAlloc, "mapped alloc", mapped<mapped_alloc>},
     {proto::kOpManagedAlloc, "managed alloc", mapped<managed_alloc>},
     {proto::kOpMappedFree, "mapped free", mapped<mapped_free>},

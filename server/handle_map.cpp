@@ -43,4 +43,9 @@ void HandleMap::unbind(uint64_t id) {
   by_id_.erase(it);
 }
 
+void HandleMap::set_space(uint8_t space) {
+  std::lock_guard<std::mutex> lock(mu_);
+  next_server_id_ = (next_server_id_ & ~proto::kHandleServerMask) | (uint64_t{space} << proto::kHandleServerShift);
+}
+
 }  // namespace rgpu::server

@@ -33,6 +33,9 @@ class HandleMap {
   uint64_t id_for(void* real);
   // Forgets an id (after a destroy/unload call succeeded).
   void unbind(uint64_t id);
+  // The ids id_for mints from now on carry server number `space` (protocol/messages.h
+  // kOpHandleSpace): this session serves the client's server of that number.
+  void set_space(uint8_t space);
 
  private:
   std::mutex mu_;

@@ -139,5 +139,20 @@ TEST(HandleMap, ConcurrentBindsOfDistinctIdsAllLand) {
   }
 }
 
+TEST(HandleMap, MintsIdsThatCarryTheServerNumberItWasGiven) {
+  HandleMap m;
+  const uint64_t before = m.id_for(handle(0x6000));
+  m.set_space(3);
+  const uint64_t after = m.id_for(handle(0x7000));
+  EXPECT_EQ((before & proto::kHandleServerMask) >> proto::kHandleServerShift, 0u);
+  EXPECT_EQ((after & proto::kHandleServerMask) >> proto::kHandleServerShift, 3u);
+  EXPECT_TRUE(after & proto::kServerMintedBit);
+  void* p = nullptr;
+  ASSERT_TRUE(m.get_raw(after, &p));
+  EXPECT_EQ(p, handle(0x7000));
+  // Client ids that carry a server number are client ids all the same.
+  EXPECT_TRUE(m.bind(kId | (uint64_t{3} << proto::kHandleServerShift), handle(0x8000)));
+}
+
 }  // namespace
 }  // namespace rgpu::server

@@ -128,6 +128,7 @@ RGPU_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
   if (rgpu::client::connection() && (!ctx || ctxs::device_of(ctx, &dev))) {
     rgpu::client::trace_call("cuCtxSetCurrent");
     rgpu::client::Call c(rgpu::op::cuCtxSetCurrent, rgpu::client::kOneWay);
+    c.via(ctx);
     c.checked();
     c.args().put_u64(rgpu::client::handle_id(ctx));
     CUresult rc = c.invoke();
@@ -182,6 +183,7 @@ RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice 
     if (it != g_primary.end() && g_primary_state[dev].retained > 0) {
       rgpu::client::trace_call("cuDevicePrimaryCtxRetain");
       rgpu::client::Call c(rgpu::op::cuDevicePrimaryCtxRetain, rgpu::client::kOneWay);
+      c.via_device(dev);
       c.args().put_u8(1);
       c.args().put<CUdevice>(rgpu::client::server_device(dev));
       if (CUresult rc = c.invoke()) return rc;
@@ -223,6 +225,7 @@ static bool counted_release(uint16_t op, CUdevice dev, CUresult* rc) {
   if (it == g_primary_state.end() || it->second.retained <= 1) return false;
   rgpu::client::trace_call(rgpu::op::name(op));
   rgpu::client::Call c(op, rgpu::client::kOneWay);
+  c.via_device(dev);
   c.args().put<CUdevice>(server_dev);
   *rc = c.invoke();
   if (*rc == CUDA_SUCCESS) --it->second.retained;
@@ -250,6 +253,17 @@ RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 
 RGPU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {
   return primary_reset(rgpu_fwd_cuDevicePrimaryCtxReset(dev), dev);
+}
+
+// A context of another server (RGPU_SERVER=a,b) is no peer of the current one: its memory is
+// on another machine.
+RGPU_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  if (rgpu::client::several_servers() && peerContext &&
+      rgpu::client::handle_server(rgpu::client::handle_id(peerContext)) != rgpu::client::current_server()) {
+    rgpu::client::trace_call("cuCtxEnablePeerAccess");
+    return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+  }
+  return rgpu_fwd_cuCtxEnablePeerAccess(peerContext, Flags);
 }
 
 }  // extern "C"

@@ -8,6 +8,7 @@
 
 #include "client/call.h"
 #include "client/runtime.h"
+#include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 
 using rgpu::client::snapshot;
@@ -190,6 +191,34 @@ RGPU_EXPORT CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice* dev, const char* pc
     }
   }
   return CUDA_ERROR_INVALID_DEVICE;
+}
+
+// Peers: devices of one server are the server driver's to answer; devices of two servers
+// (RGPU_SERVER=a,b) never reach each other's memory, so they are no peers, as two GPUs without a
+// P2P path answer on the driver.
+RGPU_EXPORT CUresult CUDAAPI cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev) {
+  if (rgpu::client::several_servers() && rgpu::client::device_info(dev) && rgpu::client::device_info(peerDev) &&
+      rgpu::client::device_server(dev) != rgpu::client::device_server(peerDev)) {
+    rgpu::client::trace_call("cuDeviceCanAccessPeer");
+    if (!canAccessPeer) return CUDA_ERROR_INVALID_VALUE;
+    *canAccessPeer = 0;
+    return CUDA_SUCCESS;
+  }
+  return rgpu_fwd_cuDeviceCanAccessPeer(canAccessPeer, dev, peerDev);
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
+                                                     CUdevice dstDevice) {
+  if (rgpu::client::several_servers() && rgpu::client::device_info(srcDevice) && rgpu::client::device_info(dstDevice) &&
+      rgpu::client::device_server(srcDevice) != rgpu::client::device_server(dstDevice)) {
+    rgpu::client::trace_call("cuDeviceGetP2PAttribute");
+    if (!value || attrib < CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK ||
+        attrib > CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED)
+      return CUDA_ERROR_INVALID_VALUE;
+    *value = 0;  // no access, no atomics, rank 0
+    return CUDA_SUCCESS;
+  }
+  return rgpu_fwd_cuDeviceGetP2PAttribute(value, attrib, srcDevice, dstDevice);
 }
 
 }  // extern "C"

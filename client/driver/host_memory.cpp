@@ -268,6 +268,11 @@ CUresult server_attributes(uint16_t op, CUdeviceptr ptr, unsigned n, const CUpoi
       return CUDA_ERROR_UNKNOWN;
     results[i] = static_cast<CUresult>(r);
     if (r == CUDA_SUCCESS && data[i]) std::memcpy(data[i], bytes, size);  // handles arrive as client ids
+    // The server numbers its devices; the program sees client ordinals (CUDA_VISIBLE_DEVICES).
+    if (r == CUDA_SUCCESS && data[i] && attrs[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) {
+      int* ordinal = static_cast<int*>(data[i]);
+      if (*ordinal >= 0) *ordinal = rgpu::client::client_device(*ordinal);
+    }
   }
   return CUDA_SUCCESS;
 }

@@ -230,6 +230,8 @@ CUresult launch(uint16_t op, const char* name, CUfunction f, unsigned gx, unsign
   if (CUresult rc = checks(op, f, dims, cooperative)) return rc;
   rgpu::client::trace_call(name);
   Call c(op, rgpu::client::kOneWay);
+  c.via(f);
+  c.via(s);
   c.on_stream(s);
   rgpu::proto::wire::put_launch_head(c.args(), handle_id(f), dims, handle_id(s));
   CUresult rc = put_args(c.args(), f, kernelParams, extra);
@@ -257,6 +259,8 @@ CUresult launch_ex(uint16_t op, const char* name, const CUlaunchConfig* config, 
     if (CUresult rc = checks(op, f, dims, cooperative)) return rc;
   rgpu::client::trace_call(name);
   Call c(op, rgpu::client::kOneWay);
+  c.via(f);
+  c.via(config->hStream);
   c.on_stream(config->hStream);
   rgpu::proto::wire::put_launch_ex_head(c.args(), handle_id(f), dims, handle_id(config->hStream), config->attrs,
                                         config->numAttrs);

@@ -127,8 +127,9 @@ RGPU_EXPORT CUresult CUDAAPI cuLibraryGetKernel(CUkernel* pKernel, CUlibrary lib
   if (found != 1)
     rgpu::log::debug("cuLibraryGetKernel(%s): %s; asking the server (one round trip)", name,
                      found < 0 ? "the client could not read the library's image" : "not among the kernels the client read");
-  uint64_t id = rgpu::client::mint_handle();
   Call c(rgpu::op::cuLibraryGetKernel, found == 1 ? rgpu::client::kOneWay : rgpu::client::kWaits);
+  c.via(library);
+  const uint64_t id = c.mint();  // the library's server's
   rgpu::proto::wire::put_symbol_lookup(c.args(), id, handle_id(library), name);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;

@@ -71,6 +71,8 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
     size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
     bool last = off + len == n;
     Call c(op, (last && !async) ? rgpu::client::kWaits : rgpu::client::kOneWay);
+    c.via_pointer(dst);
+    c.via(stream);
     if (checked) c.checked();
     rgpu::proto::wire::put_htod_head(c.args(), async, dst + off, handle_id(stream), len);
     c.attach(static_cast<const uint8_t*>(src) + off, len);
@@ -143,6 +145,8 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
         g_async[id] = AsyncCopy{static_cast<uint8_t*>(dst) + off, len};
       }
       Call c(op, rgpu::client::kOneWay);
+      c.via_pointer(src);
+      c.via(stream);
       c.on_stream(stream);
       rgpu::proto::wire::put_dtoh(c.args(), true, {src + off, handle_id(stream), len, id});
       if (CUresult rc = c.invoke()) {
@@ -168,6 +172,7 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
   do {
     size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
     auto c = std::make_unique<Call>(op, rgpu::client::kWaits);
+    c->via_pointer(src);
     rgpu::proto::wire::put_dtoh(c->args(), false, {src + off, 0, len, 0});
     c->reply_sink(sizeof(int32_t), static_cast<uint8_t*>(dst) + off, len);
     CUresult rc = c->submit();
@@ -303,12 +308,18 @@ RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr_v1 src, un
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  return rgpu::client::device_memory::allocate(dptr, bytesize);
+  CUresult rc = rgpu::client::device_memory::allocate(dptr, bytesize);
+  // Several servers: calls that name only this pointer go to its server (client/call.h).
+  if (rc == CUDA_SUCCESS && dptr && rgpu::client::several_servers())
+    rgpu::client::note_allocation(*dptr, bytesize, rgpu::client::current_server());
+  return rc;
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   rgpu::client::device_memory::forget(dptr);
-  return rgpu_fwd_cuMemFree_v2(dptr);
+  CUresult rc = rgpu_fwd_cuMemFree_v2(dptr);
+  rgpu::client::forget_allocation(dptr);
+  return rc;
 }
 
 }  // extern "C"

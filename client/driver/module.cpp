@@ -89,8 +89,9 @@ RGPU_EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction* hfunc, CUmodule hmo
   int found = ModuleRegistry::get().find_kernel(handle_id(hmod), name, &k);
   // Not in what the client could parse: the server's driver has the last word (an image may
   // hold entries the client cannot read), at the price of one round trip.
-  uint64_t id = rgpu::client::mint_handle();
   Call c(rgpu::op::cuModuleGetFunction, found == 1 ? rgpu::client::kOneWay : rgpu::client::kWaits);
+  c.via(hmod);
+  const uint64_t id = c.mint();  // the module's server's
   rgpu::proto::wire::put_symbol_lookup(c.args(), id, handle_id(hmod), name);
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;

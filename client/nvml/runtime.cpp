@@ -5,12 +5,14 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "client/connection.h"
 #include "client/nvml/call.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "gen/nvml_enums.gen.h"
+#include "protocol/client_session.h"
 #include "protocol/messages.h"
 #include "protocol/wire/control.h"
 
@@ -40,7 +42,9 @@ nvmlReturn_t connect() {
   log::set_prefix("rgpu nvml");
   const env::Settings& s = env::get();
   std::string err;
-  Connection* c = Connection::open(s.server, s.token, &err);
+  std::vector<std::string> servers;
+  // The first server's GPUs: the NVML shim does not list several servers' yet (docs/design.md §6).
+  Connection* c = proto::split_server_list(s.server, &servers, &err) ? Connection::open(servers[0], s.token, &err) : nullptr;
   if (!c) {
     log::error("cannot reach the GPU: %s", err.c_str());
     // A refused token is a permission problem; anything else looks like a missing driver to tools.

@@ -10,32 +10,51 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
+#include "common/env.h"
 #include "common/nvml_error_text.h"
 
 #define FAKE_NVML_API extern "C" __attribute__((visibility("default")))
 
-// The one device's handle: any non-null address the fake owns.
+// The devices' handles: any non-null addresses the fake owns, one per GPU of fakecuda
+// (RGPU_FAKE_DEVICES, read through common/env.h as fakecuda reads it).
 struct nvmlDevice_st {
-  int index;
+  unsigned index;
 };
 
 namespace {
 
 std::atomic<int> g_init{0};
-nvmlDevice_st g_device{0};
+constexpr unsigned kMaxDevices = 8;
+nvmlDevice_st g_devices[kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
+
+unsigned device_count() {
+  static const unsigned n = static_cast<unsigned>(rgpu::env::get().fake_devices);
+  return n;
+}
 
 constexpr const char* kName = "NVIDIA H200 (rgpu fake)";
-// fakecuda/device.cpp kUuid, in NVML's text form.
-constexpr const char* kUuid = "GPU-72677075-2d66-616b-652d-483230300001";
-constexpr const char* kBusId = "00000000:1B:00.0";
 constexpr unsigned long long kTotal = 143771ull << 20;
 constexpr unsigned long long kReserved = 512ull << 20;
 constexpr const char* kDriverVersion = "580.159.04";
 
+// fakecuda/device.cpp's UUID and PCI bus of device i, in NVML's text forms.
+std::string uuid_of(unsigned i) {
+  char text[64];
+  std::snprintf(text, sizeof text, "GPU-72677075-2d66-616b-652d-48323030%02x%02x", rgpu::env::get().fake_address_slot, 1 + i);
+  return text;
+}
+unsigned bus_of(unsigned i) { return 0x1b + 0x10 * i; }
+std::string bus_id_of(unsigned i, bool legacy) {
+  char text[32];
+  std::snprintf(text, sizeof text, legacy ? "0000:%02X:00.0" : "00000000:%02X:00.0", bus_of(i));
+  return text;
+}
+
 nvmlReturn_t check(nvmlDevice_t d) {
   if (g_init.load() <= 0) return NVML_ERROR_UNINITIALIZED;
-  return d == &g_device ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+  return d >= g_devices && d < g_devices + device_count() ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 
 nvmlReturn_t put_string(const char* s, char* out, unsigned int len) {
@@ -45,12 +64,12 @@ nvmlReturn_t put_string(const char* s, char* out, unsigned int len) {
   return NVML_SUCCESS;
 }
 
-void fill_pci(nvmlPciInfo_t* p) {
+void fill_pci(nvmlDevice_t d, nvmlPciInfo_t* p) {
   std::memset(p, 0, sizeof *p);
-  std::snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%s", "0000:1B:00.0");
-  std::snprintf(p->busId, sizeof p->busId, "%s", kBusId);
+  std::snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%s", bus_id_of(d->index, true).c_str());
+  std::snprintf(p->busId, sizeof p->busId, "%s", bus_id_of(d->index, false).c_str());
   p->domain = 0;
-  p->bus = 0x1b;
+  p->bus = bus_of(d->index);
   p->device = 0;
   p->pciDeviceId = 0x233510de;
   p->pciSubSystemId = 0x18bf10de;
@@ -94,15 +113,15 @@ FAKE_NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) { return nv
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
   if (g_init.load() <= 0) return NVML_ERROR_UNINITIALIZED;
   if (!count) return NVML_ERROR_INVALID_ARGUMENT;
-  *count = 1;
+  *count = device_count();
   return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return nvmlDeviceGetCount_v2(count); }
 
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
   if (g_init.load() <= 0) return NVML_ERROR_UNINITIALIZED;
-  if (!device || index != 0) return NVML_ERROR_INVALID_ARGUMENT;
-  *device = &g_device;
+  if (!device || index >= device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+  *device = &g_devices[index];
   return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
@@ -111,17 +130,23 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDe
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
   if (g_init.load() <= 0) return NVML_ERROR_UNINITIALIZED;
   if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
-  if (std::strcmp(uuid, kUuid) != 0) return NVML_ERROR_NOT_FOUND;
-  *device = &g_device;
-  return NVML_SUCCESS;
+  for (unsigned i = 0; i < device_count(); ++i) {
+    if (uuid_of(i) != uuid) continue;
+    *device = &g_devices[i];
+    return NVML_SUCCESS;
+  }
+  return NVML_ERROR_NOT_FOUND;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus, nvmlDevice_t* device) {
   if (g_init.load() <= 0) return NVML_ERROR_UNINITIALIZED;
   if (!bus || !device) return NVML_ERROR_INVALID_ARGUMENT;
   // Another bus id is refused as an invalid argument, as the H200's NVML does (not NOT_FOUND).
-  if (strcasecmp(bus, kBusId) != 0 && strcasecmp(bus, "0000:1B:00.0") != 0) return NVML_ERROR_INVALID_ARGUMENT;
-  *device = &g_device;
-  return NVML_SUCCESS;
+  for (unsigned i = 0; i < device_count(); ++i) {
+    if (strcasecmp(bus, bus_id_of(i, false).c_str()) != 0 && strcasecmp(bus, bus_id_of(i, true).c_str()) != 0) continue;
+    *device = &g_devices[i];
+    return NVML_SUCCESS;
+  }
+  return NVML_ERROR_INVALID_ARGUMENT;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* bus, nvmlDevice_t* device) {
   return nvmlDeviceGetHandleByPciBusId_v2(bus, device);
@@ -130,7 +155,7 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* bus, nvmlDe
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int* index) {
   if (nvmlReturn_t rc = check(d)) return rc;
   if (!index) return NVML_ERROR_INVALID_ARGUMENT;
-  *index = 0;
+  *index = d->index;
   return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int* minor) {
@@ -142,7 +167,7 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char* name, unsigne
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid, unsigned int length) {
   if (nvmlReturn_t rc = check(d)) return rc;
-  return put_string(kUuid, uuid, length);
+  return put_string(uuid_of(d->index).c_str(), uuid, length);
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t d, char* serial, unsigned int length) {
   if (nvmlReturn_t rc = check(d)) return rc;
@@ -258,7 +283,7 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t d, nvmlClockTy
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t* pci) {
   if (nvmlReturn_t rc = check(d)) return rc;
   if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
-  fill_pci(pci);
+  fill_pci(d, pci);
   return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t* pci) {
@@ -311,8 +336,9 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b
   if (nvmlReturn_t rc = check(b)) return rc;
   if (!status || index > NVML_P2P_CAPS_INDEX_UNKNOWN) return NVML_ERROR_INVALID_ARGUMENT;
   // The device with itself, as driver 580 answers on the H200: not supported for every capability,
-  // and OK for the UNKNOWN index.
-  *status = index == NVML_P2P_CAPS_INDEX_UNKNOWN ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+  // and OK for the UNKNOWN index. Two devices of the fake are an NVLinked pair: OK for all.
+  if (a != b) *status = NVML_P2P_STATUS_OK;
+  else *status = index == NVML_P2P_CAPS_INDEX_UNKNOWN ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
   return NVML_SUCCESS;
 }
 FAKE_NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
@@ -320,7 +346,9 @@ FAKE_NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, n
   if (nvmlReturn_t rc = check(a)) return rc;
   if (nvmlReturn_t rc = check(b)) return rc;
   if (!level) return NVML_ERROR_INVALID_ARGUMENT;
-  return NVML_ERROR_NOT_SUPPORTED;  // the device with itself (the only pair), as on the H200
+  if (a == b) return NVML_ERROR_NOT_SUPPORTED;  // the device with itself, as on the H200
+  *level = NVML_TOPOLOGY_NODE;  // two GPUs of one board: under one NUMA node's host bridges
+  return NVML_SUCCESS;
 }
 
 namespace {

@@ -159,6 +159,14 @@ void alloc_ahead(Dispatch& d) {
   proto::wire::put_alloc_ahead_reply(d.reply, first, more);
 }
 
+void handle_space(Dispatch& d) {
+  const uint8_t space = d.args.u8();
+  if (!d.args.ok()) return;
+  if (space == 0) return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  d.handles.set_space(space);
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+}
+
 void alloc_many(Dispatch& d) {
   proto::wire::AllocSizes want;
   if (!proto::wire::read_alloc_many(d.args, &want)) return;

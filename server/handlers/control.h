@@ -19,6 +19,8 @@ void func_attributes(Dispatch& d);
 void alloc_ahead(Dispatch& d);
 // kOpAllocMany: the allocations a run is expected to ask for, at once (client/device_memory.h).
 void alloc_many(Dispatch& d);
+// kOpHandleSpace: the number this server has among the client's servers (protocol/messages.h).
+void handle_space(Dispatch& d);
 // kOpClusterOccupancyTable: cluster occupancy for a run of cluster widths (library.cpp).
 void cluster_occupancy_table(Dispatch& d);
 // kOpToolsContextObject, kOpModuleFunctions: export-table slots run on the driver's own tables

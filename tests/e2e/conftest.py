@@ -57,7 +57,7 @@ _server_numbers = itertools.count()
 
 
 class Server:
-    def __init__(self, token=None, extra_args=(), port=None):
+    def __init__(self, token=None, extra_args=(), port=None, env=None):
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
         # One log per server started, even on a port used before: a restarted server must not
@@ -66,7 +66,7 @@ class Server:
         # Tests keep out of the user's module cache unless they give --cache-dir themselves.
         cache = [] if "--cache-dir" in extra_args else ["--cache-dir", "none"]
         args = [str(BUILD / "bin/rgpu-server"), "--listen", self.addr, "--driver", "fake", *cache, *extra_args]
-        env = dict(os.environ)
+        env = {**os.environ, **(env or {})}  # env: the server's own variables (RGPU_FAKE_DEVICES, ...)
         env.pop("RGPU_TOKEN", None)
         if token:
             token_file = BUILD / f"token-{self.port}"

@@ -45,10 +45,11 @@ int main() {
       C(kChannelVersion);
   C(kOpNotice), C(kNoticeDraining), C(kNoticeEnded), C(kMaxNoticeText);
   C(kOpManagedAlloc), C(kOpParamLayout), C(kOpFuncAttributes), C(kOpClusterOccupancyTable), C(kOpAllocAhead);
-  C(kOpAllocMany), C(kOpClusterTopology), C(kFirstCudaOp), C(kFirstNvmlOp);
+  C(kOpAllocMany), C(kOpClusterTopology), C(kOpHandleSpace), C(kFirstCudaOp), C(kFirstNvmlOp);
   C(kNvmlMaxArray), C(kMaxParamLayout), C(kMaxFuncAttributes), C(kMaxClusterTable), C(kMaxClusterTopology);
   C(kMaxAllocAhead), C(kMaxAllocAheadBytes), C(kMaxAllocMany), C(kMaxAllocManyCount), C(kMaxAllocManyBytes);
-  C(kNvmlMaxString), C(kFirstClientHandle), C(kServerMintedBit);
+  C(kNvmlMaxString), C(kFirstClientHandle), C(kServerMintedBit), C(kHandleServerShift), C(kMaxServers),
+      C(kHandleServerMask);
   C(kOpSessionControl), C(kSessionSuspend), C(kSessionResume), C(kSessionMigrate), C(kMaxSessionControlMessage);
   C(kSessionStateUnknown);
   // What rgpu_wire.py names from cuda.h.

@@ -72,6 +72,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUd
   rgpu::client::trace_call("cuDeviceGetName");
   if (static_cast<uint64_t>(len) > rgpu::gen::kMaxBuffer) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuDeviceGetName, rgpu::client::kWaits);
+  c.via_device(dev);
   c.args().put_u8(name != nullptr);
   c.args().put<int>(len);
   c.args().put<CUdevice>(rgpu::client::server_device(dev));
@@ -90,6 +91,8 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUd
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   rgpu::client::trace_call("cuEventRecord");
   rgpu::client::Call c(rgpu::op::cuEventRecord, rgpu::client::kOneWay);
+  c.via(hEvent);
+  c.via(hStream);
   c.args().put_u64(rgpu::client::handle_id(hEvent));
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
@@ -129,6 +132,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t byt
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
   rgpu::client::trace_call("cuMemFree");
   rgpu::client::Call c(rgpu::op::cuMemFree, rgpu::client::kOneWay);
+  c.via_pointer(dptr);
   c.args().put<CUdeviceptr>(dptr);
   return c.invoke();
 }
@@ -136,6 +140,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemsetD8(CUdeviceptr dst, unsigned char uc, size_t N) {
   rgpu::client::trace_call("cuMemsetD8");
   rgpu::client::Call c(rgpu::op::cuMemsetD8, rgpu::client::kOneWay);
+  c.via_pointer(dst);
   c.args().put<CUdeviceptr>(dst);
   c.args().put<unsigned char>(uc);
   c.args().put<size_t>(N);
@@ -209,7 +214,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsig
   rgpu::client::trace_call("cuStreamCreate");
   if (!phStream) return CUDA_ERROR_INVALID_VALUE;
   rgpu::client::Call c(rgpu::op::cuStreamCreate, rgpu::client::kOneWay);
-  const uint64_t phStream_id = rgpu::client::mint_handle();
+  const uint64_t phStream_id = c.mint();
   c.args().put_u64(phStream_id);
   c.args().put<unsigned int>(Flags);
   CUresult rc = c.invoke();
@@ -221,6 +226,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsig
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
   rgpu::client::trace_call("cuStreamDestroy");
   rgpu::client::Call c(rgpu::op::cuStreamDestroy, rgpu::client::kOneWay);
+  c.via(hStream);
   c.on_stream(hStream);
   c.args().put_u64(rgpu::client::handle_id(hStream));
   return c.invoke();

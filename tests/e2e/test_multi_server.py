@@ -1,0 +1,134 @@
+"""Several rgpu-servers under one program (RGPU_SERVER=a,b): the GPUs of `a` then `b` as one
+device list (CUDA_VISIBLE_DEVICES applied to it), every call routed to the server of the handles
+it names (contexts, streams, events, modules, functions, memory), a call that names handles of
+two servers refused with a message that says so, and a malformed list refused with the form a
+list takes. Two fake servers: `a` with two GPUs, `b` with one, at other addresses and UUIDs
+(RGPU_FAKE_ADDRESS_SLOT=1), as another host's."""
+import pytest
+
+from conftest import BUILD, IMAGE, Server, run_client
+
+SCRIPT = """import ctypes, os, sys
+cu = ctypes.CDLL(os.environ["SHIM"])
+def ok(rc, what):
+    if rc != 0:
+        print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
+ok(cu.cuInit(0), "cuInit")
+n = ctypes.c_int()
+ok(cu.cuDeviceGetCount(ctypes.byref(n)), "count")
+print("count", n.value)
+image = open(os.environ["IMAGE"], "rb").read()
+ctx, mem, streams, events, funcs = [], [], [], [], []
+for d in range(n.value):
+    u = (ctypes.c_ubyte * 16)()
+    ok(cu.cuDeviceGetUuid(u, d), "uuid")
+    print("device", d, "uuid", bytes(u)[14:].hex())
+    c = ctypes.c_void_p()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain")
+    ok(cu.cuCtxSetCurrent(c), "set current")
+    dev = ctypes.c_int(-1)
+    ok(cu.cuCtxGetDevice(ctypes.byref(dev)), "ctx device")
+    assert dev.value == d, (dev.value, d)
+    p = ctypes.c_uint64()
+    ok(cu.cuMemAlloc_v2(ctypes.byref(p), 4099), "alloc")
+    data = bytes((i * 7 + d) % 251 for i in range(4099))
+    ok(cu.cuMemcpyHtoD_v2(p, data, 4099), "htod")
+    s, e = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuStreamCreate(ctypes.byref(s), 1), "stream")
+    ok(cu.cuEventCreate(ctypes.byref(e), 0), "event")
+    ok(cu.cuMemsetD8Async(ctypes.c_uint64(p.value + 4096), 0x5a, 3, s), "memset async")
+    ok(cu.cuEventRecord(e, s), "record")
+    ok(cu.cuEventSynchronize(e), "event sync")
+    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuModuleLoadData(ctypes.byref(mod), image), "module")
+    ok(cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"rgpu_vec_add"), "function")
+    attr = ctypes.c_int()
+    ok(cu.cuFuncGetAttribute(ctypes.byref(attr), 0, fn), "function attribute")
+    ctx.append(c); mem.append(p); streams.append(s); events.append(e); funcs.append(fn)
+    print("ctx", d, "server", (c.value >> 54) & 0xff, "stream", (s.value >> 54) & 0xff, "module", (mod.value >> 54) & 0xff)
+# With device 0's context current, calls that name only another device's pointer, stream or event
+# go to that device's server.
+ok(cu.cuCtxSetCurrent(ctx[0]), "set current 0")
+for d in range(n.value):
+    got = ctypes.create_string_buffer(4099)
+    ok(cu.cuMemcpyDtoH_v2(got, mem[d], 4099), f"dtoh {d}")
+    want = bytes((i * 7 + d) % 251 for i in range(4096)) + b"\\x5a" * 3
+    print("bytes", d, got.raw == want)
+    ok(cu.cuStreamSynchronize(streams[d]), f"stream sync {d}")
+    ok(cu.cuEventQuery(events[d]), f"event query {d}")
+can = ctypes.c_int(-1)
+for a in range(n.value):
+    for b in range(n.value):
+        ok(cu.cuDeviceCanAccessPeer(ctypes.byref(can), a, b), "can access peer")
+        print("peer", a, b, can.value)
+last = n.value - 1
+print("enable", cu.cuCtxEnablePeerAccess(ctx[last], 0))
+# Mixed: an event of the first server recorded on a stream of the last; a stream of one waiting
+# for an event of the other; one server's function launched on the other's stream.
+print("mixed record", cu.cuEventRecord(events[0], streams[last]))
+print("mixed wait", cu.cuStreamWaitEvent(streams[last], events[0], 0))
+x = ctypes.c_uint64(mem[0].value)
+k = ctypes.c_int(1)
+params = (ctypes.c_void_p * 4)(ctypes.addressof(x), ctypes.addressof(x), ctypes.addressof(x), ctypes.addressof(k))
+print("mixed launch", cu.cuLaunchKernel(funcs[0], 1, 1, 1, 1, 1, 1, 0, streams[last], params, None))
+for d in range(n.value):
+    ok(cu.cuMemFree_v2(mem[d]), f"free {d}")
+print("DONE")
+"""
+
+
+@pytest.fixture(scope="module")
+def two_servers():
+    a = Server(env={"RGPU_FAKE_DEVICES": "2"})
+    b = Server(env={"RGPU_FAKE_ADDRESS_SLOT": "1"})
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def run(tmp_path, servers, env=None):
+    script = tmp_path / "multi_server.py"
+    script.write_text(SCRIPT)
+    return run_client(["python3", str(script)], servers,
+                      env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "IMAGE": IMAGE, **(env or {})})
+
+
+def test_two_servers_are_one_device_list_and_calls_go_where_their_handles_live(two_servers, tmp_path):
+    a, b = two_servers
+    r = run(tmp_path, f"{a.addr},{b.addr}")
+    assert "DONE" in r.stdout, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "count 3"
+    # a's two GPUs (UUIDs ..0001, ..0002), then b's (..0101).
+    devices = [line for line in lines if line.startswith("device ")]
+    assert devices == ["device 0 uuid 0001", "device 1 uuid 0002", "device 2 uuid 0101"], r.stdout
+    for d, server in ((0, 0), (1, 0), (2, 1)):
+        assert f"ctx {d} server {server} stream {server} module {server}" in lines, r.stdout
+        assert f"bytes {d} True" in lines, r.stdout
+    # Devices of one server are peers (the fake's NVLink); of two servers, never.
+    assert "peer 0 1 1" in lines and "peer 1 0 1" in lines
+    assert "peer 0 2 0" in lines and "peer 2 1 0" in lines
+    assert "enable 217" in lines  # CUDA_ERROR_PEER_ACCESS_UNSUPPORTED
+    # Calls naming handles of both servers are refused, and say so.
+    assert "mixed record 801" in lines and "mixed wait 801" in lines and "mixed launch 801" in lines
+    assert "cuEventRecord names handles of two servers" in r.stderr
+    assert a.addr in r.stderr and b.addr in r.stderr
+    # Each server served a session of this program.
+    assert "prog=python3" in a.text() and "prog=python3" in b.text()
+
+
+def test_cuda_visible_devices_orders_the_joined_list(two_servers, tmp_path):
+    a, b = two_servers
+    r = run(tmp_path, f"{a.addr},{b.addr}", env={"CUDA_VISIBLE_DEVICES": "2,0"})
+    assert "DONE" in r.stdout, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    devices = [line for line in lines if line.startswith("device ")]
+    assert lines[0] == "count 2" and devices == ["device 0 uuid 0101", "device 1 uuid 0001"], r.stdout
+    assert "ctx 0 server 1 stream 1 module 1" in lines and "ctx 1 server 0 stream 0 module 0" in lines
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:1,", ",127.0.0.1:1", "127.0.0.1:1,,127.0.0.1:2", "127.0.0.1:1,ftp://x:2"])
+def test_a_malformed_server_list_is_refused_with_the_form_it_takes(tmp_path, bad):
+    r = run(tmp_path, bad)
+    assert "FAIL cuInit: 46" in r.stdout, r.stdout + r.stderr  # CUDA_ERROR_DEVICE_UNAVAILABLE
+    assert "host:port[,host:port...]" in r.stderr, r.stderr
