@@ -118,11 +118,15 @@ if ((rebuild_base)) || ! $SUDO podman image exists localhost/rgpu-base:bookworm;
 fi
 
 # --- The images ------------------------------------------------------------------------------
+# The Containerfiles mount the context rather than copy it, and a mount is not part of a layer's
+# cache key: CONTEXT_DIGEST is, so that new programs make new layers.
+digest=$(cd "$ctx" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+args=(--build-arg "CONTEXT_DIGEST=$digest" --build-arg "WITH_PYTHON=$((${#wheels[@]} ? 1 : 0))")
 images=(rgpu-server rgpu-client)
 step "building rgpu-server"
-build rgpu-server -f deploy/containers/rgpu-server.Containerfile -t "localhost/rgpu-server:$tag" "$ctx"
+build rgpu-server -f deploy/containers/rgpu-server.Containerfile -t "localhost/rgpu-server:$tag" "${args[@]}" "$ctx"
 step "building rgpu-client"
-build rgpu-client -f deploy/containers/rgpu-client.Containerfile -t "localhost/rgpu-client:$tag" "$ctx"
+build rgpu-client -f deploy/containers/rgpu-client.Containerfile -t "localhost/rgpu-client:$tag" "${args[@]}" "$ctx"
 if ((torch)); then
   step "building rgpu-client-torch ($torch_spec)"
   # The wheels are downloaded once into build/images/wheels, outside the image: a rebuild
@@ -133,7 +137,7 @@ if ((torch)); then
   ca=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
   [ -f "$ca" ] && ca_opts=(-v "$(realpath "$ca"):/run/host-ca.pem:ro" --build-arg PIP_CERT=/run/host-ca.pem)
   build rgpu-client-torch -f deploy/containers/rgpu-client-torch.Containerfile -t "localhost/rgpu-client-torch:$tag" \
-    --build-arg "CLIENT=localhost/rgpu-client:$tag" --build-arg "TORCH=$torch_spec" "${ca_opts[@]}" \
+    --build-arg "CONTEXT_DIGEST=$digest" --build-arg "TORCH=$torch_spec" "${ca_opts[@]}" \
     -v "$PWD/$work/wheels:/wheels" "$ctx"
   images+=(rgpu-client-torch)
 fi

@@ -4,7 +4,10 @@
 # scripts/build_images.sh put into the build context at /ctx:
 #   /ctx/dist/rgpu-*.whl   a wheel of scripts/build_wheels.sh: installed into the venv $RGPU_VENV
 #                          (made here, without the wheel's torch requirement: the server and the
-#                          shims need no torch), its rgpu/bin and rgpu/lib linked into /opt/rgpu;
+#                          shims need no torch); the programs of its rgpu/bin are linked into
+#                          /opt/rgpu/bin, and /opt/rgpu/lib is its rgpu/lib (the folder linked,
+#                          not each library: the shims find the libraries the wheel carries as
+#                          $ORIGIN/../../rgpu.libs, which a link to a file would not lead to);
 #   /ctx/stage/opt/rgpu    otherwise, programs and shims copied from a CMake build/.
 # With --demo, the demo too (bin/vector_add, share/rgpu/test_kernels.fatbin), from the stage
 # either way (the wheel has no demo); without a stage, a warning.
@@ -16,7 +19,7 @@ if [ "${1:-}" = --demo ]; then
   demo=1
   shift
 fi
-mkdir -p /opt/rgpu/bin /opt/rgpu/lib /opt/rgpu/share/rgpu
+mkdir -p /opt/rgpu/bin /opt/rgpu/share/rgpu
 wheel=$(ls /ctx/dist/rgpu-*.whl 2>/dev/null | head -n 1 || true)
 if [ -n "$wheel" ]; then
   venv=${RGPU_VENV:-/opt/rgpu/venv}
@@ -25,11 +28,13 @@ if [ -n "$wheel" ]; then
   pkg=$("$venv/bin/python" -c "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('rgpu').origin))")
   src_bin=$pkg/bin
   src_lib=$pkg/lib
+  ln -s "$src_lib" /opt/rgpu/lib
   how="ln -sf"
   from="the wheel $(basename "$wheel")"
 else
   src_bin=/ctx/stage/opt/rgpu/bin
   src_lib=/ctx/stage/opt/rgpu/lib
+  mkdir -p /opt/rgpu/lib
   how="cp -a"
   from="the CMake build (build/)"
 fi
@@ -45,7 +50,7 @@ for lib in libcuda.so.1 libnvidia-ml.so.1 libfakecuda.so libfakenvml.so; do
     echo "install_rgpu: $from has no $lib; build it (scripts/build_images.sh says how)" >&2
     exit 1
   fi
-  $how "$src_lib/$lib" /opt/rgpu/lib/
+  [ -L /opt/rgpu/lib ] || cp -a "$src_lib/$lib" /opt/rgpu/lib/
 done
 # The unversioned names, for programs that link -lcuda or dlopen "libcuda.so".
 ln -sf libcuda.so.1 /opt/rgpu/lib/libcuda.so
