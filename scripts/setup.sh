@@ -12,10 +12,13 @@ cd "$(dirname "$0")/.."
 # If apt cannot help (no network), say so and go on: the build below fails loudly if something
 # it needs is really missing.
 need_pkgs=()
-for p in cmake ninja-build ccache g++ libssl-dev libgtest-dev libcli11-dev liblz4-dev libzstd-dev python3-pip python3-venv openssh-server openssh-client; do
+# systemd brings systemd-analyze, which checks deploy/systemd's units offline (no running systemd
+# needed, ctest deploy_systemd_units).
+for p in cmake ninja-build ccache g++ libssl-dev libgtest-dev libcli11-dev liblz4-dev libzstd-dev python3-pip python3-venv openssh-server openssh-client systemd; do
   case $p in
     cmake | g++) command -v "$p" >/dev/null && continue ;;
     ninja-build) command -v ninja >/dev/null && continue ;;
+    systemd) command -v systemd-analyze >/dev/null && continue ;;
   esac
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
@@ -58,11 +61,12 @@ if [ "${RGPU_SETUP_DOCS:-0}" = 1 ]; then
     python3 -m pip install -q --break-system-packages mkdocs-material selenium 2>/dev/null ||
     echo "setup: warning: could not install mkdocs-material/selenium from PyPI; the docs tests will skip" >&2
 fi
-# libclang and pytest run the code generator's checks and the tests; the build needs neither.
-python3 -c "import clang.cindex, pytest" 2>/dev/null ||
-  python3 -m pip install -q libclang pytest 2>/dev/null ||
-  python3 -m pip install -q --break-system-packages libclang pytest 2>/dev/null ||
-  echo "setup: warning: could not install libclang/pytest from PyPI; code generator checks and tests will not run" >&2
+# libclang and pytest run the code generator's checks and the tests, kubernetes-validate (the API
+# schemas, offline) checks deploy/kubernetes's manifests; the build needs none of them.
+python3 -c "import clang.cindex, pytest, kubernetes_validate" 2>/dev/null ||
+  python3 -m pip install -q libclang pytest kubernetes-validate 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages libclang pytest kubernetes-validate 2>/dev/null ||
+  echo "setup: warning: could not install libclang/pytest/kubernetes-validate from PyPI; code generator checks and tests will not run" >&2
 
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then

@@ -3,6 +3,9 @@
 // (RGPU_SERVER, RGPU_TOKEN): the server's address, its GPUs (name, UUID, memory, utilization,
 // temperature) and, where the server can tell, its sessions.
 //
+// `rgpu-smi -L` lists the GPUs one a line as `nvidia-smi -L` does (the client images install it as
+// `nvidia-smi`, deploy/README.md), for scripts and habits that expect NVIDIA's tool.
+//
 // `rgpu-smi suspend|resume SESSION` and `rgpu-smi migrate SESSION --gpu N` act on one of those
 // sessions (SESSION is the pid the list shows): the server runs the driver's checkpoint API on
 // that session's process (server/session_control.cpp), and the session's client sees a pause.
@@ -88,6 +91,7 @@ void print_sessions() {
 
 constexpr const char* kUsage =
     "usage: rgpu-smi                          the GPUs and sessions of the rgpu-server named by RGPU_SERVER\n"
+    "       rgpu-smi -L, --list-gpus          the GPUs one a line, as nvidia-smi -L prints them\n"
     "       rgpu-smi suspend SESSION          moves the session's GPU memory into host memory and frees its GPU;\n"
     "                                         its calls wait (its program sees a pause)\n"
     "       rgpu-smi resume SESSION           brings a suspended session back onto its GPU\n"
@@ -95,6 +99,36 @@ constexpr const char* kUsage =
     "       rgpu-smi --version                rgpu's version\n"
     "SESSION is the pid the session list shows. The token, if the server wants one: RGPU_TOKEN.\n"
     "Suspend, resume and migrate need a driver with the checkpoint API (570 or newer) on the server.\n";
+
+// rgpu-smi -L: `GPU 0: NAME (UUID: GPU-...)` for each GPU, nvidia-smi's format; 0 when listed, 1 when the
+// server cannot be reached.
+int list_gpus() {
+  const std::string& server = rgpu::env::get().server;
+  if (nvmlReturn_t rc = nvmlInit_v2(); rc != NVML_SUCCESS) {
+    std::fprintf(stderr, "rgpu-smi: cannot use the GPUs of rgpu-server at %s: %s (the line above says why)\n",
+                 server.c_str(), nvmlErrorString(rc));
+    return 1;
+  }
+  unsigned int n = 0;
+  if (nvmlReturn_t rc = nvmlDeviceGetCount_v2(&n); rc != NVML_SUCCESS) {
+    std::fprintf(stderr, "rgpu-smi: cannot count the GPUs of rgpu-server at %s: %s\n", server.c_str(),
+                 nvmlErrorString(rc));
+    nvmlShutdown();
+    return 1;
+  }
+  for (unsigned int i = 0; i < n; ++i) {
+    nvmlDevice_t d;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "?";
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "?";
+    if (nvmlDeviceGetHandleByIndex_v2(i, &d) == NVML_SUCCESS) {
+      nvmlDeviceGetName(d, name, sizeof name);
+      nvmlDeviceGetUUID(d, uuid, sizeof uuid);
+    }
+    std::printf("GPU %u: %s (UUID: %s)\n", i, name, uuid);
+  }
+  nvmlShutdown();
+  return 0;
+}
 
 // rgpu-smi suspend|resume|migrate: 0 when done, 1 when the server could not, 2 for bad usage.
 int control(int argc, char** argv) {
@@ -149,6 +183,7 @@ int main(int argc, char** argv) {
   }
   if (argc > 1) {
     const std::string verb = argv[1];
+    if ((verb == "-L" || verb == "--list-gpus") && argc == 2) return list_gpus();
     if (verb == "suspend" || verb == "resume" || verb == "migrate") return control(argc, argv);
     std::fprintf(stderr, "rgpu-smi: unknown command '%s'\n%s", argv[1], kUsage);
     return 2;

@@ -49,6 +49,13 @@ def test_rgpu_smi_lists_the_gpu(server):
     assert "sessions:" in r.stdout
 
 
+def test_rgpu_smi_dash_L_lists_the_gpus_as_nvidia_smi_does(server):
+    # The client images install rgpu-smi as nvidia-smi, for `nvidia-smi -L` (deploy/README.md).
+    r = run_client([RGPU_SMI, "-L"], server)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == f"GPU 0: NVIDIA H200 (rgpu fake) (UUID: {FAKE_UUID})\n"
+
+
 def test_rgpu_smi_uses_rgpus_nvml_even_when_the_library_path_names_another(server, tmp_path):
     # On a GPU host LD_LIBRARY_PATH often names the driver's folder, whose libnvidia-ml.so.1 is the
     # real one (no rgpu_nvml_sessions: "symbol lookup error" on the H200). A stand-in library
