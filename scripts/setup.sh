@@ -38,11 +38,12 @@ if [ "${RGPU_SETUP_FUZZ:-0}" = 1 ]; then
       echo "setup: warning: could not install ${fuzz_pkgs[*]}; bench/fuzz.sh will not build" >&2
   fi
 fi
-# libclang and pytest run the code generator's checks and the tests; the build needs neither.
-python3 -c "import clang.cindex, pytest" 2>/dev/null ||
-  python3 -m pip install -q libclang pytest 2>/dev/null ||
-  python3 -m pip install -q --break-system-packages libclang pytest 2>/dev/null ||
-  echo "setup: warning: could not install libclang/pytest from PyPI; code generator checks and tests will not run" >&2
+# libclang and pytest run the code generator's checks and the tests, prometheus_client's parser
+# reads rgpu-server's /metrics in tests/e2e/test_metrics.py; the build needs none of them.
+python3 -c "import clang.cindex, pytest, prometheus_client.parser" 2>/dev/null ||
+  python3 -m pip install -q libclang pytest prometheus-client 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages libclang pytest prometheus-client 2>/dev/null ||
+  echo "setup: warning: could not install libclang/pytest/prometheus-client from PyPI; code generator checks and tests will not run" >&2
 
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
