@@ -751,8 +751,18 @@ void sessions(Dispatch& d) {
         peer += log::format(" (disconnected; ends in %lld s unless its client comes back)",
                             std::max(0ll, ends - static_cast<long long>(time(nullptr))));
       if (static_cast<pid_t>(pid) != getpid()) peer += session_state_note(d.drv, g_sessions_dir, static_cast<int>(pid));
-      list.push_back({static_cast<uint32_t>(pid), fields[0], peer, std::strtoull(fields[2].c_str(), nullptr, 10),
-                      static_cast<pid_t>(pid) == getpid()});
+      proto::wire::SessionEntry entry{static_cast<uint32_t>(pid), fields[0], peer,
+                                      std::strtoull(fields[2].c_str(), nullptr, 10), static_cast<pid_t>(pid) == getpid()};
+      // The counts of a session of this listener (protocol/session_table.h); an earlier
+      // listener's sessions are not in its table.
+      proto::table::SessionInfo info;
+      if (proto::table::session_info(static_cast<pid_t>(pid), &info)) {
+        entry.counted = true;
+        entry.gpu_bytes = info.gpu_bytes;
+        entry.calls = info.counts.calls;
+        entry.calls_per_s_milli = static_cast<uint64_t>(info.calls_per_s * 1000 + 0.5);
+      }
+      list.push_back(std::move(entry));
     }
     closedir(dir);
   }

@@ -106,6 +106,12 @@ void put_sessions(Writer& w, const std::vector<SessionEntry>& v) {
     w.put_u64(e.start);
     w.put_u8(e.self ? 1 : 0);
   }
+  for (const SessionEntry& e : v) {
+    w.put_u8(e.counted ? 1 : 0);
+    w.put_u64(e.gpu_bytes);
+    w.put_u64(e.calls);
+    w.put_u64(e.calls_per_s_milli);
+  }
 }
 
 bool read_sessions(Reader& r, std::vector<SessionEntry>* out) {
@@ -120,6 +126,13 @@ bool read_sessions(Reader& r, std::vector<SessionEntry>* out) {
     e.start = r.u64();
     e.self = r.u8() != 0;
     if (!r.ok()) return false;
+  }
+  if (r.left() == 0) return true;  // an older server: no counts
+  for (SessionEntry& e : *out) {
+    e.counted = r.u8() != 0;
+    e.gpu_bytes = r.u64();
+    e.calls = r.u64();
+    e.calls_per_s_milli = r.u64();
   }
   return r.ok();
 }
