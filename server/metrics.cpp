@@ -145,6 +145,10 @@ int bind(const std::string& address, std::string* err) {
   if (!net::parse_address(address, 9714, &a, err)) return -1;
   int fd = net::listen_tcp(a, err);
   if (fd >= 0) log::info("metrics on http://%s/metrics, health on /healthz", a.str().c_str());
+  if (fd >= 0 && !net::is_loopback(a.host))
+    log::warn("--metrics-listen %s is beyond loopback: anyone who reaches it reads the clients' names and tenants "
+              "(plain HTTP, no authentication); keep it on a trusted network",
+              a.str().c_str());
   return fd;
 }
 
