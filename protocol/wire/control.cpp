@@ -118,7 +118,7 @@ bool read_sessions(Reader& r, std::vector<SessionEntry>* out) {
   uint32_t n = r.u32();
   // 21 bytes at the least an entry (pid, two empty strings, start, self).
   if (!r.ok() || n > kMaxSessions || n > r.left() / 21) return r.fail();
-  out->resize(n);
+  out->assign(n, SessionEntry{});  // fresh entries: an older server's list leaves the counts unset
   for (SessionEntry& e : *out) {
     e.pid = r.u32();
     e.identity = r.str();
