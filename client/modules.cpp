@@ -7,6 +7,7 @@
 
 #include "client/answer_store.h"
 #include "client/call.h"
+#include "client/progress.h"
 #include "client/runtime.h"
 #include "client/stats.h"
 #include "common/crypto.h"
@@ -137,6 +138,7 @@ CUresult load_image(uint16_t op, const char* name, const void* image, size_t max
       Call c(op, one_way ? kOneWay : kWaits);
       proto::wire::put_image_load_head(c.args(), minted, n);
       c.attach(image, n);
+      progress::Transfer shown(progress::Kind::kImages, n);
       rc = c.invoke();
       if (rc == CUDA_SUCCESS) server_now_has(hash);
     }

@@ -44,6 +44,9 @@ constexpr Variable kVariables[] = {
      "(`GPU-...`), up to the first entry that names none"},
     {"RGPU_LOG", "info", nullptr, kClient,
      "`error`, `warn`, `info`, `debug`: what the shim logs to stderr (the servers take `--log`)"},
+    {"RGPU_PROGRESS", "", "unset: on when stderr is a terminal", kClient,
+     "`1`: say on stderr how far transfers are (kernel-image uploads, large copies) once they have taken "
+     "2 s (on a terminal one line updated in place, else a line every 5 s), `0`: never (`client/progress.h`)"},
     {"RGPU_CONNECT_TIMEOUT", "60", nullptr, kShims | kTorch,
      "seconds to keep trying to connect (attempts with backoff, handshake included) before giving up"},
     {"RGPU_HEARTBEAT", "5", nullptr, kShims | kTorch | kServer | kOpserver,
@@ -177,6 +180,8 @@ void read_all() {
   s.cuda_cache_disable = str("CUDA_CACHE_DISABLE") == "1";
   s.tools_stream = str("RGPU_TOOLS_STREAM") != "0";
   s.image_layouts = str("RGPU_IMAGE_LAYOUTS") != "0";
+  const std::string progress = str("RGPU_PROGRESS");
+  s.progress = progress == "1" ? 1 : progress == "0" ? 0 : -1;
   // Set but empty means "no devices", as with the driver.
   s.visible_devices = str("CUDA_VISIBLE_DEVICES");
   s.has_visible_devices = is_set("CUDA_VISIBLE_DEVICES");

@@ -65,6 +65,7 @@ struct Settings {
   bool cuda_cache_disable = false;          // CUDA_CACHE_DISABLE=1
   bool tools_stream = true;                 // RGPU_TOOLS_STREAM
   bool image_layouts = true;                // RGPU_IMAGE_LAYOUTS
+  int progress = -1;                        // RGPU_PROGRESS: 1 on, 0 off, -1 when stderr is a terminal
   bool has_visible_devices = false;         // CUDA_VISIBLE_DEVICES is set (even if empty)
   std::string visible_devices;              // CUDA_VISIBLE_DEVICES
   std::string omp_wait_policy;              // OMP_WAIT_POLICY (opserver/main.cpp)

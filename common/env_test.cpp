@@ -100,6 +100,14 @@ TEST_F(Env, SwitchesTakeOnlyTheirDocumentedValue) {
   EXPECT_EQ(get().fake_load_delay_ms, 250);
 }
 
+TEST_F(Env, ProgressIsOnOffOrLeftToTheTerminal) {
+  for (const auto& [value, want] : {std::pair<const char*, int>{"1", 1}, {"0", 0}, {"", -1}, {"yes", -1}}) {
+    setenv("RGPU_PROGRESS", value, 1);
+    reload();
+    EXPECT_EQ(get().progress, want) << value;
+  }
+}
+
 TEST_F(Env, AnEmptyVisibleDevicesListIsSetAndNamesNoDevice) {
   setenv("CUDA_VISIBLE_DEVICES", "", 1);
   reload();

@@ -186,7 +186,7 @@ bool write_full(int fd, const void* buf, size_t n) {
   return writev_full(fd, &iov, 1);
 }
 
-bool writev_full(int fd, struct iovec* iov, int iovcnt) {
+bool writev_full(int fd, struct iovec* iov, int iovcnt, std::atomic<uint64_t>* counted) {
   while (iovcnt > 0) {
     // sendmsg with MSG_NOSIGNAL: a vanished peer must not SIGPIPE the user's program.
     msghdr msg{};
@@ -197,6 +197,7 @@ bool writev_full(int fd, struct iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       return false;
     }
+    if (counted) counted->fetch_add(static_cast<uint64_t>(w), std::memory_order_relaxed);
     size_t left = static_cast<size_t>(w);
     while (iovcnt > 0 && left >= iov->iov_len) {
       left -= iov->iov_len;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <string>
 
 namespace rgpu::net {
@@ -39,6 +40,7 @@ void set_buffers(int fd, int bytes);
 ssize_t read_full(int fd, void* buf, size_t n);
 // Writes all of the buffers. Returns false on error (the peer is gone).
 bool write_full(int fd, const void* buf, size_t n);
-bool writev_full(int fd, struct iovec* iov, int iovcnt);
+// `counted` (optional) grows by each piece the kernel takes, as it takes it (client/progress.h).
+bool writev_full(int fd, struct iovec* iov, int iovcnt, std::atomic<uint64_t>* counted = nullptr);
 
 }  // namespace rgpu::net

@@ -332,6 +332,7 @@ class Deadline {
   close(lfd);
   net::set_nodelay(fd);
   if (!claimed) {
+    table::note_handshake_failure(table::kTableFull);
     log::warn("connection from %s refused: the session table is full (%s)", peer.c_str(), drain.server.c_str());
     refuse_and_drain(fd, drain.server + " has no room for another connection; try later");
     _exit(1);
@@ -340,6 +341,7 @@ class Deadline {
   // these up in its log once the minute ends, one line per address.
   if (table::Failures f = table::failures(host); f.count >= kTokenFailuresBeforeRefusal) {
     table::note_failure(host);
+    table::note_handshake_failure(table::kRateLimited);
     refuse_and_drain(fd, log::format("%u failed token proofs from %s in the last minute: %s refuses its connections "
                                      "for %d s more; check that RGPU_TOKEN matches a token in the server's --token-file",
                                      f.count, host.c_str(), drain.server.c_str(), f.seconds_left));
@@ -351,6 +353,7 @@ class Deadline {
   how.capabilities = loop.capabilities;
   how.welcomed = loop.welcomed;
   how.allow_resume = !loop.tls;  // with TLS a resume is announced by the preamble instead
+  table::FailureReason refused = table::kProtocol;  // why admit() refused, if it did
   how.admit = [&](const ServerHandshakeResult& so_far, std::string* reason) {
     unsigned live = 0;
     switch (table::admit(so_far.tenant, loop.max_sessions, &live)) {
@@ -358,9 +361,11 @@ class Deadline {
         if (loop.tenant_known) loop.tenant_known(so_far.tenant);
         return true;
       case table::Admit::kEvicted:
+        refused = table::kEvicted;
         *reason = drain.server + " dropped this handshake: too many connections were waiting for theirs; try again";
         return false;
       case table::Admit::kFull:
+        refused = table::kMaxSessions;
         break;
     }
     *reason = log::format("%s has %u session%s, its --max-sessions; try later", drain.server.c_str(), live,
@@ -387,6 +392,7 @@ class Deadline {
         _exit(1);
       }
       if (n < 0 || magic != kTlsPreambleMagic) {
+        table::note_handshake_failure(table::kTls);
         log::warn("connection from %s did not begin with TLS (a client without tls://?); refused", peer.c_str());
         refuse_and_drain(fd, "this server speaks only TLS: dial it as tls://HOST:PORT (in RGPU_SERVER or RGPU_OPSERVER), "
                              "with RGPU_TLS_FINGERPRINT or RGPU_TLS_CA to trust its certificate");
@@ -394,6 +400,7 @@ class Deadline {
       }
       TlsPreamble pre;
       if (!read_tls_preamble_rest(fd, &pre, deadline)) {
+        table::note_handshake_failure(table::kTls);
         log::warn("connection from %s: a malformed or incomplete TLS preamble", peer.c_str());
         refuse_and_drain(fd, "malformed TLS preamble");
         _exit(1);
@@ -404,6 +411,7 @@ class Deadline {
       }
       std::unique_ptr<TlsTransport> t = tls_accept(loop.tls, fd, true, deadline, &err);
       if (!t) {
+        table::note_handshake_failure(Clock::now() >= deadline ? table::kTimeout : table::kTls);
         log::warn("connection from %s: %s", peer.c_str(), err.c_str());
         drain_input(fd);  // the alert OpenSSL sent must reach the client before the connection ends
         _exit(1);
@@ -415,6 +423,7 @@ class Deadline {
       auto plain = socket_transport(fd, false);
       ok = server_handshake(*plain, how, &hs, &err);
       if (!ok && hs.tls_preamble) {
+        table::note_handshake_failure(table::kTls);
         log::warn("connection from %s asked for TLS (tls://), which this server does not speak (--tls); refused",
                   peer.c_str());
         // The refusal is written; what is left of the preamble and the ClientHello is read first.
@@ -426,6 +435,7 @@ class Deadline {
   }
   if (!ok) {
     if (late) {
+      table::note_handshake_failure(table::kTimeout);
       log::warn("connection from %s did not finish the handshake within %.1f s (%s); dropped", peer.c_str(),
                 loop.handshake_timeout.count() / 1000.0, hs.identity.empty() ? "no greeting" : hs.identity.c_str());
       _exit(1);
@@ -434,11 +444,13 @@ class Deadline {
     if (hs.said_nothing) {
       log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
     } else if (hs.wrong_token) {
+      table::note_handshake_failure(table::kWrongToken);
       const uint32_t n = failures_here;
       if (n <= kLoggedTokenFailures)
         log::warn("connection from %s: %s%s", peer.c_str(), err.c_str(),
                   n == kLoggedTokenFailures ? " (more from this address this minute are summed up at its end)" : "");
     } else {
+      table::note_handshake_failure(hs.client_closed ? table::kClientClosed : refused);
       log::warn("connection from %s: %s", peer.c_str(), err.c_str());
     }
     _exit(1);
@@ -505,6 +517,7 @@ class Listener {
           close(notify_);
           close(g_signal_read);
           close(g_signal_write);
+          for (int fd : loop_.listener_only_fds) close(fd);
           run_spare(lfd_, notify_write, parent, loop_);
         }
         pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -571,6 +584,7 @@ class Listener {
 
   // About once a second: what was summed up rather than logged line by line.
   void summarise() {
+    table::sample_rates();
     for (const auto& [host, n] : table::take_ended_minutes(kLoggedTokenFailures))
       log::warn("%u failed token proofs from %s in the last minute (after %u, its connections were refused without "
                 "a try)",
@@ -595,6 +609,7 @@ class Listener {
   // so that the port is free for the next server once this one has exited).
   void stop_accepting() {
     stopping_ = true;
+    if (loop_.stopped_accepting) loop_.stopped_accepting();
     close(lfd_);
     // A spare that has just taken a connection is a session: it drains, it is not killed.
     pollfd ready{notify_, POLLIN, 0};
@@ -708,6 +723,7 @@ void run_accept_loop(int lfd, const AcceptLoop& loop) {
   g_signal_write = sigpipe[1];
   g_listener = getpid();
   table::create();
+  if (loop.in_listener) loop.in_listener();
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sa.sa_flags = SA_RESTART;

@@ -113,6 +113,13 @@ struct AcceptLoop {
   // --drain-timeout, and how notices name this server (empty: "<name> at <the address the client
   // reached>"); protocol/drain.h.
   DrainSettings drain;
+  // Optional: runs once in the listening process, after the shared table (protocol/session_table.h)
+  // exists and before the first spare is forked (rgpu-server starts its metrics endpoint there).
+  std::function<void()> in_listener;
+  // Descriptors only the listening process keeps: every spare closes them first.
+  std::vector<int> listener_only_fds;
+  // Optional: runs in the listening process when it stops accepting (a drain or a hand-over).
+  std::function<void()> stopped_accepting;
   // TLS (prepare_listen's): every connection must then begin with a TLS preamble; a new session's
   // spare terminates TLS, a resuming client's raw socket goes to its session's process first.
   std::shared_ptr<TlsContext> tls;

@@ -308,7 +308,7 @@ bool server_handshake(Transport& t, const ServerHandshake& how, ServerHandshakeR
     return false;
   }
 
-  if (!expect(t, kOpAuth, &payload, err, "client " + identity, deadline)) return false;
+  if (!expect(t, kOpAuth, &payload, err, "client " + identity, deadline, &out->client_closed)) return false;
   Reader a(payload.data(), payload.size());
   crypto::Digest cp{};
   a.take(cp.data(), cp.size());

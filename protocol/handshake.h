@@ -81,6 +81,9 @@ struct ServerHandshakeResult {
   bool said_nothing = false;
   // On failure: the client's proof did not match its tenant's token (rate-limited per address).
   bool wrong_token = false;
+  // On failure: the client closed the connection after its Hello, before its proof (a client with
+  // another token does: it checks the server's proof first and gives up).
+  bool client_closed = false;
   // On "failure" with allow_resume: the first frame was kOpResume (a client resuming a session
   // whose connection broke, protocol/channel.h), not Hello; its payload. No handshake ran.
   bool resume = false;

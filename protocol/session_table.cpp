@@ -8,12 +8,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <span>
 #include <new>
 
 #include "common/log.h"
+#include "protocol/messages.h"
 
 namespace rgpu::proto::table {
 namespace {
@@ -28,10 +31,23 @@ int64_t g_minute_s = 60;  // the window failures are counted in (tests shorten i
 struct Row {
   pid_t pid;
   State state;
+  uint8_t disconnected;  // in session with its connection broken: waiting out its grace (set_connected)
   int64_t since_ns;  // when it took its connection (CLOCK_MONOTONIC: the same clock in every process)
   char host[kName];
   char tenant[kName];
+  char identity[2 * kName];
   uint64_t held[2];
+  // sample_rates(): the calls counted and the time at the last sample, and the rate it found.
+  int64_t rate_at_ns;
+  uint64_t rate_calls;
+  double calls_per_s;
+};
+
+// A row's counters, apart from the row: written without the lock by the row's process only.
+struct RowCounters {
+  CallCounts c;
+  uint64_t op_calls[kOpSlots];
+  uint64_t op_round_trips[kOpSlots];
 };
 
 struct HostFailures {
@@ -48,6 +64,11 @@ struct Table {
   uint32_t used;
   Row rows[kRows];
   HostFailures hosts[kHosts];
+  DriverState driver;
+  uint64_t handshake_failures[kFailureReasons];  // atomic adds, no lock
+  uint64_t module_cache[2];                      // misses, hits; atomic adds, no lock
+  RowCounters retired;                           // the sums of freed rows, under the lock
+  RowCounters counters[kRows];                   // last: the pages of rows never used stay untouched
 };
 
 Table* g_table = nullptr;
@@ -61,8 +82,15 @@ int64_t now_ns() {
 }
 int64_t now_s() { return now_ns() / 1000000000; }
 
+// Fresh anonymous memory is zero, so the table needs no clearing (and the counters' pages of rows
+// never used are never touched).
+Table* map_table(bool shared) {
+  void* p = mmap(nullptr, sizeof(Table), PROT_READ | PROT_WRITE, (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS,
+                 -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<Table*>(p);
+}
+
 void init(Table* t, bool shared) {
-  std::memset(static_cast<void*>(t), 0, sizeof *t);
   pthread_mutexattr_t a;
   pthread_mutexattr_init(&a);
   if (shared) pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -73,7 +101,11 @@ void init(Table* t, bool shared) {
 
 Table& table() {
   if (!g_table) {
-    g_table = static_cast<Table*>(::operator new(sizeof(Table)));
+    g_table = map_table(false);
+    if (!g_table) {
+      std::fprintf(stderr, "rgpu: cannot map the session table (%s)\n", std::strerror(errno));
+      std::abort();
+    }
     init(g_table, false);
   }
   return *g_table;
@@ -165,13 +197,13 @@ std::string mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 }  // namespace
 
 bool create() {
-  void* p = mmap(nullptr, sizeof(Table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  Table* p = map_table(true);
+  if (!p) {
     log::warn("cannot map the session table (%s): the session, memory and token-failure limits hold per process only",
               std::strerror(errno));
     return false;
   }
-  g_table = static_cast<Table*>(p);
+  g_table = p;
   init(g_table, true);
   return true;
 }
@@ -209,8 +241,26 @@ Admit admit(const std::string& tenant, unsigned max_sessions, unsigned* live) {
 
 void release(pid_t pid) {
   Lock t;
-  for (Row& r : rows_used(t)) {
-    if (r.pid == pid && r.state != State::kFree) std::memset(static_cast<void*>(&r), 0, sizeof r);
+  for (size_t i = 0; i < t->used; ++i) {
+    Row& r = t->rows[i];
+    if (r.pid != pid || r.state == State::kFree) continue;
+    // Its process is gone (reaped): nothing writes its counters any more.
+    RowCounters& c = t->counters[i];
+    RowCounters& sum = t->retired;
+    sum.c.calls += c.c.calls;
+    sum.c.round_trips += c.c.round_trips;
+    sum.c.bytes_received += c.c.bytes_received;
+    sum.c.bytes_sent += c.c.bytes_sent;
+    if (c.c.calls) {
+      for (size_t s = 0; s < kOpSlots; ++s) {
+        sum.op_calls[s] += c.op_calls[s];
+        sum.op_round_trips[s] += c.op_round_trips[s];
+      }
+      std::memset(static_cast<void*>(c.op_calls), 0, sizeof c.op_calls);
+      std::memset(static_cast<void*>(c.op_round_trips), 0, sizeof c.op_round_trips);
+    }
+    c.c = {};
+    std::memset(static_cast<void*>(&r), 0, sizeof r);
   }
 }
 
@@ -346,6 +396,157 @@ std::vector<std::pair<std::string, uint32_t>> take_ended_minutes(uint32_t logged
   return out;
 }
 
+size_t op_slot(uint16_t op) {
+  if (op < kNvmlSlot) return op;
+  const size_t nvml = static_cast<size_t>(op) - kFirstNvmlOp;
+  if (op >= kFirstNvmlOp && nvml < kOpSlots - 1 - kNvmlSlot) return kNvmlSlot + nvml;
+  return kOpSlots - 1;
+}
+
+uint32_t slot_op(size_t s) {
+  if (s < kNvmlSlot) return static_cast<uint32_t>(s);
+  if (s < kOpSlots - 1) return static_cast<uint32_t>(kFirstNvmlOp + (s - kNvmlSlot));
+  return kOtherOps;
+}
+
+Counters* my_counters() {
+  Lock t;
+  Row& r = my_row(t);
+  RowCounters* c;
+  if (&r >= t->rows && &r < t->rows + kRows) {
+    c = &t->counters[&r - t->rows];
+  } else {
+    static RowCounters* scratch = new RowCounters{};  // the table is full: counted nowhere
+    c = scratch;
+  }
+  return new Counters(&c->c, c->op_calls, c->op_round_trips);  // kept for the process's life
+}
+
+void set_identity(const std::string& identity) {
+  Lock t;
+  Row& r = my_row(t);
+  size_t n = std::min(identity.size(), sizeof r.identity - 1);
+  std::memcpy(r.identity, identity.data(), n);
+  r.identity[n] = 0;
+}
+
+void set_connected(bool connected) {
+  Lock t;
+  my_row(t).disconnected = connected ? 0 : 1;
+}
+
+const char* failure_name(FailureReason r) {
+  static const char* const kNames[kFailureReasons] = {"wrong_token", "client_closed", "rate_limited",
+                                                      "timeout",     "tls",           "max_sessions",
+                                                      "evicted",     "table_full",    "protocol"};
+  return r < kFailureReasons ? kNames[r] : "?";
+}
+
+void note_handshake_failure(FailureReason r) {
+  if (r >= kFailureReasons) return;
+  std::atomic_ref<uint64_t>(table().handshake_failures[r]).fetch_add(1, std::memory_order_relaxed);
+}
+
+void note_module_cache(bool hit) {
+  std::atomic_ref<uint64_t>(table().module_cache[hit ? 1 : 0]).fetch_add(1, std::memory_order_relaxed);
+}
+
+void set_driver_state(const DriverState& s) {
+  Lock t;
+  t->driver = s;
+  t->driver.known = true;
+}
+
+namespace {
+uint64_t load(const uint64_t& v) {
+  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(v)).load(std::memory_order_relaxed);
+}
+CallCounts load(const CallCounts& c) {
+  return {load(c.calls), load(c.round_trips), load(c.bytes_received), load(c.bytes_sent)};
+}
+SessionInfo info(Lock& t, size_t i, int64_t now) {
+  const Row& r = t->rows[i];
+  SessionInfo s;
+  s.pid = r.pid;
+  s.connected = !r.disconnected;
+  s.host = r.host;
+  s.tenant = r.tenant;
+  s.identity = r.identity;
+  s.uptime_s = static_cast<double>(now - r.since_ns) / 1e9;
+  s.gpu_bytes = r.held[kGpu];
+  s.host_bytes = r.held[kHost];
+  s.counts = load(t->counters[i].c);
+  s.calls_per_s = r.calls_per_s;
+  return s;
+}
+}  // namespace
+
+Snapshot snapshot() {
+  Lock t;
+  Snapshot out;
+  const int64_t now = now_ns();
+  std::vector<uint64_t> calls(kOpSlots), round_trips(kOpSlots);
+  for (size_t s = 0; s < kOpSlots; ++s) {
+    calls[s] = t->retired.op_calls[s];
+    round_trips[s] = t->retired.op_round_trips[s];
+  }
+  out.totals = t->retired.c;
+  for (size_t i = 0; i < kRows; ++i) {
+    const Row& r = t->rows[i];
+    if (r.state == State::kHandshake) ++out.pending_handshakes;
+    if (r.state != State::kSession) continue;
+    SessionInfo s = info(t, i, now);
+    out.totals.calls += s.counts.calls;
+    out.totals.round_trips += s.counts.round_trips;
+    out.totals.bytes_received += s.counts.bytes_received;
+    out.totals.bytes_sent += s.counts.bytes_sent;
+    if (s.counts.calls) {
+      for (size_t k = 0; k < kOpSlots; ++k) {
+        calls[k] += load(t->counters[i].op_calls[k]);
+        round_trips[k] += load(t->counters[i].op_round_trips[k]);
+      }
+    }
+    out.sessions.push_back(std::move(s));
+  }
+  for (size_t k = 0; k < kOpSlots; ++k)
+    if (calls[k]) out.ops.push_back({slot_op(k), {calls[k], round_trips[k]}});
+  for (int k = 0; k < kFailureReasons; ++k) out.handshake_failures[k] = load(t->handshake_failures[k]);
+  out.module_cache_misses = load(t->module_cache[0]);
+  out.module_cache_hits = load(t->module_cache[1]);
+  out.driver = t->driver;
+  return out;
+}
+
+bool session_info(pid_t pid, SessionInfo* out) {
+  Lock t;
+  for (size_t i = 0; i < kRows; ++i) {
+    if (t->rows[i].pid != pid || t->rows[i].state != State::kSession) continue;
+    *out = info(t, i, now_ns());
+    return true;
+  }
+  return false;
+}
+
+void sample_rates() {
+  Lock t;
+  const int64_t now = now_ns();
+  for (size_t i = 0; i < kRows; ++i) {
+    Row& r = t->rows[i];
+    if (r.state != State::kSession) continue;
+    const uint64_t calls = load(t->counters[i].c.calls);
+    if (r.rate_at_ns == 0) {
+      r.rate_at_ns = now;
+      r.rate_calls = calls;
+      continue;
+    }
+    const int64_t dt = now - r.rate_at_ns;
+    if (dt < 500000000) continue;  // at least half a second between samples
+    r.calls_per_s = static_cast<double>(calls - r.rate_calls) * 1e9 / static_cast<double>(dt);
+    r.rate_at_ns = now;
+    r.rate_calls = calls;
+  }
+}
+
 std::string host_of(const std::string& peer) {
   if (!peer.empty() && peer[0] == '[') {
     size_t end = peer.find(']');
@@ -367,6 +568,11 @@ void reset_for_test() {
   Lock t;
   std::memset(static_cast<void*>(t->rows), 0, sizeof t->rows);
   std::memset(static_cast<void*>(t->hosts), 0, sizeof t->hosts);
+  t->driver = {};
+  std::memset(static_cast<void*>(t->handshake_failures), 0, sizeof t->handshake_failures);
+  std::memset(static_cast<void*>(t->module_cache), 0, sizeof t->module_cache);
+  std::memset(static_cast<void*>(&t->retired), 0, sizeof t->retired);
+  std::memset(static_cast<void*>(t->counters), 0, sizeof t->counters);
   g_row = -1;
 }
 

@@ -15,12 +15,19 @@
 // Scope: one listener's processes. Sessions an earlier listener left (SIGHUP, a crash) are not in a
 // new listener's table: they count for neither --max-sessions nor the memory totals.
 //
+// Beside the limits, the table holds what `rgpu-server --metrics-listen` serves (server/metrics.h)
+// and `rgpu-smi` shows: each row's counters of calls (by op), round trips and bytes, which its own
+// process adds to with relaxed atomics and nothing else writes (no lock, no shared cache line: a
+// few nanoseconds a call), folded into the retired sums when the listener frees the row, so the
+// totals only grow; and the server-wide counts of failed handshakes and module-cache lookups.
+//
 // Without create() (unit tests, fuzzers, a session under test) the table is private to the process:
 // the per-session limits still hold.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -99,6 +106,115 @@ uint32_t note_failure(const std::string& host);
 // `logged` failures, and their counts (the individual failures past `logged` were not logged).
 // Ended minutes are cleared.
 std::vector<std::pair<std::string, uint32_t>> take_ended_minutes(uint32_t logged);
+
+// --- Counters ---------------------------------------------------------------------------------
+
+// Op ids (protocol/messages.h, gen/ops.gen.h, gen/nvml_ops.gen.h) map to counter slots: ids below
+// kNvmlSlot to themselves, NVML ids (from kFirstNvmlOp) to the slots after them, any other id to the
+// last slot.
+inline constexpr size_t kNvmlSlot = 1536;
+inline constexpr size_t kOpSlots = 2048;
+size_t op_slot(uint16_t op);
+// The op id of slot s; kOtherOps for the last slot (ids past the others).
+inline constexpr uint32_t kOtherOps = 0x10000;
+uint32_t slot_op(size_t s);
+
+// One session process's counters (its row's). Only that process writes them (Counters below).
+struct CallCounts {
+  uint64_t calls = 0;        // frames the client sent that ran a call
+  uint64_t round_trips = 0;  // of them, those the client waited for (not kNoReply)
+  uint64_t bytes_received = 0, bytes_sent = 0;  // frame bytes (headers and payloads) from and to the client
+};
+
+// This process's counters, for the session's hot path: relaxed atomic adds to memory no other
+// process writes.
+class Counters {
+ public:
+  void call(uint16_t op, bool round_trip, uint64_t frame_bytes) {
+    add(c_->calls, 1);
+    add(c_->bytes_received, frame_bytes);
+    add(op_calls_[op_slot(op)], 1);
+    if (round_trip) {
+      add(c_->round_trips, 1);
+      add(op_round_trips_[op_slot(op)], 1);
+    }
+  }
+  void sent(uint64_t frame_bytes) { add(c_->bytes_sent, frame_bytes); }
+
+  Counters(CallCounts* c, uint64_t* op_calls, uint64_t* op_round_trips)
+      : c_(c), op_calls_(op_calls), op_round_trips_(op_round_trips) {}
+
+ private:
+  static void add(uint64_t& v, uint64_t n) { std::atomic_ref<uint64_t>(v).fetch_add(n, std::memory_order_relaxed); }
+  CallCounts* c_;
+  uint64_t* op_calls_;
+  uint64_t* op_round_trips_;
+};
+// This process's counters (its row is made if it has none). Call once, in the session process,
+// and keep the pointer: it stays valid for the process's life.
+Counters* my_counters();
+
+// This session process's client as rgpu-smi and the metrics name it (the handshake's identity),
+// and whether its connection is up (false: broken, the session waits out its grace for the client).
+void set_identity(const std::string& identity);
+void set_connected(bool connected);
+
+// Why a handshake failed (rgpu_handshake_failures_total{reason}).
+enum FailureReason {
+  kWrongToken = 0,   // the token proof did not match
+  kClientClosed,     // the client closed after its Hello (one with another token gives up so)
+  kRateLimited,      // refused without a try: too many wrong tokens from the address this minute
+  kTimeout,          // not finished within --handshake-timeout
+  kTls,              // TLS expected and not spoken, or the other way round, or TLS's own handshake failed
+  kMaxSessions,      // --max-sessions reached
+  kEvicted,          // dropped for --max-pending-handshakes
+  kTableFull,        // no row left for the connection
+  kProtocol,         // anything else the handshake refused (a malformed Hello, a version it cannot serve)
+  kFailureReasons,
+};
+const char* failure_name(FailureReason r);  // "wrong_token", ...
+void note_handshake_failure(FailureReason r);
+
+// Module-cache lookups by hash (kOpModuleByHash): found, or not (the client then sends the image).
+void note_module_cache(bool hit);
+
+// What a spare process found when it started the driver (server/prewarm.h): cuInit's result, the
+// driver's version, the GPUs and the first one's name and memory; /healthz answers from it.
+struct DriverState {
+  bool known = false;  // false until a spare has reported (or with --prewarm none)
+  int32_t init_result = 0;
+  int32_t version = 0;  // cuDriverGetVersion: 13000 for 13.0
+  int32_t devices = 0;
+  char gpu0[64] = {};
+  uint64_t gpu0_memory = 0;
+};
+void set_driver_state(const DriverState& s);
+
+// One session in a snapshot.
+struct SessionInfo {
+  pid_t pid = 0;
+  bool connected = true;
+  std::string host, tenant, identity;
+  double uptime_s = 0;
+  uint64_t gpu_bytes = 0, host_bytes = 0;
+  CallCounts counts;
+  double calls_per_s = 0;  // over the last second the listener sampled (0 before its first)
+};
+// Everything the metrics endpoint serves, read under the table's lock (so the sums never go back).
+struct Snapshot {
+  std::vector<SessionInfo> sessions;  // rows in session
+  unsigned pending_handshakes = 0;
+  CallCounts totals;                  // retired rows and live ones
+  std::vector<std::pair<uint32_t, std::pair<uint64_t, uint64_t>>> ops;  // op id -> (calls, round trips), non-zero only
+  uint64_t handshake_failures[kFailureReasons] = {};
+  uint64_t module_cache_hits = 0, module_cache_misses = 0;
+  DriverState driver;
+};
+Snapshot snapshot();
+// One session's row, by pid; false when no live session of this table has that pid.
+bool session_info(pid_t pid, SessionInfo* out);
+// The listener, about once a second: each session's calls per second since the last sample.
+void sample_rates();
 
 // The address part of "host:port" or "[v6]:port".
 std::string host_of(const std::string& peer);

@@ -278,6 +278,7 @@ bool TlsTransport::write(const iovec* iov, int count) {
         if (s_->failure.empty() && !why.empty()) s_->failure = why;
         return false;
       }
+      traffic().written.fetch_add(done, std::memory_order_relaxed);
       p += done;
       n -= done;
       if (s_->out.size() >= kSendAt && !flush_locked(lock, true)) return false;
@@ -325,7 +326,10 @@ ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds t
       // sending, whose next flush takes them.
       flush_locked(lock, false);
     }
-    if (r == 1) return static_cast<ssize_t>(got);
+    if (r == 1) {
+      traffic().read.fetch_add(got, std::memory_order_relaxed);
+      return static_cast<ssize_t>(got);
+    }
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
       if (!wait_fd(s_->fd, e == SSL_ERROR_WANT_WRITE, deadline)) return kTimedOut;
       continue;

@@ -23,6 +23,12 @@
 #include "common/log.h"
 
 namespace rgpu::proto {
+
+Traffic& traffic() {
+  static Traffic* t = new Traffic;  // leaked: used by threads still running at exit
+  return *t;
+}
+
 namespace {
 
 class SocketTransport : public Transport {
@@ -43,7 +49,7 @@ class SocketTransport : public Transport {
     } else {
       std::copy(iov, iov + count, local);
     }
-    return net::writev_full(fd_, v, count);
+    return net::writev_full(fd_, v, count, &traffic().written);
   }
 
   ssize_t read_some(void* buf, size_t n, std::chrono::milliseconds timeout) override {
@@ -61,7 +67,10 @@ class SocketTransport : public Transport {
     }
     for (;;) {
       ssize_t r = ::recv(fd_, buf, n, 0);
-      if (r > 0) return r;
+      if (r > 0) {
+        traffic().read.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
+        return r;
+      }
       if (r == 0) return kBroken;
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return kTimedOut;

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,14 @@ namespace rgpu::proto {
 
 using Clock = std::chrono::steady_clock;
 inline constexpr std::chrono::milliseconds kForever = std::chrono::milliseconds::max();
+
+// Bytes this process's transports (sockets and TLS streams, all connections together) have handed
+// to the kernel and taken from it so far: how far a long transfer has come (client/progress.h).
+struct Traffic {
+  std::atomic<uint64_t> written{0};
+  std::atomic<uint64_t> read{0};
+};
+Traffic& traffic();
 
 // A byte stream between two peers. write() may be called by one thread while another is in
 // read_some(); shutdown() from any thread at any time.

@@ -62,11 +62,12 @@ if [ "${RGPU_SETUP_DOCS:-0}" = 1 ]; then
     echo "setup: warning: could not install mkdocs-material/selenium from PyPI; the docs tests will skip" >&2
 fi
 # libclang and pytest run the code generator's checks and the tests, kubernetes-validate (the API
-# schemas, offline) checks deploy/kubernetes's manifests; the build needs none of them.
-python3 -c "import clang.cindex, pytest, kubernetes_validate" 2>/dev/null ||
-  python3 -m pip install -q libclang pytest kubernetes-validate 2>/dev/null ||
-  python3 -m pip install -q --break-system-packages libclang pytest kubernetes-validate 2>/dev/null ||
-  echo "setup: warning: could not install libclang/pytest/kubernetes-validate from PyPI; code generator checks and tests will not run" >&2
+# schemas, offline) checks deploy/kubernetes's manifests, prometheus_client's parser reads
+# rgpu-server's /metrics in tests/e2e/test_metrics.py; the build needs none of them.
+python3 -c "import clang.cindex, pytest, kubernetes_validate, prometheus_client.parser" 2>/dev/null ||
+  python3 -m pip install -q libclang pytest kubernetes-validate prometheus-client 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages libclang pytest kubernetes-validate prometheus-client 2>/dev/null ||
+  echo "setup: warning: could not install libclang/pytest/kubernetes-validate/prometheus-client from PyPI; code generator checks and tests will not run" >&2
 
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then

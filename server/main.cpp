@@ -20,6 +20,7 @@
 #include "protocol/server_options.h"
 #include "protocol/session_dir.h"
 #include "server/limits.h"
+#include "server/metrics.h"
 #include "server/module_cache.h"
 #include "server/nvml/nvml_server.h"
 #include "server/prewarm.h"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   std::string driver = "libcuda.so.1";
   std::string nvml;
   std::string prewarm = "context";
+  std::string metrics_listen;
   std::string cache_dir = rgpu::server::module_cache::default_dir();
   uint64_t cache_max_mb = 4096;
   // Memory limits (server/limits.h), in MiB; 0: none. Host memory defaults to a share of the RAM.
@@ -90,6 +92,12 @@ int main(int argc, char** argv) {
                  "0's context, held for the client: 0.2 to 0.3 s off each client's start-up on an H200, at the cost of one idle context "
                  "on GPU 0), 'init' (the driver's and NVML's init only) or 'none' (default context)")
       ->check(CLI::IsMember({"none", "init", "context"}));
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST[:PORT] (port default 9714) to serve Prometheus metrics on, at /metrics (names rgpu_*: "
+                 "sessions, calls and round trips by op, bytes, GPU memory per session, failed handshakes, "
+                 "module-cache hits), and /healthz (200 with the driver's state while the server can serve, 503 "
+                 "otherwise); plain HTTP with no authentication, so keep it on loopback or a trusted network "
+                 "(e.g. 127.0.0.1:9714; default: off)");
   CLI11_PARSE(app, argc, argv);
 
   rgpu::log::set_prefix("rgpu-server");
@@ -131,6 +139,15 @@ int main(int argc, char** argv) {
   limits.host.total = host_memory_limit_mb << 20;
   rgpu::server::limits::install(&table);
 
+  static int metrics_fd = -1;
+  if (!metrics_listen.empty()) {
+    metrics_fd = rgpu::server::metrics::bind(metrics_listen, &err);
+    if (metrics_fd < 0) {
+      rgpu::log::error("--metrics-listen %s: %s; is something else listening there?", metrics_listen.c_str(),
+                       err.c_str());
+      return 2;
+    }
+  }
   int lfd = rgpu::net::listen_tcp(addr, &err);
   if (lfd < 0) {
     rgpu::log::error("%s; is another rgpu-server already running there?", err.c_str());
@@ -162,6 +179,11 @@ int main(int argc, char** argv) {
   loop.on_exit = [](pid_t pid) { rgpu::server::unregister_session(sessions_dir, static_cast<int>(pid)); };
   loop.prepare = [] { rgpu::server::prewarm::start(&table, prewarm_level); };
   loop.capabilities = rgpu::proto::kOurCapabilities | rgpu::proto::kCapPushedSnapshot | rgpu::proto::kCapChannel;
+  if (metrics_fd >= 0) {
+    loop.in_listener = [] { rgpu::server::metrics::start(metrics_fd); };
+    loop.listener_only_fds.push_back(metrics_fd);
+    loop.stopped_accepting = rgpu::server::metrics::stopped_accepting;
+  }
   loop.session_dir = door_dir;
   loop.sessions_list = sessions_dir;
   loop.drain.timeout = std::chrono::seconds(server.drain_timeout);

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "protocol/session_table.h"
 #include "server/nvml/nvml_server.h"
 
 namespace rgpu::server::prewarm {
@@ -70,6 +71,23 @@ CUresult CUDAAPI without_hold(CUdevice dev) {
   return (g_real.*Entry)(dev);
 }
 
+// What the driver answered, for the listener's /healthz (server/metrics.h) through the shared table.
+void report_driver_state(CUresult init_result) {
+  proto::table::DriverState s;
+  s.init_result = init_result;
+  if (init_result == CUDA_SUCCESS) {
+    if (g_real.cuDriverGetVersion) g_real.cuDriverGetVersion(&s.version);
+    if (g_real.cuDeviceGetCount) g_real.cuDeviceGetCount(&s.devices);
+    CUdevice dev = 0;
+    if (s.devices > 0 && g_real.cuDeviceGet && g_real.cuDeviceGet(&dev, 0) == CUDA_SUCCESS) {
+      if (g_real.cuDeviceGetName) g_real.cuDeviceGetName(s.gpu0, sizeof s.gpu0 - 1, dev);
+      size_t bytes = 0;
+      if (g_real.cuDeviceTotalMem_v2 && g_real.cuDeviceTotalMem_v2(&bytes, dev) == CUDA_SUCCESS) s.gpu0_memory = bytes;
+    }
+  }
+  proto::table::set_driver_state(s);
+}
+
 void warm_up(Level level) {
   auto t0 = std::chrono::steady_clock::now();
   CUresult rc = g_real.cuInit ? g_real.cuInit(0) : CUDA_ERROR_NOT_SUPPORTED;
@@ -78,6 +96,7 @@ void warm_up(Level level) {
       g_real.cuDevicePrimaryCtxRetain(&ctx, g_device) != CUDA_SUCCESS)
     ctx = nullptr;
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  report_driver_state(rc);
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_held = ctx;

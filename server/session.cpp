@@ -40,6 +40,7 @@
 #include "protocol/messages.h"
 #include "protocol/op_classes.h"
 #include "protocol/session_dir.h"
+#include "protocol/session_table.h"
 #include "protocol/transport.h"
 #include "protocol/wire/control.h"
 #include "server/dispatch.h"
@@ -265,6 +266,7 @@ class Session : public ClientCallbacks {
         break;
       }
       ++calls_;
+      counters_->call(f.h.op, !(f.h.flags & proto::kNoReply), sizeof f.h + f.payload.size());
       note_read(f);
       w->push(std::move(f));
       if (failed_.load()) {
@@ -457,6 +459,9 @@ class Session : public ClientCallbacks {
   // channel when there is one (a broken connection is not an error there: the frame goes out
   // after the resume), else straight to the socket.
   bool write_iov(iovec* iov, int count) {
+    size_t bytes = 0;
+    for (int i = 0; i < count; ++i) bytes += iov[i].iov_len;
+    counters_->sent(bytes);
     if (!ch_) return net::writev_full(fd_, iov, count);
     proto::FrameHeader h;
     std::memcpy(&h, iov[0].iov_base, sizeof h);
@@ -475,6 +480,7 @@ class Session : public ClientCallbacks {
     setup.tls = opt_.tls;
     setup.on_connection = [this](bool connected) {
       const long long ends = connected ? 0 : static_cast<long long>(time(nullptr)) + opt_.grace.count();
+      proto::table::set_connected(connected);
       write_session_entry(opt_.sessions_dir, opt_.identity, opt_.peer, start_time_, ends);
     };
     ch_ = proto::start_server_channel(fd_, setup, &door_);
@@ -515,6 +521,8 @@ class Session : public ClientCallbacks {
 
   int fd_;
   SessionOptions opt_;
+  // This process's row of counters in the listener's table (rgpu-server --metrics-listen).
+  proto::table::Counters* const counters_ = proto::table::my_counters();
   const long long start_time_ = static_cast<long long>(time(nullptr));
   std::unique_ptr<proto::Channel> ch_;  // with kCapChannel: every frame goes through it
   proto::SessionDoor door_;
@@ -743,8 +751,18 @@ void sessions(Dispatch& d) {
         peer += log::format(" (disconnected; ends in %lld s unless its client comes back)",
                             std::max(0ll, ends - static_cast<long long>(time(nullptr))));
       if (static_cast<pid_t>(pid) != getpid()) peer += session_state_note(d.drv, g_sessions_dir, static_cast<int>(pid));
-      list.push_back({static_cast<uint32_t>(pid), fields[0], peer, std::strtoull(fields[2].c_str(), nullptr, 10),
-                      static_cast<pid_t>(pid) == getpid()});
+      proto::wire::SessionEntry entry{static_cast<uint32_t>(pid), fields[0], peer,
+                                      std::strtoull(fields[2].c_str(), nullptr, 10), static_cast<pid_t>(pid) == getpid()};
+      // The counts of a session of this listener (protocol/session_table.h); an earlier
+      // listener's sessions are not in its table.
+      proto::table::SessionInfo info;
+      if (proto::table::session_info(static_cast<pid_t>(pid), &info)) {
+        entry.counted = true;
+        entry.gpu_bytes = info.gpu_bytes;
+        entry.calls = info.counts.calls;
+        entry.calls_per_s_milli = static_cast<uint64_t>(info.calls_per_s * 1000 + 0.5);
+      }
+      list.push_back(std::move(entry));
     }
     closedir(dir);
   }
@@ -769,6 +787,7 @@ bool push_snapshot(proto::Transport& t, const DriverTable& driver) {
 int run_session(int fd, const SessionOptions& options) {
   g_sessions_dir = options.sessions_dir;
   g_tenant = options.tenant;
+  proto::table::set_identity(options.identity);
   register_session(options.sessions_dir, options.identity, options.peer);
   // Bulk frames (8 MiB copy chunks) come and go all session long: keep them on the heap, where
   // freed ones are reused, instead of fresh mmap()s that page-fault on every byte.

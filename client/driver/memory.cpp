@@ -35,6 +35,7 @@
 #include "client/driver/host_memory.h"
 #include "client/driver/stream_capture.h"
 #include "client/mapped_memory.h"
+#include "client/progress.h"
 #include "client/runtime.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -66,6 +67,7 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
   // Into memory this process allocated and holds: nothing the server could refuse, so a
   // synchronize after it need not wait to hear (client/device_work.h).
   const bool checked = rgpu::client::device_memory::contains(dst, n);
+  rgpu::client::progress::Transfer shown(rgpu::client::progress::Kind::kToGpu, n);
   size_t off = 0;
   do {
     size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
@@ -158,6 +160,7 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
     } while (off < n);
     return CUDA_SUCCESS;
   }
+  rgpu::client::progress::Transfer shown(rgpu::client::progress::Kind::kFromGpu, n);
   constexpr size_t kInFlight = 32;  // chunks requested ahead
   std::deque<std::unique_ptr<Call>> calls;
   CUresult first = CUDA_SUCCESS;

@@ -139,7 +139,9 @@ void copy_string(const std::string& s, char* dst, unsigned int len) {
 }  // namespace rgpu::client::nvml
 
 // For rgpu-smi: the server's live sessions (protocol/messages.h kOpSessions), one line each:
-// "pid<TAB>identity<TAB>peer<TAB>start unix seconds<TAB>1 if this process's own<LF>", into buf.
+// "pid<TAB>identity<TAB>peer<TAB>start unix seconds<TAB>1 if this process's own<TAB>GPU memory
+// bytes<TAB>calls<TAB>calls per second in thousandths<LF>" (the last three "-" where the server
+// does not count the session), into buf.
 // Returns the bytes the whole list needs (call again with a larger buf if that is more than len),
 // or -1 when the server cannot be asked.
 extern "C" __attribute__((visibility("default"))) long rgpu_nvml_sessions(char* buf, size_t len) {
@@ -151,9 +153,14 @@ extern "C" __attribute__((visibility("default"))) long rgpu_nvml_sessions(char* 
   std::vector<proto::wire::SessionEntry> list;
   if (!proto::wire::read_sessions(c.reply(), &list)) return -1;
   std::string text;
-  for (const auto& e : list)
+  // One line a session: pid, identity, peer, start, self, then (when the server counts it) GPU
+  // memory bytes, calls, calls per second in thousandths; "-" for each where it does not.
+  for (const auto& e : list) {
     text += std::to_string(e.pid) + "\t" + e.identity + "\t" + e.peer + "\t" + std::to_string(e.start) + "\t" +
-            (e.self ? "1" : "0") + "\n";
+            (e.self ? "1" : "0");
+    for (uint64_t v : {e.gpu_bytes, e.calls, e.calls_per_s_milli}) text += "\t" + (e.counted ? std::to_string(v) : "-");
+    text += "\n";
+  }
   if (buf && len) {
     size_t k = std::min(len - 1, text.size());
     std::memcpy(buf, text.data(), k);

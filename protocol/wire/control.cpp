@@ -106,13 +106,19 @@ void put_sessions(Writer& w, const std::vector<SessionEntry>& v) {
     w.put_u64(e.start);
     w.put_u8(e.self ? 1 : 0);
   }
+  for (const SessionEntry& e : v) {
+    w.put_u8(e.counted ? 1 : 0);
+    w.put_u64(e.gpu_bytes);
+    w.put_u64(e.calls);
+    w.put_u64(e.calls_per_s_milli);
+  }
 }
 
 bool read_sessions(Reader& r, std::vector<SessionEntry>* out) {
   uint32_t n = r.u32();
   // 21 bytes at the least an entry (pid, two empty strings, start, self).
   if (!r.ok() || n > kMaxSessions || n > r.left() / 21) return r.fail();
-  out->resize(n);
+  out->assign(n, SessionEntry{});  // fresh entries: an older server's list leaves the counts unset
   for (SessionEntry& e : *out) {
     e.pid = r.u32();
     e.identity = r.str();
@@ -120,6 +126,13 @@ bool read_sessions(Reader& r, std::vector<SessionEntry>* out) {
     e.start = r.u64();
     e.self = r.u8() != 0;
     if (!r.ok()) return false;
+  }
+  if (r.left() == 0) return true;  // an older server: no counts
+  for (SessionEntry& e : *out) {
+    e.counted = r.u8() != 0;
+    e.gpu_bytes = r.u64();
+    e.calls = r.u64();
+    e.calls_per_s_milli = r.u64();
   }
   return r.ok();
 }

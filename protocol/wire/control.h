@@ -16,7 +16,10 @@
 //    u32 run; exactly kCallbackFrame bytes.
 //  kOpCallbackDone (client -> server, one-way): u64 callback id; exactly kCallbackDoneFrame bytes.
 //  kOpSessions: nothing. Reply: CUresult, u32 n (at most kMaxSessions), n × (u32 pid, str
-//    identity, str peer, u64 start time in unix seconds, u8 1 for the asking session).
+//    identity, str peer, u64 start time in unix seconds, u8 1 for the asking session), then (from
+//    servers with --metrics-listen's counters; absent from older ones) n × (u8 1 when the server
+//    counted this session (0: one an earlier listener left), u64 GPU memory bytes, u64 calls,
+//    u64 calls per second over the last sample, in thousandths).
 //  kOpSessionControl: u8 action, u32 pid, i32 gpu; exactly kSessionControlFrame bytes. The reader
 //    takes any action byte (the server answers one it does not know). Reply: CUresult, str
 //    message (at most kMaxSessionControlMessage bytes), u8 state.
@@ -68,6 +71,12 @@ struct SessionEntry {
   std::string identity, peer;
   uint64_t start = 0;
   bool self = false;
+  // What the server's session table counts for it (protocol/session_table.h); counted is false
+  // for a session it does not count, and for every session of a server older than these fields.
+  bool counted = false;
+  uint64_t gpu_bytes = 0;
+  uint64_t calls = 0;
+  uint64_t calls_per_s_milli = 0;
 };
 void put_sessions(Writer& w, const std::vector<SessionEntry>& v);
 bool read_sessions(Reader& r, std::vector<SessionEntry>* out);

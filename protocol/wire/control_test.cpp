@@ -110,6 +110,31 @@ TEST(WireControl, TheSessionListRoundTrips) {
   EXPECT_EQ(got[0].start, 1700000000u);
   EXPECT_TRUE(got[0].self);
   EXPECT_FALSE(got[1].self);
+  EXPECT_FALSE(got[0].counted);
+
+  SessionEntry counted{14, "bob@host", "127.0.0.1:6", 1700000001, false, true, 64 << 20, 1234, 56789};
+  Writer wc;
+  put_sessions(wc, {counted});
+  Reader rc(wc.buf().data(), wc.buf().size());
+  ASSERT_TRUE(read_sessions(rc, &got));
+  EXPECT_EQ(rc.left(), 0u);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].counted);
+  EXPECT_EQ(got[0].gpu_bytes, 64u << 20);
+  EXPECT_EQ(got[0].calls, 1234u);
+  EXPECT_EQ(got[0].calls_per_s_milli, 56789u);
+  // An older server's list ends after the entries: read without counts.
+  Writer old;
+  old.put_u32(1);
+  old.put_u32(15);
+  old.put_str("carol");
+  old.put_str("peer");
+  old.put_u64(1);
+  old.put_u8(0);
+  Reader ro(old.buf().data(), old.buf().size());
+  ASSERT_TRUE(read_sessions(ro, &got));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(got[0].counted);
   Writer big;
   big.put_u32(kMaxSessions + 1);
   Reader rb(big.buf().data(), big.buf().size());

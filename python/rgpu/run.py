@@ -69,6 +69,8 @@ environment set for the command:
   RGPU_OPSERVER    127.0.0.1:<local port> forwarded to the GPU machine's --opserver-port
                    (or the --opserver address as given)
   LD_LIBRARY_PATH  with --shim only: the folder of rgpu's libcuda.so.1 put first
+  RGPU_PROGRESS    with --progress 1, with --no-progress 0 (unset: the shim shows progress
+                   when the command's stderr is a terminal)
   Everything else (RGPU_TOKEN, ...) passes through unchanged.
 
 the tunnel:
@@ -199,6 +201,10 @@ def _build_parser() -> argparse.ArgumentParser:
                      "source tree; or give --shim-dir)")
     run.add_argument("--shim-dir", metavar="DIR",
                      help="the folder holding rgpu's libcuda.so.1 (implies --shim)")
+    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="say on stderr how far long transfers are (kernel-image uploads and large "
+                     "copies that take over 2 s): --progress always, --no-progress never; by default "
+                     "when the command's stderr is a terminal (sets RGPU_PROGRESS for the command)")
     run.add_argument("-v", "--verbose", action="store_true",
                      help="say what rgpu-run does: the ssh command line, ports, checks")
     run.add_argument("--version", action="version", version=f"rgpu-run {_version()}",
@@ -740,6 +746,8 @@ def _set_up(args, signals: _Signals) -> tuple[dict, Tunnel | None]:
         d = _shim_dir(args)
         old = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = f"{d}:{old}" if old else d
+    if args.progress is not None:
+        env["RGPU_PROGRESS"] = "1" if args.progress else "0"
     tunnelled = [s for s in services if not s.direct] if args.host else []
     for s in services:
         if s.direct:

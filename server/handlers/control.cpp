@@ -6,6 +6,7 @@
 
 #include "common/crypto.h"
 #include "gen/ops.gen.h"
+#include "protocol/session_table.h"
 #include "protocol/snapshot.h"
 #include "protocol/wire/control.h"
 #include "protocol/wire/launch.h"
@@ -79,7 +80,9 @@ void module_by_hash(Dispatch& d) {
   if (load_op != op::cuModuleLoadData && load_op != op::cuLibraryLoadData)
     return d.reply.put<int32_t>(CUDA_ERROR_INVALID_VALUE);
   std::vector<uint8_t> image;
-  if (!module_cache::load(hash, &image)) return d.reply.put<int32_t>(CUDA_ERROR_NOT_FOUND);
+  const bool hit = module_cache::load(hash, &image);
+  proto::table::note_module_cache(hit);
+  if (!hit) return d.reply.put<int32_t>(CUDA_ERROR_NOT_FOUND);
   CUresult rc = load_op == op::cuModuleLoadData ? load_module_image(d, id, image.data(), image.size())
                                                 : load_library_image(d, id, image.data(), image.size());
   d.reply.put<int32_t>(rc);

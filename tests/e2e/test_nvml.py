@@ -1,5 +1,6 @@
 """rgpu's NVML shim (libnvidia-ml.so.1) end to end: an NVML program and rgpu-smi through the shim,
 rgpu-server and the fake NVML (libfakenvml.so, which reports fakecuda's H200)."""
+import json
 import os
 import subprocess
 import sys
@@ -90,6 +91,38 @@ def test_rgpu_smi_lists_live_sessions(server):
             break
         time.sleep(0.1)
     assert "sessions:    1" in r.stdout, r.stdout
+
+
+def test_rgpu_smi_sessions_json_gives_memory_calls_and_rate(server):
+    # A client that allocates 32 MiB and makes calls for about two seconds, then waits.
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import ctypes, sys, time; cu = ctypes.CDLL('libcuda.so.1'); assert cu.cuInit(0) == 0\n"
+         "ctx = ctypes.c_void_p(); cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0); cu.cuCtxSetCurrent(ctx)\n"
+         "p = ctypes.c_uint64(); assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(32 << 20)) == 0\n"
+         "t = time.time()\n"
+         "while time.time() - t < 2.5: cu.cuCtxSynchronize()\n"
+         "print('up', flush=True); sys.stdin.readline()"],
+        env={**os.environ, "LD_LIBRARY_PATH": str(BUILD / "lib"), "RGPU_SERVER": server.addr,
+             "RGPU_ONEWAY_SYNC": "0", "RGPU_ALLOC_AHEAD": "0"},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        r = run_client([RGPU_SMI, "sessions", "--json"], server)
+        assert r.returncode == 0, r.stdout + r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["server"] == server.addr
+        [mine] = [s for s in doc["sessions"] if f"pid={holder.pid} " in s["client"]]
+        assert mine["gpu_memory_bytes"] == 32 << 20
+        assert mine["calls"] > 100 and mine["calls_per_s"] > 0 and mine["uptime_s"] >= 2 and not mine["self"], mine
+        [smi] = [s for s in doc["sessions"] if s["self"]]
+        assert "prog=rgpu-smi" in smi["client"]
+        r = run_client([RGPU_SMI, "sessions"], server)
+        assert any(f"pid={holder.pid} " in l and "32 MiB GPU memory" in l and "calls/s" in l
+                   for l in r.stdout.splitlines()), r.stdout
+    finally:
+        holder.stdin.close()
+        holder.wait(10)
 
 
 def test_wrong_token_gives_a_clear_error():

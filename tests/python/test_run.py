@@ -179,6 +179,16 @@ class TestDirectAddresses:
                      env=env)
         assert r.stdout.strip() == f"{tmp_path}:/old", r.stderr
 
+    def test_progress_options_set_rgpu_progress(self):
+        show = python_command("import os; print(os.environ.get('RGPU_PROGRESS', 'unset'))")
+        env = dict(os.environ)
+        env.pop("RGPU_PROGRESS", None)
+        for flag, want in (("--progress", "1"), ("--no-progress", "0")):
+            r = rgpu_run("--server", "h:1", flag, "--", *show, env=env)
+            assert (r.returncode, r.stdout.strip()) == (0, want), r.stderr
+        r = rgpu_run("--server", "h:1", "--", *show, env=env)
+        assert r.stdout.strip() == "unset", r.stderr
+
     def test_shim_dir_without_the_library_is_refused(self, tmp_path):
         r = rgpu_run("--server", "h:1", "--shim-dir", str(tmp_path), "--", "true")
         assert r.returncode == 2
@@ -190,7 +200,7 @@ class TestDirectAddresses:
         for word in ("--host", "--ssh-port", "-i KEY", "--ssh-option", "--server-port",
                      "--opserver-port", "--server HOST:PORT", "--opserver HOST:PORT", "--shim",
                      "--driver-path", "--shim-dir", "--timeout", "--no-check", "RGPU_SERVER",
-                     "RGPU_OPSERVER", "LD_LIBRARY_PATH", "128+N"):
+                     "RGPU_OPSERVER", "LD_LIBRARY_PATH", "128+N", "--progress", "RGPU_PROGRESS"):
             assert word in r.stdout, f"--help does not mention {word}"
 
     def test_runs_as_python_dash_m_rgpu_run(self):
