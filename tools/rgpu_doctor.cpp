@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "common/version.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/version.h"
 #include "protocol/client_session.h"
 #include "protocol/messages.h"
 #include "protocol/tls.h"
