@@ -672,9 +672,10 @@ Channel::Io Channel::read_more(uint8_t* dst, size_t cap, size_t* got, ReadWait& 
     }
     const bool checking = w.wait == Wait::kAwaiting;
     ssize_t r = Transport::kTimedOut;
-    if (checking && !w.spun) {
-      // A reply is owed: where it pays (common/spin_policy.h), look for it without sleeping for
-      // a moment first; a reply that comes then costs no wake-up.
+    if ((checking || side_ == Side::kServer) && !w.spun) {
+      // A reply is owed (or, on the server, the client's next call usually follows its reply
+      // within microseconds): where it pays (common/spin_policy.h), look for it without sleeping
+      // for a moment first; a frame that comes then costs no wake-up.
       w.spun = true;
       if (auto spin = spin_.before_wait(); spin.count() > 0) {
         const auto until = Clock::now() + spin;

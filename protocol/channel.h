@@ -291,7 +291,7 @@ class Channel {
   Clock::time_point last_rx_{};
   // When the frame being read must be whole (ChannelOptions::frame_time); max between frames.
   Clock::time_point frame_deadline_ = Clock::time_point::max();
-  SpinPolicy spin_;  // how the reader waits for a reply (reader role only)
+  SpinPolicy spin_;  // how the reader waits for a reply, or on the server for the next call (reader role only)
 
   ChannelStats stats_;
 };

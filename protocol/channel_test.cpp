@@ -579,6 +579,27 @@ TEST(Backoff, DoublesFromAQuarterSecondToTenWithJitter) {
   }
 }
 
+// A read with a zero timeout is a look, as a spinning reader makes them (common/spin_policy.h):
+// it returns at once when nothing is there, and takes what is. (It used to set SO_RCVTIMEO, which
+// rounds zero up to a millisecond: every "spin" slept in the kernel.) A later read with a timeout
+// still waits for it.
+TEST(SocketTransport, AZeroTimeoutLooksWithoutBlockingAndLeavesTheTimeoutAsItWas) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  auto t = socket_transport(sv[0]);
+  char buf[8];
+  EXPECT_EQ(t->read_some(buf, sizeof buf, 50ms), Transport::kTimedOut);  // sets a 50 ms timeout
+  const auto start = Clock::now();
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(t->read_some(buf, sizeof buf, 0ms), Transport::kTimedOut);
+  EXPECT_LT(Clock::now() - start, 100ms);  // 200 looks; blocking ones took 200 ms and more
+  ASSERT_EQ(::write(sv[1], "hi", 2), 2);
+  EXPECT_EQ(t->read_some(buf, sizeof buf, 0ms), 2);
+  const auto wait_start = Clock::now();
+  EXPECT_EQ(t->read_some(buf, sizeof buf, 50ms), Transport::kTimedOut);
+  EXPECT_GE(Clock::now() - wait_start, 40ms);
+  ::close(sv[1]);
+}
+
 TEST(Dial, GivesUpWithinTheTotalTimeNamingAddressCauseAndFix) {
   // A port nobody listens on (bound, then closed).
   std::string err;

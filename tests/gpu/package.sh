@@ -15,7 +15,7 @@ if [ ! -f "$wheel" ]; then
   echo "build_wheels.sh failed (tail of its log below); packaging the unrepaired wheel"
   tail -5 "$OUT/build_wheels.log"
   rm -rf build/wheel-raw
-  RGPU_PREBUILT=$PWD/build "$PY" -m pip wheel -q --no-deps --no-build-isolation -w build/wheel-raw python \
+  RGPU_PREBUILT=$PWD/build "$PY" -m pip wheel -q --no-deps --no-build-isolation -w build/wheel-raw ./python \
     >"$OUT/pip_wheel.log" 2>&1 || { tail -20 "$OUT/pip_wheel.log"; exit 1; }
   wheel=$(ls build/wheel-raw/rgpu-*.whl)
 fi
