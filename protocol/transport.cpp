@@ -56,22 +56,10 @@ class SocketTransport : public Transport {
     // A zero timeout is a look (a spinning reader, common/spin_policy.h): one recv that does not
     // block, and the socket's timeout left as it is. SO_RCVTIMEO rounds zero up to a millisecond
     // of blocking, which made every "spin" a sleep in the kernel (issue 16: the H100's small call).
-    if (timeout.count() == 0) {
-      for (;;) {
-        ssize_t r = ::recv(fd_, buf, n, MSG_DONTWAIT);
-        if (r > 0) {
-          traffic().read.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
-          return r;
-        }
-        if (r == 0) return kBroken;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return kTimedOut;
-        return kBroken;
-      }
-    }
-    // One blocking recv per read: the timeout is a socket option, set only when it changes (the
-    // channel asks for the same heartbeat interval again and again), so a read costs one syscall.
-    if (timeout != timeout_) {
+    const bool look = timeout.count() == 0;
+    // Otherwise one blocking recv per read: the timeout is a socket option, set only when it changes
+    // (the channel asks for the same heartbeat interval again and again), so a read costs one syscall.
+    if (!look && timeout != timeout_) {
       timeval tv{};
       if (timeout != kForever) {
         auto ms = std::max<long long>(timeout.count(), 1);
@@ -82,7 +70,7 @@ class SocketTransport : public Transport {
       timeout_ = timeout;
     }
     for (;;) {
-      ssize_t r = ::recv(fd_, buf, n, 0);
+      ssize_t r = ::recv(fd_, buf, n, look ? MSG_DONTWAIT : 0);
       if (r > 0) {
         traffic().read.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
         return r;
