@@ -46,7 +46,10 @@ int device_server(CUdevice client_ordinal);
 // The server of the allocation holding p, -1 when the client has none on record. Allocations are
 // recorded (note_allocation) only with several servers.
 int pointer_server(CUdeviceptr p);
-void note_allocation(CUdeviceptr base, size_t size, int server);
+// Records an allocation; when it overlaps another server's allocation, records nothing and
+// returns that server (two servers' device addresses can coincide: each is its own process,
+// often on its own host), else -1.
+int note_allocation(CUdeviceptr base, size_t size, int server);
 void forget_allocation(CUdeviceptr base);
 // The server of this thread's current context (0 when none is current).
 int current_server();

@@ -297,10 +297,21 @@ std::shared_mutex g_alloc_mu;
 std::map<CUdeviceptr, std::pair<size_t, int>>& g_allocs = *new std::map<CUdeviceptr, std::pair<size_t, int>>();
 }  // namespace
 
-void note_allocation(CUdeviceptr base, size_t size, int server) {
-  if (!several_servers() || !base) return;
+int note_allocation(CUdeviceptr base, size_t size, int server) {
+  if (!several_servers() || !base) return -1;
   std::unique_lock lock(g_alloc_mu);
+  // Another server's allocation in [base, base + size): the next one at or after base, or the
+  // last one before it if it reaches past base.
+  const size_t n = std::max<size_t>(size, 1);
+  auto it = g_allocs.lower_bound(base);
+  if (it != g_allocs.end() && it->first - base < n && it->second.second != server) return it->second.second;
+  if (it != g_allocs.begin()) {
+    auto before = std::prev(it);
+    if (base - before->first < std::max<size_t>(before->second.first, 1) && before->second.second != server)
+      return before->second.second;
+  }
   g_allocs[base] = {size, server};
+  return -1;
 }
 
 void forget_allocation(CUdeviceptr base) {

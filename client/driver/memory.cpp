@@ -312,9 +312,30 @@ RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr_v1 src, un
 
 RGPU_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   CUresult rc = rgpu::client::device_memory::allocate(dptr, bytesize);
-  // Several servers: calls that name only this pointer go to its server (client/call.h).
-  if (rc == CUDA_SUCCESS && dptr && rgpu::client::several_servers())
-    rgpu::client::note_allocation(*dptr, bytesize, rgpu::client::current_server());
+  // Several servers: calls that name only this pointer go to its server (client/call.h). Memory
+  // at an address another server's memory also has could not be told apart from it: refused,
+  // rather than a copy reaching the wrong GPU.
+  if (rc == CUDA_SUCCESS && dptr && rgpu::client::several_servers()) {
+    const int server = rgpu::client::current_server();
+    if (int other = rgpu::client::note_allocation(*dptr, bytesize, server); other >= 0) {
+      auto* a = rgpu::client::connection(server);
+      auto* b = rgpu::client::connection(other);
+      rgpu::log::error("cuMemAlloc: %s gave memory at %#llx, where %s's memory also is (each server is its own "
+                       "process, and their device addresses can coincide); rgpu could not tell the two apart, so it "
+                       "refuses the allocation (returning CUDA_ERROR_NOT_SUPPORTED): use one server per program, "
+                       "or servers whose device addresses differ",
+                       a ? a->server_name().c_str() : "?", static_cast<unsigned long long>(*dptr),
+                       b ? b->server_name().c_str() : "?");
+      // Freed on its own server: the pointer alone would route to the other's memory.
+      rgpu::client::device_memory::forget(*dptr);
+      rgpu::client::Call c(rgpu::op::cuMemFree_v2, rgpu::client::kOneWay);
+      c.to_server(server);
+      c.args().put<CUdeviceptr>(*dptr);
+      c.invoke();
+      *dptr = 0;
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
   return rc;
 }
 

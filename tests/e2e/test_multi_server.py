@@ -132,3 +132,19 @@ def test_a_malformed_server_list_is_refused_with_the_form_it_takes(tmp_path, bad
     r = run(tmp_path, bad)
     assert "FAIL cuInit: 46" in r.stdout, r.stdout + r.stderr  # CUDA_ERROR_DEVICE_UNAVAILABLE
     assert "host:port[,host:port...]" in r.stderr, r.stderr
+
+
+def test_memory_at_an_address_another_server_uses_is_refused_saying_why(tmp_path):
+    # Two servers whose device addresses coincide (both fakes at the same slot; on real GPUs each
+    # server is a process of its own whose addresses can match the other's): the second device's
+    # allocation lands where the first's is, and a pointer could not say which server it is on.
+    # It is refused (and freed on its own server), not routed to the wrong GPU.
+    a, b = Server(), Server()
+    try:
+        r = run(tmp_path, f"{a.addr},{b.addr}")
+    finally:
+        a.stop()
+        b.stop()
+    assert "count 2" in r.stdout and "FAIL alloc: 801" in r.stdout, r.stdout + r.stderr
+    assert "cuMemAlloc:" in r.stderr and "refuses the allocation" in r.stderr, r.stderr
+    assert a.addr in r.stderr and b.addr in r.stderr, r.stderr
