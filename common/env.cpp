@@ -126,6 +126,9 @@ constexpr Variable kVariables[] = {
     {"RGPU_BUILD_DIR", "", "`build/` of the source tree", kTorch,
      "the CMake build the Python package takes `librgpu_torch.so`, the shims and `rgpu-opserver` "
      "from (`python/rgpu/__init__.py`)"},
+    {"RGPU_PREBUILT", "", "unset: the package compiles its backend", kTorch,
+     "building the wheel (`scripts/build_wheels.sh`, `python/setup.py`): a CMake build directory whose "
+     "programs, shims and PyTorch backend the wheel packages as they are, instead of compiling them"},
 };
 
 // Leaked on purpose: read by calls made from exit handlers, after static destructors.
