@@ -5,6 +5,7 @@ import os
 import shutil
 import stat
 import subprocess
+from pathlib import Path
 
 from conftest import BUILD, free_port, run_client
 
@@ -35,7 +36,8 @@ def test_all_ok(token_server, tmp_path):
     assert "ok: libcuda.so.1 resolves to rgpu's shim" in out
     assert f"ok: rgpu-server at {token_server.addr} accepts connections" in out
     assert "ok: the token (RGPU_TOKEN) is accepted, plain TCP" in out
-    assert "ok: versions: rgpu protocol" in out
+    version = (Path(__file__).resolve().parents[2] / "VERSION").read_text().strip()
+    assert f"ok: versions: rgpu {version} here, protocol" in out
     assert "ok: GPU 0: NVIDIA H200 (rgpu fake)" in out and "driver CUDA 13.0" in out
     assert "ok: round trip" in out and "ok: bandwidth:" in out
     assert "ok: torch 2.9.0 is built for CUDA 12.8, which the server's driver (CUDA 13.0) runs" in out
