@@ -175,9 +175,14 @@ bool write_now() {
   fprintf(f, "{\n  \"pid\": %d,\n  \"round_trips\": %llu,\n  \"oneway_calls\": %llu,\n", static_cast<int>(t->pid),
           static_cast<unsigned long long>(conn ? conn->round_trips() : 0),
           static_cast<unsigned long long>(conn ? conn->oneway_calls() : 0));
-  fprintf(f, "  \"bytes_sent\": %llu,\n  \"bytes_received\": %llu,\n",
-          static_cast<unsigned long long>(conn ? conn->bytes_sent() : 0),
-          static_cast<unsigned long long>(conn ? conn->bytes_received() : 0));
+  // Bytes over every server's connection (RGPU_SERVER=a,b): what passed through this process.
+  uint64_t sent = 0, received = 0;
+  for (Connection* c : connections()) {
+    sent += c->bytes_sent();
+    received += c->bytes_received();
+  }
+  fprintf(f, "  \"bytes_sent\": %llu,\n  \"bytes_received\": %llu,\n", static_cast<unsigned long long>(sent),
+          static_cast<unsigned long long>(received));
   auto list = [f](const char* key, const std::vector<Row>& v, bool last) {
     fprintf(f, "  \"%s\": [", key);
     for (size_t i = 0; i < v.size(); ++i) {

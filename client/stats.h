@@ -8,7 +8,7 @@
 //     "oneway_calls": 3400,        // calls queued without waiting (Connection::oneway_calls)
 //     "bytes_sent": 39845888,      // frame bytes (headers + payloads) sent after the handshake
 //     "bytes_received": 123456,    // frame bytes received after the handshake
-//                                  // (Connection::bytes_sent / bytes_received)
+//                                  // (Connection::bytes_sent / bytes_received, every server's summed)
 //     "calls": {"cuLaunchKernel": 3000, ...},  // every op sent, by name: how many times
 //     "ops": [                     // at most 20, by total_wait_us, largest first
 //       {"op": "cuMemcpyHtoD_v2", "count": 46, "waited": 8, "total_wait_us": 16363, "max_wait_us": 14170},

@@ -2652,7 +2652,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevi
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyDtoDAsync_v2");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoDAsync_v2, rgpu::client::kOneWay);
   c.via_pointer(dstDevice);
@@ -2666,7 +2666,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevi
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyDtoDAsync_v2_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoDAsync_v2_ptsz, rgpu::client::kOneWay);
   c.via_pointer(dstDevice);
@@ -2680,7 +2680,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr ds
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyDtoD_v2");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoD_v2, rgpu::client::kWaits);
   c.via_pointer(dstDevice);
@@ -2691,7 +2691,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, C
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyDtoD_v2_ptds");
   rgpu::client::Call c(rgpu::op::cuMemcpyDtoD_v2_ptds, rgpu::client::kWaits);
   c.via_pointer(dstDevice);
@@ -2714,7 +2714,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray /*dstArray*/, si
 
 extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyHtoA_v2_ptds(CUarray /*dstArray*/, size_t /*dstOffset*/, const void * /*srcHost*/, size_t /*ByteCount*/) { return rgpu::client::unsupported("cuMemcpyHtoA_v2_ptds"); }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyPeer");
   rgpu::client::Call c(rgpu::op::cuMemcpyPeer, rgpu::client::kWaits);
   c.via_pointer(dstDevice);
@@ -2729,7 +2729,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dstDevice, CUco
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyPeerAsync");
   rgpu::client::Call c(rgpu::op::cuMemcpyPeerAsync, rgpu::client::kWaits);
   c.via_pointer(dstDevice);
@@ -2747,7 +2747,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice,
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) {
   rgpu::client::trace_call("cuMemcpyPeerAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemcpyPeerAsync_ptsz, rgpu::client::kWaits);
   c.via_pointer(dstDevice);
@@ -2765,7 +2765,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDe
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount) {
   rgpu::client::trace_call("cuMemcpyPeer_ptds");
   rgpu::client::Call c(rgpu::op::cuMemcpyPeer_ptds, rgpu::client::kWaits);
   c.via_pointer(dstDevice);

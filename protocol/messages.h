@@ -336,6 +336,27 @@ enum Op : uint16_t {
   // this session mints carry the number. A server older than this op
   // answers CUDA_ERROR_NOT_SUPPORTED, which the client reports: it cannot serve as a second server.
   kOpHandleSpace = 48,
+  // Copies between devices of two servers (cuMemcpyPeer*, cuMemcpyDtoD* with RGPU_SERVER=a,b):
+  // the bytes go from the source server A straight to the destination server B over a link A
+  // dials, never through the client (codecs: protocol/wire/copy.h; server/handlers/peer_copy.cpp).
+  // kOpPeerTicket, to B: Request: nothing. Reply: CUresult, u16 port B's session listens on for
+  //   links, 32 bytes ticket: a one-time secret B keeps for this session. The client asks once
+  //   per pair of servers, so the link is opened once. B refuses (CUDA_ERROR_NOT_SUPPORTED) when
+  //   its session runs over TLS: links carry bytes in clear, and the client then stages the
+  //   bytes through itself.
+  // kOpPeerSend, to A (one-way for async copies): u64 copy id (client-chosen, unique in the
+  //   client process), str B's host (as the client dialled it), u16 port, 32 bytes ticket, u64
+  //   src, u64 n, u8 has stream, u64 stream. A dials B once (kPeerLinkMagic, ticket) and, after
+  //   the stream's earlier work (its context's, without a stream), sends the copy's bytes as
+  //   chunks: u64 copy id, u32 length (at most kPeerChunk), the bytes; a length of
+  //   kPeerChunkFailed, followed by i32 CUresult, tells B the copy failed at A.
+  // kOpPeerReceive, to B (one-way for async copies): u64 copy id, u64 dst, u64 n, u8 has
+  //   stream, u64 stream. B, in the order of the calls of the client thread, waits for the
+  //   stream's earlier work (its context's, without a stream), then writes the copy's bytes to
+  //   dst as they arrive, so calls after it on that stream find them there.
+  kOpPeerTicket = 49,
+  kOpPeerSend = 50,
+  kOpPeerReceive = 51,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
@@ -347,6 +368,11 @@ enum Op : uint16_t {
   kFirstNvmlOp = 8192,
 };
 inline constexpr uint32_t kNvmlMaxArray = 4096;
+// Server-to-server copy links (kOpPeerSend): the dialling server's first bytes, then chunks.
+inline constexpr uint32_t kPeerLinkMagic = 0x50504752;  // "RGPP" on the wire
+inline constexpr size_t kPeerTicketBytes = 32;
+inline constexpr uint32_t kPeerChunk = 4u << 20;
+inline constexpr uint32_t kPeerChunkFailed = 0xffffffff;
 // kOpParamLayout walks at most this many parameters (past the driver's own limit: 32764 bytes).
 inline constexpr uint32_t kMaxParamLayout = 4096;
 // kOpFuncAttributes answers at most this many attributes.

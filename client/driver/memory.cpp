@@ -137,7 +137,10 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
     rgpu::client::Connection* conn = rgpu::client::connection();
     if (!conn) return CUDA_ERROR_NOT_INITIALIZED;
     static std::once_flag once;
-    std::call_once(once, [conn] { conn->set_async_data_handlers(async_dest, async_done); });
+    // Every server's connection delivers (RGPU_SERVER=a,b): delivery ids are the process's.
+    std::call_once(once, [] {
+      for (rgpu::client::Connection* c : rgpu::client::connections()) c->set_async_data_handlers(async_dest, async_done);
+    });
     size_t off = 0;
     do {
       size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);

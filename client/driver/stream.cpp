@@ -5,6 +5,7 @@
 // no current context; an event is created only in one (INVALID_CONTEXT first).
 #include <cuda.h>
 
+#include "client/call.h"
 #include "client/driver/argument_checks.h"
 #include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
@@ -13,6 +14,20 @@
 namespace {
 
 namespace checks = rgpu::client::checks;
+
+// A stream of one server waiting for an event of another (RGPU_SERVER=a,b): neither server can
+// see the other's event, so the wait happens here, on the host: once the event has completed,
+// whatever the program queues on the stream after this call runs after the event's work, as the
+// driver promises. Stricter than the driver (this thread blocks until then), never looser.
+bool waits_across_servers(CUstream stream, CUevent event, CUresult* rc) {
+  if (!rgpu::client::several_servers() || !event) return false;
+  int stream_server = rgpu::client::handle_server(rgpu::client::handle_id(stream));
+  if (stream_server < 0) stream_server = rgpu::client::current_server();
+  if (rgpu::client::handle_server(rgpu::client::handle_id(event)) == stream_server) return false;
+  rgpu::client::trace_call("cuStreamWaitEvent across servers");
+  *rc = cuEventSynchronize(event);
+  return true;
+}
 
 bool has_context() {
   checks::DeviceLimits unused;
@@ -44,12 +59,14 @@ RGPU_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* phEvent, unsigned int Flags)
 RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   if (hEvent && checks::stream_wait_event_flags(Flags))
     return checks::refused(rgpu::op::cuStreamWaitEvent, checks::stream_wait_event_flags(Flags));
+  if (CUresult rc; waits_across_servers(hStream, hEvent, &rc)) return rc;
   return rgpu_fwd_cuStreamWaitEvent(hStream, hEvent, Flags);
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   if (hEvent && checks::stream_wait_event_flags(Flags))
     return checks::refused(rgpu::op::cuStreamWaitEvent_ptsz, checks::stream_wait_event_flags(Flags));
+  if (CUresult rc; waits_across_servers(hStream, hEvent, &rc)) return rc;
   return rgpu_fwd_cuStreamWaitEvent_ptsz(hStream, hEvent, Flags);
 }
 

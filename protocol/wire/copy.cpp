@@ -84,4 +84,44 @@ bool read_pitched_copy(Reader& r, bool async, bool three_d, PitchedCopy* out) {
   return true;
 }
 
+void put_peer_send(Writer& w, const PeerSend& v) {
+  w.put_u64(v.copy);
+  w.put_str(v.host);
+  w.put<uint16_t>(v.port);
+  w.append(v.ticket.data(), v.ticket.size());
+  w.put_u64(v.src);
+  w.put_u64(v.n);
+  w.put_u8(v.has_stream);
+  w.put_u64(v.stream);
+}
+
+bool read_peer_send(Reader& r, PeerSend* out) {
+  out->copy = r.u64();
+  out->host = r.str(255);
+  out->port = r.get<uint16_t>();
+  r.take(out->ticket.data(), out->ticket.size());
+  out->src = r.u64();
+  out->n = r.u64();
+  out->has_stream = r.u8() != 0;
+  out->stream = r.u64();
+  return r.ok();
+}
+
+void put_peer_receive(Writer& w, const PeerReceive& v) {
+  w.put_u64(v.copy);
+  w.put_u64(v.dst);
+  w.put_u64(v.n);
+  w.put_u8(v.has_stream);
+  w.put_u64(v.stream);
+}
+
+bool read_peer_receive(Reader& r, PeerReceive* out) {
+  out->copy = r.u64();
+  out->dst = r.u64();
+  out->n = r.u64();
+  out->has_stream = r.u8() != 0;
+  out->stream = r.u64();
+  return r.ok();
+}
+
 }  // namespace rgpu::proto::wire

@@ -30,7 +30,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <cstring>
+#include <string>
 
 #include "common/wire.h"
 #include "protocol/messages.h"
@@ -89,5 +91,26 @@ void put_pitched_copy_head(Writer& w, bool async, const PitchedCopy& c);
 // three_d false: a cuMemcpy2D*, whose depth must be 1. Refuses unknown kinds, a host side's size
 // over kMaxCopyBytes or zero, and a host source whose bytes are not exactly W*H*D.
 bool read_pitched_copy(Reader& r, bool async, bool three_d, PitchedCopy* out);
+
+// Copies between two servers (protocol/messages.h kOpPeerTicket, kOpPeerSend, kOpPeerReceive).
+using PeerTicket = std::array<uint8_t, kPeerTicketBytes>;
+struct PeerSend {
+  uint64_t copy = 0;
+  std::string host;  // the destination server, as the client dialled it
+  uint16_t port = 0;
+  PeerTicket ticket{};
+  uint64_t src = 0, n = 0;
+  bool has_stream = false;
+  uint64_t stream = 0;
+};
+void put_peer_send(Writer& w, const PeerSend& v);
+bool read_peer_send(Reader& r, PeerSend* out);
+struct PeerReceive {
+  uint64_t copy = 0, dst = 0, n = 0;
+  bool has_stream = false;
+  uint64_t stream = 0;
+};
+void put_peer_receive(Writer& w, const PeerReceive& v);
+bool read_peer_receive(Reader& r, PeerReceive* out);
 
 }  // namespace rgpu::proto::wire

@@ -111,5 +111,38 @@ TEST(WireCopy, PitchedCopiesRefuseUnknownKindsBadDepthsAndHostileSizes) {
   EXPECT_FALSE(refused(c, true, 4));  // exactly W*H*D
 }
 
+TEST(WireCopy, CopiesBetweenServersRoundTripAndRefuseTruncation) {
+  PeerSend send{7, "gpu-b.example", 9713, {}, 0x7f0000001000, (16u << 20) + 3, true, 0x2001};
+  send.ticket[0] = 0xab, send.ticket[31] = 0xcd;
+  Writer w;
+  put_peer_send(w, send);
+  Reader r(w.buf().data(), w.buf().size());
+  PeerSend got;
+  ASSERT_TRUE(read_peer_send(r, &got));
+  EXPECT_EQ(r.left(), 0u);
+  EXPECT_EQ(got.copy, 7u);
+  EXPECT_EQ(got.host, "gpu-b.example");
+  EXPECT_EQ(got.port, 9713);
+  EXPECT_EQ(got.ticket, send.ticket);
+  EXPECT_EQ(got.src, send.src);
+  EXPECT_EQ(got.n, send.n);
+  EXPECT_TRUE(got.has_stream);
+  EXPECT_EQ(got.stream, 0x2001u);
+  Reader cut(w.buf().data(), w.buf().size() - 1);
+  EXPECT_FALSE(read_peer_send(cut, &got));
+
+  Writer w2;
+  put_peer_receive(w2, {9, 0x7f0000002000, 1, false, 0});
+  Reader r2(w2.buf().data(), w2.buf().size());
+  PeerReceive rec;
+  ASSERT_TRUE(read_peer_receive(r2, &rec));
+  EXPECT_EQ(rec.copy, 9u);
+  EXPECT_EQ(rec.dst, 0x7f0000002000u);
+  EXPECT_EQ(rec.n, 1u);
+  EXPECT_FALSE(rec.has_stream);
+  Reader cut2(w2.buf().data(), 8);
+  EXPECT_FALSE(read_peer_receive(cut2, &rec));
+}
+
 }  // namespace
 }  // namespace rgpu::proto::wire

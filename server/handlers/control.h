@@ -36,6 +36,13 @@ void export_table_info(Dispatch& d);
 void sessions(Dispatch& d);
 // kOpSessionControl: rgpu-smi suspend, resume, migrate (server/session_control.cpp).
 void session_control(Dispatch& d);
+// kOpPeerTicket, kOpPeerSend, kOpPeerReceive: copies between two servers' devices, straight from
+// server to server (server/handlers/peer_copy.cpp). peer_copy_setup runs once, before the first
+// call: where the session's client reached it (links are listened for there) and whether over TLS.
+void peer_copy_setup(int client_fd, bool tls);
+void peer_ticket(Dispatch& d);
+void peer_send(Dispatch& d);
+void peer_receive(Dispatch& d);
 // (Which op each of these answers: server/dispatch.cpp.)
 
 }  // namespace rgpu::server::handlers

@@ -45,6 +45,7 @@
 #include "protocol/messages.h"
 #include "protocol/op_classes.h"
 #include "protocol/wire/control.h"
+#include "protocol/wire/copy.h"
 #include "protocol/wire/dark_api.h"
 #include "protocol/wire/launch.h"
 #include "protocol/wire/module.h"
@@ -329,6 +330,12 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   seed(op::cuModuleUnload, [](rgpu::Writer& w) { w.put_u64(kModule); });
   seed(op::cuModuleGetFunction, [](rgpu::Writer& w) { w.put_u64(0x2001), w.put_u64(kModule), w.put_str("rgpu_fill_u32"); });
   seed(rgpu::proto::kOpClusterTopology, [](rgpu::Writer& w) { w.put_u64(0); });  // the current context
+  // Copies between servers: outside a session (here) they decode and refuse, dialling nothing.
+  seed(rgpu::proto::kOpPeerTicket, [](rgpu::Writer&) {});
+  seed(rgpu::proto::kOpPeerSend, [&](rgpu::Writer& w) {
+    rgpu::proto::wire::put_peer_send(w, {1, "127.0.0.1", 9, {}, dev, 64, true, kStream});
+  });
+  seed(rgpu::proto::kOpPeerReceive, [&](rgpu::Writer& w) { rgpu::proto::wire::put_peer_receive(w, {1, dev, 64, false, 0}); });
   seed(op::cuFuncGetParamInfo, [](rgpu::Writer& w) { w.put_u64(kFunc), w.put_u64(1); });
   seed(op::cuModuleLoadData, [&](rgpu::Writer& w) { w.put_u64(0x2002), w.put_bytes(g_image.data(), g_image.size()); });
   // rgpu_fill_u32(unsigned* p, unsigned value, unsigned long long n): layout (0,8) (8,4) (16,8).

@@ -1,7 +1,8 @@
 // Fuzz target for protocol/wire/copy.h: the server decodes every copy the client sends (the bulk
 // bytes of host-to-device and pitched copies among them), the client decodes the async data
 // frame's head, so any bytes must decode or be refused without reading past the end or taking a
-// size over the limits. The first byte picks the message (bit 7: the async form). What decodes
+// size over the limits. The first byte picks the message (bit 7: the async form; with 2, bit 6 the
+// copies between servers, bit 5 which half). What decodes
 // must re-encode to bytes that decode and re-encode to the same bytes again.
 #include <cstdint>
 #include <cstdlib>
@@ -35,6 +36,18 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
       return true;
     }
     case 2: {
+      if (k & 0x40) {  // copies between servers
+        if (k & 0x20) {
+          PeerSend m;
+          if (!read_peer_send(r, &m)) return false;
+          put_peer_send(*out, m);
+        } else {
+          PeerReceive m;
+          if (!read_peer_receive(r, &m)) return false;
+          put_peer_receive(*out, m);
+        }
+        return true;
+      }
       uint64_t id;
       int32_t status;
       if (!read_async_data_head(r, &id, &status)) return false;

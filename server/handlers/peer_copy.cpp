@@ -1,0 +1,312 @@
+// Copies between devices of two servers (protocol/messages.h kOpPeerTicket, kOpPeerSend,
+// kOpPeerReceive): the source server A reads the bytes off its device and writes them on a link to
+// the destination server B, which writes them to its device; the client sends each side its half
+// and never sees the bytes.
+//
+// Each session is a process of its own, so what is kept here (the link listener, the tickets it
+// takes, the links dialled, the chunks that arrived) is this session's. B listens for links on a
+// port of its own, on the address its client reached it at, from the first kOpPeerTicket on; a
+// link proves itself with a ticket B handed to this session's client (one use each), so only a
+// server the client chose can write into this session. B's link threads never touch the driver:
+// they keep each copy's chunks until the client thread's worker reaches the copy's kOpPeerReceive,
+// which writes them in that thread's call order, after the stream's earlier work.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/crypto.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "protocol/wire/copy.h"
+#include "server/handlers/control.h"
+
+namespace rgpu::server::handlers {
+namespace {
+
+using proto::wire::PeerTicket;
+using Clock = std::chrono::steady_clock;
+
+// How long B waits for the next chunk of a copy before failing it: A is gone or never came.
+constexpr auto kChunkWait = std::chrono::seconds(60);
+
+struct Arrived {
+  std::deque<std::vector<uint8_t>> chunks;
+  int32_t failed = CUDA_SUCCESS;  // the source's error, when it sent kPeerChunkFailed
+};
+
+// B's side: the listener, the tickets not yet used, and the chunks of copies not yet written.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string host;  // where this session's client reached it; empty outside a session (fuzzing)
+  bool tls = false;
+  int listen_fd = -1;
+  uint16_t port = 0;
+  std::vector<PeerTicket> tickets;
+  std::map<uint64_t, Arrived> copies;
+};
+Inbox g_in;
+
+// A's side: one link per destination server, dialled on first use.
+struct Link {
+  std::mutex mu;  // one chunk at a time on the socket
+  int fd = -1;
+};
+std::mutex g_links_mu;
+std::map<std::string, std::shared_ptr<Link>> g_links;
+
+bool take_ticket(const PeerTicket& t) {
+  std::lock_guard<std::mutex> lock(g_in.mu);
+  for (auto it = g_in.tickets.begin(); it != g_in.tickets.end(); ++it) {
+    if (crypto::equal_constant_time(it->data(), t.data(), t.size())) {
+      g_in.tickets.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+// One link's reading thread: checks its ticket, then files each chunk under its copy.
+void serve_link(int fd) {
+  const std::string from = net::peer_name(fd);
+  net::set_recv_timeout(fd, 10);
+  uint32_t magic = 0;
+  PeerTicket ticket{};
+  if (net::read_full(fd, &magic, sizeof magic) != sizeof magic || magic != proto::kPeerLinkMagic ||
+      net::read_full(fd, ticket.data(), ticket.size()) != static_cast<ssize_t>(ticket.size()) || !take_ticket(ticket)) {
+    log::warn("a copy link from %s did not present a ticket this session handed out; closed", from.c_str());
+    ::close(fd);
+    return;
+  }
+  net::set_recv_timeout(fd, 0);
+  net::set_buffers(fd, 8 << 20);
+  log::info("copy link from server %s open", from.c_str());
+  for (;;) {
+    uint64_t copy = 0;
+    uint32_t len = 0;
+    if (net::read_full(fd, &copy, sizeof copy) != sizeof copy || net::read_full(fd, &len, sizeof len) != sizeof len)
+      break;
+    if (len == proto::kPeerChunkFailed) {
+      int32_t rc = 0;
+      if (net::read_full(fd, &rc, sizeof rc) != sizeof rc) break;
+      std::lock_guard<std::mutex> lock(g_in.mu);
+      g_in.copies[copy].failed = rc ? rc : CUDA_ERROR_UNKNOWN;
+      g_in.cv.notify_all();
+      continue;
+    }
+    if (len == 0 || len > proto::kPeerChunk) {
+      log::warn("copy link from %s sent a malformed chunk (%u bytes); closed", from.c_str(), len);
+      break;
+    }
+    std::vector<uint8_t> chunk(len);
+    if (net::read_full(fd, chunk.data(), len) != static_cast<ssize_t>(len)) break;
+    std::lock_guard<std::mutex> lock(g_in.mu);
+    g_in.copies[copy].chunks.push_back(std::move(chunk));
+    g_in.cv.notify_all();
+  }
+  log::info("copy link from server %s closed", from.c_str());
+  ::close(fd);
+}
+
+void accept_links(int listen_fd) {
+  for (;;) {
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;
+    }
+    std::thread(serve_link, fd).detach();
+  }
+}
+
+// Opens the link listener (once). False with *why when it cannot be.
+bool open_listener(std::string* why) {
+  if (g_in.listen_fd >= 0) return true;
+  int fd = net::listen_tcp(net::Address{g_in.host, 0}, why);
+  if (fd < 0) return false;
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  g_in.port = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+  g_in.listen_fd = fd;
+  std::thread(accept_links, fd).detach();
+  return true;
+}
+
+// The link to host:port, dialled with ticket when there is none yet.
+std::shared_ptr<Link> link_to(const std::string& host, uint16_t port, const PeerTicket& ticket, std::string* why) {
+  const std::string key = net::Address{host, port}.str();
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  auto& l = g_links[key];
+  if (l && l->fd >= 0) return l;
+  int fd = net::connect_tcp(net::Address{host, port}, why, 10000);
+  if (fd < 0) return nullptr;
+  net::set_buffers(fd, 8 << 20);
+  uint8_t hello[sizeof(uint32_t) + proto::kPeerTicketBytes];
+  std::memcpy(hello, &proto::kPeerLinkMagic, sizeof(uint32_t));
+  std::memcpy(hello + sizeof(uint32_t), ticket.data(), ticket.size());
+  if (!net::write_full(fd, hello, sizeof hello)) {
+    *why = "the server closed the link at once";
+    ::close(fd);
+    return nullptr;
+  }
+  l = std::make_shared<Link>();
+  l->fd = fd;
+  return l;
+}
+
+bool send_chunk(Link& l, uint64_t copy, const void* data, uint32_t len) {
+  std::lock_guard<std::mutex> lock(l.mu);
+  iovec iov[3] = {{&copy, sizeof copy}, {&len, sizeof len}, {const_cast<void*>(data), len}};
+  return net::writev_full(l.fd, iov, 3);
+}
+
+void send_failure(Link& l, uint64_t copy, int32_t rc) {
+  uint32_t len = proto::kPeerChunkFailed;
+  std::lock_guard<std::mutex> lock(l.mu);
+  iovec iov[3] = {{&copy, sizeof copy}, {&len, sizeof len}, {&rc, sizeof rc}};
+  net::writev_full(l.fd, iov, 3);
+}
+
+// Makes the context of device pointer p current on this thread, and waits for the stream's work
+// (the context's, when has_stream is false) to finish. Returns the first error.
+CUresult settle(Dispatch& d, CUdeviceptr p, bool has_stream, uint64_t stream_id, CUcontext* pushed) {
+  CUcontext ctx = nullptr;
+  if (d.drv.cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, p) == CUDA_SUCCESS && ctx &&
+      d.drv.cuCtxPushCurrent_v2(ctx) == CUDA_SUCCESS)
+    *pushed = ctx;
+  if (!has_stream) return d.drv.cuCtxSynchronize();
+  CUstream s{};
+  if (!d.handles.get(stream_id, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return d.drv.cuStreamSynchronize(s);
+}
+
+void unsettle(Dispatch& d, CUcontext pushed) {
+  CUcontext ignored;
+  if (pushed) d.drv.cuCtxPopCurrent_v2(&ignored);
+}
+
+}  // namespace
+
+void peer_copy_setup(int client_fd, bool tls) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  char host[INET6_ADDRSTRLEN] = "127.0.0.1";
+  if (getsockname(client_fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    if (a.ss_family == AF_INET6)
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, host, sizeof host);
+    else if (a.ss_family == AF_INET)
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, host, sizeof host);
+  }
+  g_in.host = host;
+  g_in.tls = tls;
+}
+
+// Outside a session (the dispatch fuzzer) nothing is listened for, dialled or waited for.
+static bool in_session() { return !g_in.host.empty(); }
+
+void peer_ticket(Dispatch& d) {
+  if (!in_session()) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  if (g_in.tls) {
+    // A link would carry the bytes in clear between servers that the client reaches over TLS.
+    log::info("a copy between servers into this session stages through the client: links do not run TLS yet");
+    return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  }
+  std::string why;
+  std::lock_guard<std::mutex> lock(g_in.mu);
+  if (!open_listener(&why)) {
+    log::warn("cannot listen for copies from other servers (%s); such copies stage through the client", why.c_str());
+    return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  }
+  PeerTicket t;
+  crypto::random_bytes(t.data(), t.size());
+  g_in.tickets.push_back(t);
+  d.reply.put<int32_t>(CUDA_SUCCESS);
+  d.reply.put<uint16_t>(g_in.port);
+  d.reply.append(t.data(), t.size());
+}
+
+void peer_send(Dispatch& d) {
+  proto::wire::PeerSend a;
+  if (!proto::wire::read_peer_send(d.args, &a)) return;
+  if (!in_session()) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  std::string why;
+  std::shared_ptr<Link> link = link_to(a.host, a.port, a.ticket, &why);
+  if (!link) {
+    log::warn("a copy to the server at %s cannot start: %s", net::Address{a.host, a.port}.str().c_str(), why.c_str());
+    return d.reply.put<int32_t>(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+  }
+  CUcontext pushed = nullptr;
+  CUresult rc = settle(d, a.src, a.has_stream, a.stream, &pushed);
+  std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(a.n, proto::kPeerChunk)));
+  for (uint64_t off = 0; rc == CUDA_SUCCESS && off < a.n;) {
+    const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(a.n - off, proto::kPeerChunk));
+    rc = d.drv.cuMemcpyDtoH_v2(buf.data(), a.src + off, len);
+    if (rc != CUDA_SUCCESS) break;
+    if (!send_chunk(*link, a.copy, buf.data(), len)) {
+      log::warn("the copy link to %s broke", net::Address{a.host, a.port}.str().c_str());
+      std::lock_guard<std::mutex> lock(g_links_mu);
+      g_links.erase(net::Address{a.host, a.port}.str());
+      rc = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+      break;
+    }
+    off += len;
+  }
+  unsettle(d, pushed);
+  if (rc != CUDA_SUCCESS) send_failure(*link, a.copy, rc);
+  d.reply.put<int32_t>(rc);
+}
+
+void peer_receive(Dispatch& d) {
+  proto::wire::PeerReceive a;
+  if (!proto::wire::read_peer_receive(d.args, &a)) return;
+  if (!in_session()) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  CUcontext pushed = nullptr;
+  CUresult rc = settle(d, a.dst, a.has_stream, a.stream, &pushed);
+  // Every chunk of the copy is taken, even after a failure, so none is left behind.
+  for (uint64_t off = 0; off < a.n;) {
+    std::vector<uint8_t> chunk;
+    {
+      std::unique_lock<std::mutex> lock(g_in.mu);
+      Arrived& c = g_in.copies[a.copy];
+      if (!g_in.cv.wait_for(lock, kChunkWait, [&] { return !c.chunks.empty() || c.failed; })) {
+        log::warn("a copy from another server stopped arriving (%llu of %llu bytes in %lld s); failing it",
+                  static_cast<unsigned long long>(off), static_cast<unsigned long long>(a.n),
+                  static_cast<long long>(kChunkWait.count()));
+        if (rc == CUDA_SUCCESS) rc = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+        break;
+      }
+      if (c.chunks.empty()) {
+        if (rc == CUDA_SUCCESS) rc = static_cast<CUresult>(c.failed);
+        break;
+      }
+      chunk = std::move(c.chunks.front());
+      c.chunks.pop_front();
+    }
+    if (chunk.size() > a.n - off) {
+      rc = CUDA_ERROR_INVALID_VALUE;
+      break;
+    }
+    if (rc == CUDA_SUCCESS) rc = d.drv.cuMemcpyHtoD_v2(a.dst + off, chunk.data(), chunk.size());
+    off += chunk.size();
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_in.mu);
+    g_in.copies.erase(a.copy);
+  }
+  unsettle(d, pushed);
+  d.reply.put<int32_t>(rc);
+}
+
+}  // namespace rgpu::server::handlers
