@@ -18,7 +18,7 @@ constexpr Variable kVariables[] = {
     {"RGPU_SERVER", "127.0.0.1:9713", nullptr, kShims,
      "`host:port` of rgpu-server, `tls://host:port` for one started with TLS (`--tls`); a "
      "comma-separated list (`a:9713,b:9713`) joins several servers' GPUs into one device list, in "
-     "its order (the NVML shim lists the first server's)"},
+     "its order"},
     {"RGPU_TOKEN", "", "none", kShims | kServer | kOpserver | kTorch,
      "the shared token; it never crosses the wire (HMAC-SHA256 challenge and response); the servers "
      "take it when given no `--token-file`"},

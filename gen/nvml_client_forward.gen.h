@@ -7,6 +7,12 @@
 extern "C" {
 nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetCount(unsigned int *deviceCount);
 nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetCount_v2(unsigned int *deviceCount);
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device);
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device);
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
 nvmlReturn_t rgpu_nvml_fwd_nvmlInit(void);
 nvmlReturn_t rgpu_nvml_fwd_nvmlInitWithFlags(unsigned int flags);
 nvmlReturn_t rgpu_nvml_fwd_nvmlInit_v2(void);

@@ -1795,7 +1795,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, uns
 
 RGPU_NVML_API nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version) { return unsupported("nvmlDeviceGetGspFirmwareVersion"); }
 
-RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
   Call c(8284, "nvmlDeviceGetHandleByIndex");
   [[maybe_unused]] Writer& a = c.args();
   a.put<unsigned int>(index);
@@ -1811,7 +1811,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDe
   return rc;
 }
 
-RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
   Call c(8285, "nvmlDeviceGetHandleByIndex_v2");
   [[maybe_unused]] Writer& a = c.args();
   a.put<unsigned int>(index);
@@ -1827,7 +1827,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvm
   return rc;
 }
 
-RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device) {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device) {
   Call c(8286, "nvmlDeviceGetHandleByPciBusId");
   [[maybe_unused]] Writer& a = c.args();
   a.put_u8(pciBusId != nullptr);
@@ -1844,7 +1844,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, n
   return rc;
 }
 
-RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device) {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device) {
   Call c(8287, "nvmlDeviceGetHandleByPciBusId_v2");
   [[maybe_unused]] Writer& a = c.args();
   a.put_u8(pciBusId != nullptr);
@@ -1878,7 +1878,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlD
   return rc;
 }
 
-RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
   Call c(8289, "nvmlDeviceGetHandleByUUID");
   [[maybe_unused]] Writer& a = c.args();
   a.put_u8(uuid != nullptr);
@@ -1946,7 +1946,7 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHostname_v1(nvmlDevice_t device, nvmlHos
   return rc;
 }
 
-RGPU_NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+nvmlReturn_t rgpu_nvml_fwd_nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
   Call c(8293, "nvmlDeviceGetIndex");
   [[maybe_unused]] Writer& a = c.args();
   a.put_u64(handle_id(device));

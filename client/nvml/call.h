@@ -26,9 +26,51 @@ namespace rgpu::client::nvml {
 inline constexpr unsigned int kMaxArray = proto::kNvmlMaxArray;
 inline constexpr unsigned int kMaxString = proto::kNvmlMaxString;
 
+// Several servers (RGPU_SERVER=a,b): their GPUs are one list, and a call goes to the server of
+// the handles it names. A handle is the server's id with, above kServerShift, the number of its
+// server (0 for the first: with one server, handles are the server's ids as they are). The
+// generated stubs read a call's handles with handle_id before invoke(), which sends the call to
+// the server they name (route_to's, else the first), and make the handles of its reply with
+// handle_from, which marks them with that server. A call naming two servers' handles is refused.
+inline constexpr unsigned kServerShift = 48;
+namespace detail {
+struct Route {
+  int server = -1;  // the server the call being built goes to; -1: none named yet
+  bool mixed = false;
+  int last = 0;  // the server of the last call made: handle_from marks its handles
+};
+extern thread_local Route t_route;
+}  // namespace detail
+// Sends this thread's next call to server s.
+inline void route_to(int s) {
+  if (detail::t_route.server >= 0 && detail::t_route.server != s) detail::t_route.mixed = true;
+  detail::t_route.server = s;
+}
+// The server of the last call this thread made.
+inline int last_server() { return detail::t_route.last; }
+// How many servers the shim is connected to (1 before connect()).
+int server_count();
+
+inline uint64_t handle_id(const void* h) {
+  const uint64_t id = reinterpret_cast<uint64_t>(h);
+  if (id == 0) return 0;
+  route_to(static_cast<int>(id >> kServerShift));
+  return id & ((uint64_t{1} << kServerShift) - 1);
+}
+template <class H>
+H handle_from(uint64_t id) {
+  if (id == 0) return nullptr;
+  return reinterpret_cast<H>(id | (static_cast<uint64_t>(detail::t_route.last) << kServerShift));
+}
+
 class Call {
  public:
   Call(uint16_t op, const char* name) : op_(op), name_(name) {}
+  // The next call on this thread is routed afresh.
+  ~Call() {
+    detail::t_route.server = -1;
+    detail::t_route.mixed = false;
+  }
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
@@ -49,13 +91,6 @@ class Call {
   Reader reply_reader_;
   bool replied_ = false;
 };
-
-// Handles are the server's ids, carried in the handle's pointer value.
-inline uint64_t handle_id(const void* h) { return reinterpret_cast<uint64_t>(h); }
-template <class H>
-H handle_from(uint64_t id) {
-  return reinterpret_cast<H>(id);
-}
 
 // Logs (once per name) a call this build does not forward; returns NVML_ERROR_NOT_SUPPORTED.
 nvmlReturn_t unsupported(const char* name);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "client/nvml/call.h"
 #include "common/log.h"
@@ -66,9 +67,28 @@ nvmlReturn_t init_then(nvmlReturn_t (*forward)(unsigned int), unsigned int flags
     ++s.inits;
     return NVML_SUCCESS;
   }
-  rc = forward(flags);
+  for (int server = 0; server < server_count() && rc == NVML_SUCCESS; ++server) {
+    route_to(server);
+    rc = forward(flags);
+  }
   if (rc == NVML_SUCCESS) s.inits = 1;
   return rc;
+}
+
+// Several servers: each one's device count, asked once per connection, so that a joined index
+// maps to (server, the server's index).
+std::vector<unsigned int> g_counts;  // under state().mu
+
+nvmlReturn_t server_counts(nvmlReturn_t (*forward)(unsigned int*), std::vector<unsigned int>* out) {
+  std::vector<unsigned int> counts;
+  for (int server = 0; server < server_count(); ++server) {
+    unsigned int n = 0;
+    route_to(server);
+    if (nvmlReturn_t rc = forward(&n)) return rc;
+    counts.push_back(n);
+  }
+  *out = counts;
+  return NVML_SUCCESS;
 }
 
 // nvmlDeviceGetCount[_v2]: the server's answer, kept while NVML stays initialised.
@@ -81,10 +101,67 @@ nvmlReturn_t device_count(nvmlReturn_t (*forward)(unsigned int*), unsigned int* 
     *count = s.count;
     return NVML_SUCCESS;
   }
-  nvmlReturn_t rc = forward(count);
-  if (rc == NVML_SUCCESS && current) {
+  std::vector<unsigned int> counts;
+  nvmlReturn_t rc = server_counts(forward, &counts);
+  if (rc != NVML_SUCCESS) return rc;
+  *count = 0;
+  for (unsigned int n : counts) *count += n;
+  if (current) {
     s.count = *count;
     s.count_known = true;
+    g_counts = counts;
+  }
+  return rc;
+}
+
+// A joined index's server and that server's index; false for an index past every server's GPUs.
+bool split_index(unsigned int index, int* server, unsigned int* local) {
+  InitState& s = state();
+  std::lock_guard lk(s.mu);
+  if (g_counts.size() != static_cast<size_t>(server_count()) || s.connection != connection_number()) {
+    std::vector<unsigned int> counts;
+    if (server_counts(rgpu_nvml_fwd_nvmlDeviceGetCount_v2, &counts) != NVML_SUCCESS) return false;
+    g_counts = counts;
+    s.connection = connection_number();
+  }
+  for (size_t i = 0; i < g_counts.size(); ++i) {
+    if (index < g_counts[i]) {
+      *server = static_cast<int>(i);
+      *local = index;
+      return true;
+    }
+    index -= g_counts[i];
+  }
+  return false;
+}
+
+// The joined index of server `server`'s first GPU.
+unsigned int first_index(int server) {
+  InitState& s = state();
+  std::lock_guard lk(s.mu);
+  unsigned int first = 0;
+  for (int i = 0; i < server && static_cast<size_t>(i) < g_counts.size(); ++i) first += g_counts[i];
+  return first;
+}
+
+nvmlReturn_t handle_by_index(nvmlReturn_t (*forward)(unsigned int, nvmlDevice_t*), unsigned int index,
+                             nvmlDevice_t* device) {
+  if (server_count() == 1) return forward(index, device);
+  int server = 0;
+  unsigned int local = 0;
+  if (!split_index(index, &server, &local)) return NVML_ERROR_INVALID_ARGUMENT;
+  route_to(server);
+  return forward(local, device);
+}
+
+// By UUID or PCI bus id: the first server that has the GPU.
+template <class Forward>
+nvmlReturn_t handle_by_name(Forward forward, const char* name, nvmlDevice_t* device) {
+  nvmlReturn_t rc = NVML_ERROR_NOT_FOUND;
+  for (int server = 0; server < server_count(); ++server) {
+    route_to(server);
+    rc = forward(name, device);
+    if (rc != NVML_ERROR_NOT_FOUND) return rc;
   }
   return rc;
 }
@@ -113,7 +190,11 @@ RGPU_NVML_API nvmlReturn_t nvmlShutdown(void) {
   }
   // The last one (or one the server must refuse). The connection stays open: a later nvmlInit
   // reuses it.
-  nvmlReturn_t rc = rgpu_nvml_fwd_nvmlShutdown();
+  nvmlReturn_t rc = NVML_SUCCESS;
+  for (int server = 0; server < server_count() && rc == NVML_SUCCESS; ++server) {
+    route_to(server);
+    rc = rgpu_nvml_fwd_nvmlShutdown();
+  }
   if (rc == NVML_SUCCESS && s.connection == connection_number()) {
     s.inits = 0;
     s.count_known = false;
@@ -126,6 +207,28 @@ RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) {
 }
 RGPU_NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
   return device_count(rgpu_nvml_fwd_nvmlDeviceGetCount_v2, count);
+}
+
+RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return handle_by_index(rgpu_nvml_fwd_nvmlDeviceGetHandleByIndex, index, device);
+}
+RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  return handle_by_index(rgpu_nvml_fwd_nvmlDeviceGetHandleByIndex_v2, index, device);
+}
+RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  return handle_by_name(rgpu_nvml_fwd_nvmlDeviceGetHandleByUUID, uuid, device);
+}
+RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* bus, nvmlDevice_t* device) {
+  return handle_by_name(rgpu_nvml_fwd_nvmlDeviceGetHandleByPciBusId, bus, device);
+}
+RGPU_NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus, nvmlDevice_t* device) {
+  return handle_by_name(rgpu_nvml_fwd_nvmlDeviceGetHandleByPciBusId_v2, bus, device);
+}
+// The index in the joined list: the server's own, after the GPUs of the servers before it.
+RGPU_NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
+  nvmlReturn_t rc = rgpu_nvml_fwd_nvmlDeviceGetIndex(device, index);
+  if (rc == NVML_SUCCESS && index && last_server() > 0) *index += first_index(last_server());
+  return rc;
 }
 
 RGPU_NVML_API const char* nvmlErrorString(nvmlReturn_t result) { return rgpu::nvml_error_text(result); }

@@ -20,7 +20,10 @@ namespace rgpu::client::nvml {
 namespace {
 
 std::mutex g_mu;
-Connection* g_conn = nullptr;  // never freed: the process may call NVML until it exits
+// Every server's connection, in RGPU_SERVER's order; never freed: the process may call NVML until
+// it exits.
+std::vector<Connection*>& g_conns = *new std::vector<Connection*>();
+std::atomic<int> g_server_count{1};
 std::atomic<uint32_t> g_next_thread{1};
 std::atomic<uint64_t> g_connections{0};
 
@@ -29,28 +32,46 @@ uint32_t thread_id() {
   return id;
 }
 
-Connection* conn() {
+Connection* conn(int server = 0) {
   std::lock_guard<std::mutex> lock(g_mu);
-  return g_conn;
+  return server >= 0 && static_cast<size_t>(server) < g_conns.size() ? g_conns[server] : nullptr;
 }
 
 }  // namespace
 
+namespace detail {
+thread_local Route t_route;
+}
+
+int server_count() { return g_server_count.load(std::memory_order_relaxed); }
+
 nvmlReturn_t connect() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_conn && !g_conn->broken()) return NVML_SUCCESS;
+  bool whole = !g_conns.empty();
+  for (Connection* c : g_conns) whole = whole && !c->broken();
+  if (whole) return NVML_SUCCESS;
   log::set_prefix("rgpu nvml");
   const env::Settings& s = env::get();
   std::string err;
   std::vector<std::string> servers;
-  // The first server's GPUs: the NVML shim does not list several servers' yet (docs/design.md §6).
-  Connection* c = proto::split_server_list(s.server, &servers, &err) ? Connection::open(servers[0], s.token, &err) : nullptr;
-  if (!c) {
+  std::vector<Connection*> conns;
+  if (proto::split_server_list(s.server, &servers, &err)) {
+    for (const std::string& server : servers) {
+      Connection* c = Connection::open(server, s.token, &err);
+      if (!c) {
+        conns.clear();  // those opened are leaked: rare, and a thread may hold none of them yet
+        break;
+      }
+      conns.push_back(c);
+    }
+  }
+  if (conns.empty()) {
     log::error("cannot reach the GPU: %s", err.c_str());
     // A refused token is a permission problem; anything else looks like a missing driver to tools.
     return err.find("token") != std::string::npos ? NVML_ERROR_NO_PERMISSION : NVML_ERROR_DRIVER_NOT_LOADED;
   }
-  g_conn = c;  // a broken predecessor is leaked on purpose: another thread may still hold it
+  g_conns = conns;  // broken predecessors are leaked on purpose: another thread may still hold one
+  g_server_count.store(static_cast<int>(conns.size()));
   g_connections.fetch_add(1);
   return NVML_SUCCESS;
 }
@@ -83,8 +104,15 @@ nvmlReturn_t Call::invoke() {
 }
 
 nvmlReturn_t Call::invoke_once() {
-  Connection* c = conn();
-  if (!c) return NVML_ERROR_UNINITIALIZED;
+  const int server = detail::t_route.server < 0 ? 0 : detail::t_route.server;
+  if (detail::t_route.mixed) {
+    log::warn("%s names GPUs of two servers; a call acts on one server's GPUs, so rgpu answers "
+              "NVML_ERROR_NOT_SUPPORTED", name_);
+    return NVML_ERROR_NOT_SUPPORTED;
+  }
+  Connection* c = conn(server);
+  if (!c) return server == 0 ? NVML_ERROR_UNINITIALIZED : NVML_ERROR_INVALID_ARGUMENT;  // no such server
+  detail::t_route.last = server;
   ReplySlot slot;
   if (!c->call(op_, thread_id(), args_buf_.data(), args_buf_.size(), nullptr, 0, &slot)) {
     log::error("%s: the connection to rgpu-server at %s is gone", name_, c->server_name().c_str());

@@ -154,3 +154,21 @@ def test_memory_at_an_address_another_server_uses_is_refused_saying_why(tmp_path
     assert "count 2" in r.stdout and "FAIL alloc: 801" in r.stdout, r.stdout + r.stderr
     assert "cuMemAlloc:" in r.stderr and "refuses the allocation" in r.stderr, r.stderr
     assert a.addr in r.stderr and b.addr in r.stderr, r.stderr
+
+
+def test_nvml_shim_lists_every_servers_gpus_as_one_list(two_servers, tmp_path):
+    from test_multi_gpu import NVML_P2P, NVML_SHIM, UUID_PREFIX
+
+    a, b = two_servers
+    script = tmp_path / "nvml_p2p.py"
+    script.write_text(NVML_P2P)
+    r = run_client(["python3", str(script)], f"{a.addr},{b.addr}", env_extra={"NVML": NVML_SHIM})
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert "count 3" in lines, r.stdout
+    # a's GPUs then b's (its UUIDs' 15th byte is its address slot, 1), indexed in the joined list.
+    assert f"gpu 0 0 {UUID_PREFIX}01" in lines and f"gpu 1 1 {UUID_PREFIX}02" in lines, r.stdout
+    assert f"gpu 2 2 {UUID_PREFIX[:-2]}0101" in lines, r.stdout
+    assert "p2p 0 1 0 0" in lines and "p2p 1 0 0 0" in lines, r.stdout
+    # GPUs of two servers: a call naming both is refused (NVML_ERROR_NOT_SUPPORTED).
+    assert "p2p 0 2 3 -1" in lines and "p2p 2 1 3 -1" in lines, r.stdout

@@ -95,6 +95,41 @@ def test_copies_between_servers_go_server_to_server_byte_exact(two_servers, tmp_
     assert "copy link from server" in b.text() and "copy link from server" in a.text()
 
 
+TORCH_SCRIPT = """import torch
+print("count", torch.cuda.device_count())
+gen = torch.Generator().manual_seed(3)
+for n in [1, 12345, 16 * (1 << 20) + 3]:
+    src = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen)
+    a = src.to("cuda:0")
+    b = a.to("cuda:1")
+    torch.cuda.synchronize(1)
+    print("to", n, b.device, torch.equal(b.cpu(), src))
+    back = b.to("cuda:0", non_blocking=True)
+    torch.cuda.synchronize(0)
+    print("back", n, back.device, torch.equal(back.cpu(), src))
+print("DONE")
+"""
+
+
+def test_torch_sees_both_servers_and_moves_tensors_between_them(two_servers, tmp_path):
+    from test_torch import torch_python
+
+    py = torch_python()
+    a, b = two_servers
+    script = tmp_path / "torch_two.py"
+    script.write_text(TORCH_SCRIPT)
+    stats = tmp_path / "stats.json"
+    r = run_client([py, str(script)], f"{a.addr},{b.addr}", timeout=300, env_extra={"RGPU_STATS": str(stats)})
+    assert "DONE" in r.stdout, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "count 2", r.stdout
+    for n in (1, 12345, 16 * MIB + 3):
+        assert f"to {n} cuda:1 True" in lines and f"back {n} cuda:0 True" in lines, r.stdout
+    # Server to server (kOpPeerSend, kOpPeerReceive: one each per copy), not through the client.
+    calls = json.load(open(stats))["calls"]
+    assert calls.get("control:50") == 6 and calls.get("control:51") == 6, calls
+
+
 ROUNDS_SCRIPT = """import ctypes, os, sys
 cu = ctypes.CDLL(os.environ["SHIM"])
 def ok(rc, what):
