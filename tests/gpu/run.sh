@@ -243,7 +243,7 @@ fi
 
 if want multiserver; then
   step "two rgpu-servers on this GPU under one program (tests/gpu/multi_server.sh, issue 19)"
-  tests/gpu/multi_server.sh "$OUT" "$REAL" 2>&1 | tee "$OUT/multi_server.log"
+  tests/gpu/multi_server.sh "$OUT" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/multi_server.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
