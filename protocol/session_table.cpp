@@ -128,6 +128,14 @@ class Lock {
 // The rows that have been taken at some time (Table::used).
 std::span<Row> rows_used(Lock& t) { return {t->rows, t->used}; }
 
+// Adds one session's counts into a sum.
+void add(CallCounts& into, const CallCounts& from) {
+  into.calls += from.calls;
+  into.round_trips += from.round_trips;
+  into.bytes_received += from.bytes_received;
+  into.bytes_sent += from.bytes_sent;
+}
+
 // Marks row i taken.
 void took(Lock& t, size_t i) { t->used = std::max<uint32_t>(t->used, static_cast<uint32_t>(i + 1)); }
 
@@ -247,10 +255,7 @@ void release(pid_t pid) {
     // Its process is gone (reaped): nothing writes its counters any more.
     RowCounters& c = t->counters[i];
     RowCounters& sum = t->retired;
-    sum.c.calls += c.c.calls;
-    sum.c.round_trips += c.c.round_trips;
-    sum.c.bytes_received += c.c.bytes_received;
-    sum.c.bytes_sent += c.c.bytes_sent;
+    add(sum.c, c.c);
     if (c.c.calls) {
       for (size_t s = 0; s < kOpSlots; ++s) {
         sum.op_calls[s] += c.op_calls[s];
@@ -491,15 +496,12 @@ Snapshot snapshot() {
     round_trips[s] = t->retired.op_round_trips[s];
   }
   out.totals = t->retired.c;
-  for (size_t i = 0; i < kRows; ++i) {
+  for (size_t i = 0; i < t->used; ++i) {
     const Row& r = t->rows[i];
     if (r.state == State::kHandshake) ++out.pending_handshakes;
     if (r.state != State::kSession) continue;
     SessionInfo s = info(t, i, now);
-    out.totals.calls += s.counts.calls;
-    out.totals.round_trips += s.counts.round_trips;
-    out.totals.bytes_received += s.counts.bytes_received;
-    out.totals.bytes_sent += s.counts.bytes_sent;
+    add(out.totals, s.counts);
     if (s.counts.calls) {
       for (size_t k = 0; k < kOpSlots; ++k) {
         calls[k] += load(t->counters[i].op_calls[k]);
@@ -519,7 +521,7 @@ Snapshot snapshot() {
 
 bool session_info(pid_t pid, SessionInfo* out) {
   Lock t;
-  for (size_t i = 0; i < kRows; ++i) {
+  for (size_t i = 0; i < t->used; ++i) {
     if (t->rows[i].pid != pid || t->rows[i].state != State::kSession) continue;
     *out = info(t, i, now_ns());
     return true;
@@ -530,7 +532,7 @@ bool session_info(pid_t pid, SessionInfo* out) {
 void sample_rates() {
   Lock t;
   const int64_t now = now_ns();
-  for (size_t i = 0; i < kRows; ++i) {
+  for (size_t i = 0; i < t->used; ++i) {
     Row& r = t->rows[i];
     if (r.state != State::kSession) continue;
     const uint64_t calls = load(t->counters[i].c.calls);
