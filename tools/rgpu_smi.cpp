@@ -195,6 +195,15 @@ std::string json_string(const std::string& v) {
 }
 
 // rgpu-smi sessions [--json]: the sessions alone, as lines or as one JSON object.
+// NVML's init through the shim: false, having said why, when the server cannot be reached.
+bool reach(const std::string& server) {
+  nvmlReturn_t rc = nvmlInit_v2();
+  if (rc == NVML_SUCCESS) return true;
+  std::fprintf(stderr, "rgpu-smi: cannot reach rgpu-server at %s: %s (the line above says why)\n", server.c_str(),
+               nvmlErrorString(rc));
+  return false;
+}
+
 int sessions_command(int argc, char** argv) {
   bool json = false;
   for (int i = 2; i < argc; ++i) {
@@ -206,11 +215,7 @@ int sessions_command(int argc, char** argv) {
     }
   }
   const std::string& server = rgpu::env::get().server;
-  if (nvmlReturn_t rc = nvmlInit_v2(); rc != NVML_SUCCESS) {
-    std::fprintf(stderr, "rgpu-smi: cannot reach rgpu-server at %s: %s (the line above says why)\n", server.c_str(),
-                 nvmlErrorString(rc));
-    return 1;
-  }
+  if (!reach(server)) return 1;
   if (!json) {
     std::printf("rgpu-server: %s\n", server.c_str());
     print_sessions();
@@ -268,11 +273,7 @@ int control(int argc, char** argv) {
     return 2;
   }
   const std::string& server = rgpu::env::get().server;
-  if (nvmlReturn_t rc = nvmlInit_v2(); rc != NVML_SUCCESS) {
-    std::fprintf(stderr, "rgpu-smi: cannot reach rgpu-server at %s: %s (the line above says why)\n", server.c_str(),
-                 nvmlErrorString(rc));
-    return 1;
-  }
+  if (!reach(server)) return 1;
   char msg[4097] = "";
   int state = 255;
   int rc = rgpu_nvml_session_control(action, static_cast<unsigned>(pid), gpu, msg, sizeof msg, &state);
