@@ -77,6 +77,12 @@ def metrics_server(tmp_path):
     mport = free_port()
     s = Server(token=TOKEN, extra_args=["--metrics-listen", f"127.0.0.1:{mport}", "--cache-dir", str(tmp_path / "mc")])
     assert wait_for_port(mport), s.text()
+    # /healthz says "starting" until the first spare session is warm (seconds on a loaded CI
+    # machine); the tests begin from a server that says "ok".
+    deadline = time.time() + 30
+    while (answer := scrape(mport, "/healthz"))[0] != 200 and time.time() < deadline:
+        time.sleep(0.05)
+    assert answer[0] == 200, (answer, s.text())
     s.metrics_port = mport
     yield s
     s.stop()
