@@ -396,14 +396,12 @@ void Channel::write_out(std::unique_lock<std::mutex>& lk, bool control_only) {
       pong_owed_ = false;
       add_control(kReply);
     }
-    if (ping_owed_) {
-      ping_owed_ = false;
-      add_control(0);
-    }
+    bool ask = ping_owed_;
+    ping_owed_ = false;
     if (!control_only && !ack_asked_ && replay_bytes_ >= std::min(kAskForAcksBytes, options_.replay_max_bytes / 4)) {
       ack_asked_ = true;
       ++stats_.heartbeats_sent;
-      add_control(0);
+      ask = true;
     }
     if (!control_only) {
       for (size_t i = first_unwritten_; i < blocks_.size(); ++i) {
@@ -417,6 +415,10 @@ void Channel::write_out(std::unique_lock<std::mutex>& lk, bool control_only) {
       highest_written_ = next_seq_ - 1;
       unflushed_ = 0;
     }
+    // A ping goes behind the frames of this write, so that the peer's answer acknowledges them:
+    // ahead of a bulk reply's frames it was answered before they arrived, and the writer then
+    // waited a heartbeat interval (5 s) for room once the replay buffer filled.
+    if (ask) add_control(0);
     if (iov.empty()) break;
     auto t = transport_;
     uint64_t gen = gen_;
@@ -830,7 +832,14 @@ Channel::Io Channel::next_data_frame(ReadWait& w) {
       }
     }
     if (ch.seq == 0 && fh.op == kOpHeartbeat) {
-      if (!(fh.flags & kReply)) answer_ping();
+      if (fh.flags & kReply) {
+        // The answer to our ping: whatever it acknowledged, the question is answered, and a writer
+        // short of room may ask again (otherwise it waited for the heartbeat timer).
+        std::lock_guard<std::mutex> lk(mu_);
+        ack_asked_ = false;
+      } else {
+        answer_ping();
+      }
       if (w.return_on_control) return Io::kControl;
       continue;
     }
