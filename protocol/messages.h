@@ -340,13 +340,16 @@ enum Op : uint16_t {
   // the bytes go from the source server A straight to the destination server B over a link A
   // dials, never through the client (codecs: protocol/wire/copy.h; server/handlers/peer_copy.cpp).
   // kOpPeerTicket, to B: Request: nothing. Reply: CUresult, u16 port B's session listens on for
-  //   links, 32 bytes ticket: a one-time secret B keeps for this session. The client asks once
-  //   per pair of servers, so the link is opened once. B refuses (CUDA_ERROR_NOT_SUPPORTED) when
-  //   its session runs over TLS: links carry bytes in clear, and the client then stages the
-  //   bytes through itself.
+  //   links, 32 bytes ticket: a one-time secret B keeps for this session, str B's certificate
+  //   fingerprint ("sha256:HEX"; empty when B's session runs plain TCP). The client asks once per
+  //   pair of servers, so the link is opened once. When B's session runs over TLS, so do its
+  //   links: A verifies B by that fingerprint (which reached the client inside the TLS connection
+  //   the client verified), and B knows A by the ticket.
   // kOpPeerSend, to A (one-way for async copies): u64 copy id (client-chosen, unique in the
   //   client process), str B's host (as the client dialled it), u16 port, 32 bytes ticket, u64
-  //   src, u64 n, u8 has stream, u64 stream. A dials B once (kPeerLinkMagic, ticket) and, after
+  //   src, u64 n, u8 has stream, u64 stream, str B's fingerprint (empty: a plain link). A dials B
+  //   once (over TLS: the TlsPreamble, kind kTlsNew, then the TLS handshake; then, inside it,
+  //   kPeerLinkMagic and the ticket) and, after
   //   the stream's earlier work (its context's, without a stream), sends the copy's bytes as
   //   chunks: u64 copy id, u32 length (at most kPeerChunk), the bytes; a length of
   //   kPeerChunkFailed, followed by i32 CUresult, tells B the copy failed at A.

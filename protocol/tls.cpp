@@ -577,9 +577,10 @@ std::unique_ptr<TlsTransport> tls_connect(const std::shared_ptr<TlsContext>& ctx
 }
 
 std::unique_ptr<TlsTransport> tls_accept(const std::shared_ptr<TlsContext>& ctx, int fd, bool owns_fd,
-                                         Clock::time_point deadline, std::string* err) {
+                                         Clock::time_point deadline, std::string* err, bool ask_client_certificate) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   SSL* ssl = SSL_new(ctx->ctx);
+  if (!ask_client_certificate) SSL_set_verify(ssl, SSL_VERIFY_NONE, nullptr);
   BIO* bio = BIO_new(socket_method());
   BIO_set_fd(bio, fd, BIO_NOCLOSE);
   SSL_set_bio(ssl, bio, bio);

@@ -100,9 +100,12 @@ std::unique_ptr<TlsTransport> tls_connect(const std::shared_ptr<TlsContext>& ctx
                                           const std::string& server, Clock::time_point deadline, std::string* err,
                                           TlsFailure* failure);
 // Server: runs the TLS handshake on fd (its preamble already read). nullptr with *err (for the
-// log) when it failed (fd is then still the caller's).
+// log) when it failed (fd is then still the caller's). ask_client_certificate false: no client
+// certificate is asked for even where the context asks clients for one (--tls-client-ca): the
+// copy links between servers, whose dialler proves itself with a ticket instead.
 std::unique_ptr<TlsTransport> tls_accept(const std::shared_ptr<TlsContext>& ctx, int fd, bool owns_fd,
-                                         Clock::time_point deadline, std::string* err);
+                                         Clock::time_point deadline, std::string* err,
+                                         bool ask_client_certificate = true);
 
 struct TlsPreamble {
   uint8_t kind = kTlsNew;

@@ -794,7 +794,7 @@ int run_session(int fd, const SessionOptions& options) {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   // Workers are left running at exit on purpose (see Session::run), so the session is leaked.
-  handlers::peer_copy_setup(fd, options.transport != nullptr);
+  handlers::peer_copy_setup(fd, options.transport ? options.tls : nullptr);
   auto* s = new Session(fd, options);
   if (!s->output().start()) log::warn("cannot capture device printf output (pipe: %s); it stays on this server's stdout", strerror(errno));
   return s->run();

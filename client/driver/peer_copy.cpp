@@ -10,8 +10,8 @@
 // thread, one-way for the async forms: the source sends after its stream's earlier work, the
 // destination writes before anything later on its stream runs. A stream names one server; on the
 // other side the copy waits for the whole context's earlier work instead (stricter than the
-// driver, never looser). Where the destination cannot take a link (its client connection runs TLS,
-// which links do not speak yet), the bytes stage through this process, synchronously.
+// driver, never looser). Links run TLS when the destination's session does. Where the destination
+// cannot take a link (it cannot listen), the bytes stage through this process, synchronously.
 #include <cuda.h>
 
 #include <atomic>
@@ -38,6 +38,7 @@ struct Ticket {
   std::string host;
   uint16_t port = 0;
   proto::wire::PeerTicket secret{};
+  std::string fingerprint;  // the destination's certificate: the link runs TLS ("": plain TCP)
 };
 
 std::mutex g_tickets_mu;
@@ -59,6 +60,7 @@ CUresult ticket(int from, int to, Ticket* out) {
   if (rc == CUDA_SUCCESS) {
     t.port = c.reply().get<uint16_t>();
     c.reply().take(t.secret.data(), t.secret.size());
+    t.fingerprint = c.reply().str(80);
     rgpu::net::Address a;
     std::string err;
     rgpu::client::Connection* conn = rgpu::client::connection(to);
@@ -109,8 +111,8 @@ bool across_servers(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUconte
   }
   const int stream_server = rgpu::client::handle_server(rgpu::client::handle_id(stream));
   const uint64_t copy = g_next_copy.fetch_add(1);
-  proto::wire::PeerSend send{copy, t.host, t.port, t.secret, src, n, stream_server == from,
-                             rgpu::client::handle_id(stream)};
+  proto::wire::PeerSend send{copy,   t.host, t.port, t.secret, src, n, stream_server == from,
+                             rgpu::client::handle_id(stream), t.fingerprint};
   proto::wire::PeerReceive receive{copy, dst, n, stream_server == to, rgpu::client::handle_id(stream)};
   // The source's half goes out now (a waiting call's submit flushes, an async one is flushed
   // here): the destination's worker will wait for its bytes.

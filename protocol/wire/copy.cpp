@@ -93,6 +93,7 @@ void put_peer_send(Writer& w, const PeerSend& v) {
   w.put_u64(v.n);
   w.put_u8(v.has_stream);
   w.put_u64(v.stream);
+  w.put_str(v.fingerprint);
 }
 
 bool read_peer_send(Reader& r, PeerSend* out) {
@@ -104,6 +105,7 @@ bool read_peer_send(Reader& r, PeerSend* out) {
   out->n = r.u64();
   out->has_stream = r.u8() != 0;
   out->stream = r.u64();
+  out->fingerprint = r.str(80);
   return r.ok();
 }
 

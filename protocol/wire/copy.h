@@ -102,6 +102,7 @@ struct PeerSend {
   uint64_t src = 0, n = 0;
   bool has_stream = false;
   uint64_t stream = 0;
+  std::string fingerprint;  // B's certificate ("sha256:HEX"): the link runs TLS; empty: plain TCP
 };
 void put_peer_send(Writer& w, const PeerSend& v);
 bool read_peer_send(Reader& r, PeerSend* out);

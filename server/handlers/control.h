@@ -1,6 +1,9 @@
 // Handlers for control ops that are not CUDA entry points (protocol/messages.h).
 #pragma once
 
+#include <memory>
+
+#include "protocol/tls.h"
 #include "server/dispatch.h"
 
 namespace rgpu::server::handlers {
@@ -38,8 +41,9 @@ void sessions(Dispatch& d);
 void session_control(Dispatch& d);
 // kOpPeerTicket, kOpPeerSend, kOpPeerReceive: copies between two servers' devices, straight from
 // server to server (server/handlers/peer_copy.cpp). peer_copy_setup runs once, before the first
-// call: where the session's client reached it (links are listened for there) and whether over TLS.
-void peer_copy_setup(int client_fd, bool tls);
+// call: where the session's client reached it (links are listened for there) and, when the session
+// runs over TLS, the server's TLS context (links then run TLS too); nullptr: plain TCP.
+void peer_copy_setup(int client_fd, std::shared_ptr<proto::TlsContext> tls);
 void peer_ticket(Dispatch& d);
 void peer_send(Dispatch& d);
 void peer_receive(Dispatch& d);

@@ -9,7 +9,10 @@
 // link proves itself with a ticket B handed to this session's client (one use each), so only a
 // server the client chose can write into this session. B's link threads never touch the driver:
 // they keep each copy's chunks until the client thread's worker reaches the copy's kOpPeerReceive,
-// which writes them in that thread's call order, after the stream's earlier work.
+// which writes them in that thread's call order, after the stream's earlier work. When the
+// session runs over TLS its links do too: A checks B's certificate against the fingerprint B gave
+// the client inside the client's own verified TLS connection (kOpPeerTicket), and B knows A by the
+// ticket.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -27,6 +30,8 @@
 #include "common/crypto.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "protocol/tls.h"
+#include "protocol/transport.h"
 #include "protocol/wire/copy.h"
 #include "server/handlers/control.h"
 
@@ -49,7 +54,7 @@ struct Inbox {
   std::mutex mu;
   std::condition_variable cv;
   std::string host;  // where this session's client reached it; empty outside a session (fuzzing)
-  bool tls = false;
+  std::shared_ptr<proto::TlsContext> tls;  // the server's, when the session runs over TLS
   int listen_fd = -1;
   uint16_t port = 0;
   std::vector<PeerTicket> tickets;
@@ -59,8 +64,9 @@ Inbox g_in;
 
 // A's side: one link per destination server, dialled on first use.
 struct Link {
-  std::mutex mu;  // one chunk at a time on the socket
-  int fd = -1;
+  std::mutex mu;  // one chunk at a time on the link
+  std::shared_ptr<proto::TlsContext> tls;  // verifies B's certificate (nullptr: a plain link)
+  std::unique_ptr<proto::Transport> t;
 };
 std::mutex g_links_mu;
 std::map<std::string, std::shared_ptr<Link>> g_links;
@@ -76,29 +82,58 @@ bool take_ticket(const PeerTicket& t) {
   return false;
 }
 
-// One link's reading thread: checks its ticket, then files each chunk under its copy.
+// n bytes from t, each wait for more at most `timeout`. False when the link broke or stalled.
+bool read_exact(proto::Transport& t, void* buf, size_t n, std::chrono::milliseconds timeout = proto::kForever) {
+  auto* p = static_cast<uint8_t*>(buf);
+  for (size_t got = 0; got < n;) {
+    ssize_t r = t.read_some(p + got, n - got, timeout);
+    if (r <= 0) return false;
+    got += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// One link's reading thread: runs TLS when the session does, checks the ticket, then files each
+// chunk under its copy.
 void serve_link(int fd) {
   const std::string from = net::peer_name(fd);
-  net::set_recv_timeout(fd, 10);
+  constexpr auto kOpening = std::chrono::seconds(10);  // for the TLS handshake and the ticket
+  std::unique_ptr<proto::Transport> t;
+  if (g_in.tls) {
+    net::set_recv_timeout(fd, static_cast<int>(kOpening.count()));
+    const auto deadline = Clock::now() + kOpening;
+    uint32_t magic = 0;
+    proto::TlsPreamble pre;
+    std::string why = "it did not open with rgpu's TLS preamble";
+    std::unique_ptr<proto::TlsTransport> secure;
+    if (net::read_full(fd, &magic, sizeof magic) == sizeof magic && magic == proto::kTlsPreambleMagic &&
+        proto::read_tls_preamble_rest(fd, &pre, deadline))
+      secure = proto::tls_accept(g_in.tls, fd, true, deadline, &why, false);
+    if (!secure) {
+      log::warn("a copy link from %s failed its TLS opening (%s); closed", from.c_str(), why.c_str());
+      ::close(fd);
+      return;
+    }
+    t = std::move(secure);
+  } else {
+    t = proto::socket_transport(fd);
+  }
   uint32_t magic = 0;
   PeerTicket ticket{};
-  if (net::read_full(fd, &magic, sizeof magic) != sizeof magic || magic != proto::kPeerLinkMagic ||
-      net::read_full(fd, ticket.data(), ticket.size()) != static_cast<ssize_t>(ticket.size()) || !take_ticket(ticket)) {
+  if (!read_exact(*t, &magic, sizeof magic, kOpening) || magic != proto::kPeerLinkMagic ||
+      !read_exact(*t, ticket.data(), ticket.size(), kOpening) || !take_ticket(ticket)) {
     log::warn("a copy link from %s did not present a ticket this session handed out; closed", from.c_str());
-    ::close(fd);
     return;
   }
-  net::set_recv_timeout(fd, 0);
   net::set_buffers(fd, 8 << 20);
-  log::info("copy link from server %s open", from.c_str());
+  log::info("copy link from server %s open%s", from.c_str(), g_in.tls ? " (TLS)" : "");
   for (;;) {
     uint64_t copy = 0;
     uint32_t len = 0;
-    if (net::read_full(fd, &copy, sizeof copy) != sizeof copy || net::read_full(fd, &len, sizeof len) != sizeof len)
-      break;
+    if (!read_exact(*t, &copy, sizeof copy) || !read_exact(*t, &len, sizeof len)) break;
     if (len == proto::kPeerChunkFailed) {
       int32_t rc = 0;
-      if (net::read_full(fd, &rc, sizeof rc) != sizeof rc) break;
+      if (!read_exact(*t, &rc, sizeof rc)) break;
       std::lock_guard<std::mutex> lock(g_in.mu);
       g_in.copies[copy].failed = rc ? rc : CUDA_ERROR_UNKNOWN;
       g_in.cv.notify_all();
@@ -109,13 +144,12 @@ void serve_link(int fd) {
       break;
     }
     std::vector<uint8_t> chunk(len);
-    if (net::read_full(fd, chunk.data(), len) != static_cast<ssize_t>(len)) break;
+    if (!read_exact(*t, chunk.data(), len)) break;
     std::lock_guard<std::mutex> lock(g_in.mu);
     g_in.copies[copy].chunks.push_back(std::move(chunk));
     g_in.cv.notify_all();
   }
   log::info("copy link from server %s closed", from.c_str());
-  ::close(fd);
 }
 
 void accept_links(int listen_fd) {
@@ -144,39 +178,57 @@ bool open_listener(std::string* why) {
   return true;
 }
 
-// The link to host:port, dialled with ticket when there is none yet.
-std::shared_ptr<Link> link_to(const std::string& host, uint16_t port, const PeerTicket& ticket, std::string* why) {
-  const std::string key = net::Address{host, port}.str();
+// The link to host:port, dialled with ticket when there is none yet: over TLS verifying B's
+// certificate by `fingerprint`, or plain TCP when that is empty.
+std::shared_ptr<Link> link_to(const std::string& host, uint16_t port, const PeerTicket& ticket,
+                              const std::string& fingerprint, std::string* why) {
+  const net::Address addr{host, port};
   std::lock_guard<std::mutex> lock(g_links_mu);
-  auto& l = g_links[key];
-  if (l && l->fd >= 0) return l;
-  int fd = net::connect_tcp(net::Address{host, port}, why, 10000);
+  auto& l = g_links[addr.str()];
+  if (l && l->t) return l;
+  auto fresh = std::make_shared<Link>();
+  int fd = net::connect_tcp(addr, why, 10000);
   if (fd < 0) return nullptr;
   net::set_buffers(fd, 8 << 20);
-  uint8_t hello[sizeof(uint32_t) + proto::kPeerTicketBytes];
-  std::memcpy(hello, &proto::kPeerLinkMagic, sizeof(uint32_t));
-  std::memcpy(hello + sizeof(uint32_t), ticket.data(), ticket.size());
-  if (!net::write_full(fd, hello, sizeof hello)) {
+  if (!fingerprint.empty()) {
+    proto::TlsClientConfig config;
+    config.fingerprint = fingerprint;
+    if (!(fresh->tls = proto::tls_client_context(config, why))) {
+      ::close(fd);
+      return nullptr;
+    }
+    proto::TlsFailure failure;
+    fresh->t = proto::tls_connect(fresh->tls, fd, true, host, proto::kTlsNew, proto::SessionId{},
+                                  "rgpu-server at " + addr.str(), proto::Clock::now() + std::chrono::seconds(10), why,
+                                  &failure);
+    if (!fresh->t) {
+      ::close(fd);
+      return nullptr;
+    }
+  } else {
+    fresh->t = proto::socket_transport(fd);
+  }
+  iovec hello[2] = {{const_cast<uint32_t*>(&proto::kPeerLinkMagic), sizeof(uint32_t)},
+                    {const_cast<uint8_t*>(ticket.data()), ticket.size()}};
+  if (!fresh->t->write(hello, 2)) {
     *why = "the server closed the link at once";
-    ::close(fd);
     return nullptr;
   }
-  l = std::make_shared<Link>();
-  l->fd = fd;
+  l = fresh;
   return l;
 }
 
 bool send_chunk(Link& l, uint64_t copy, const void* data, uint32_t len) {
   std::lock_guard<std::mutex> lock(l.mu);
   iovec iov[3] = {{&copy, sizeof copy}, {&len, sizeof len}, {const_cast<void*>(data), len}};
-  return net::writev_full(l.fd, iov, 3);
+  return l.t->write(iov, 3);
 }
 
 void send_failure(Link& l, uint64_t copy, int32_t rc) {
   uint32_t len = proto::kPeerChunkFailed;
   std::lock_guard<std::mutex> lock(l.mu);
   iovec iov[3] = {{&copy, sizeof copy}, {&len, sizeof len}, {&rc, sizeof rc}};
-  net::writev_full(l.fd, iov, 3);
+  l.t->write(iov, 3);
 }
 
 // Makes the context of device pointer p current on this thread, and waits for the stream's work
@@ -199,7 +251,7 @@ void unsettle(Dispatch& d, CUcontext pushed) {
 
 }  // namespace
 
-void peer_copy_setup(int client_fd, bool tls) {
+void peer_copy_setup(int client_fd, std::shared_ptr<proto::TlsContext> tls) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;
   char host[INET6_ADDRSTRLEN] = "127.0.0.1";
@@ -210,7 +262,7 @@ void peer_copy_setup(int client_fd, bool tls) {
       inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, host, sizeof host);
   }
   g_in.host = host;
-  g_in.tls = tls;
+  g_in.tls = std::move(tls);
 }
 
 // Outside a session (the dispatch fuzzer) nothing is listened for, dialled or waited for.
@@ -218,11 +270,6 @@ static bool in_session() { return !g_in.host.empty(); }
 
 void peer_ticket(Dispatch& d) {
   if (!in_session()) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  if (g_in.tls) {
-    // A link would carry the bytes in clear between servers that the client reaches over TLS.
-    log::info("a copy between servers into this session stages through the client: links do not run TLS yet");
-    return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-  }
   std::string why;
   std::lock_guard<std::mutex> lock(g_in.mu);
   if (!open_listener(&why)) {
@@ -235,6 +282,7 @@ void peer_ticket(Dispatch& d) {
   d.reply.put<int32_t>(CUDA_SUCCESS);
   d.reply.put<uint16_t>(g_in.port);
   d.reply.append(t.data(), t.size());
+  d.reply.put_str(g_in.tls ? proto::tls_fingerprint(*g_in.tls) : std::string());
 }
 
 void peer_send(Dispatch& d) {
@@ -242,7 +290,7 @@ void peer_send(Dispatch& d) {
   if (!proto::wire::read_peer_send(d.args, &a)) return;
   if (!in_session()) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   std::string why;
-  std::shared_ptr<Link> link = link_to(a.host, a.port, a.ticket, &why);
+  std::shared_ptr<Link> link = link_to(a.host, a.port, a.ticket, a.fingerprint, &why);
   if (!link) {
     log::warn("a copy to the server at %s cannot start: %s", net::Address{a.host, a.port}.str().c_str(), why.c_str());
     return d.reply.put<int32_t>(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
