@@ -71,7 +71,7 @@ bool read_nccl_config(Reader& r, NcclConfig* out) {
 }
 
 void put_nccl_comm_init(Writer& w, const NcclCommInit& v) {
-  w.put_bytes(v.id, kNcclIdBytes);
+  w.append(v.id, kNcclIdBytes);
   w.put_i32(v.nranks);
   w.put_i32(v.rank);
   put_nccl_config(w, v.config);
