@@ -11,9 +11,9 @@ const char* nccl_op_name(uint16_t op) {
       "ncclBroadcast",     "ncclReduce",        "ncclAllGather",          "ncclReduceScatter",
       "ncclAlltoAll",      "ncclSend",          "ncclRecv",               "ncclGroupStart",
       "ncclGroupEnd"};
-  static_assert(sizeof kNames / sizeof kNames[0] == kNcclLastOp - kFirstNcclOp + 1);
+  static_assert(sizeof kNames / sizeof kNames[0] == size_t{kNcclLastOp} - size_t{kFirstNcclOp} + 1);
   if (op < kFirstNcclOp || op > kNcclLastOp) return nullptr;
-  return kNames[op - kFirstNcclOp];
+  return kNames[op - size_t{kFirstNcclOp}];
 }
 
 void put_nccl_reply(Writer& w, const NcclReply& v) {
