@@ -82,17 +82,6 @@ ncclResult_t ensure_init() {
               rgpu::log::format("cuInit failed (CUDA error %d): rgpu's NCCL needs the rgpu-server of RGPU_SERVER", rc));
 }
 
-// In a group, tells `server` that the group has begun before the group's first call goes there.
-ncclResult_t group_reaches(int server) {
-  if (t_group.depth == 0 || t_group.started.count(server)) return ncclSuccess;
-  size_t len = 0;
-  const int rc = rgpu_nccl_call(w::kNcclGroupStart, server, 1, ~uint64_t{0}, nullptr, 0, nullptr, 0, &len);
-  if (rc != CUDA_SUCCESS)
-    return fail(ncclSystemError, rgpu::log::format("ncclGroupStart: rgpu-server could not be reached (CUDA error %d)", rc));
-  t_group.started.insert(server);
-  return ncclSuccess;
-}
-
 // The result of a reply: the call's own, else a deferred one; *out reads what follows.
 ncclResult_t take_reply(uint16_t op, const std::vector<uint8_t>& buf, size_t len, Reader* out) {
   *out = Reader(buf.data(), len);
@@ -108,6 +97,29 @@ ncclResult_t take_reply(uint16_t op, const std::vector<uint8_t>& buf, size_t len
                 rgpu::log::format("an earlier %s failed on the server: %s", name ? name : "NCCL call",
                                   rep.message.c_str()));
   }
+  return ncclSuccess;
+}
+
+// A one-way call: queued, or with RGPU_BATCH=0 sent and answered (its result is then the reply's).
+ncclResult_t one_way(uint16_t op, int server, uint64_t stream, const Writer* args) {
+  std::vector<uint8_t> reply(w::kMaxNcclMessage + 64);
+  size_t len = 0;
+  auto* a = args ? &const_cast<Writer*>(args)->buf() : nullptr;
+  const int rc = rgpu_nccl_call(op, server, 1, stream, a ? a->data() : nullptr, a ? a->size() : 0, reply.data(),
+                                reply.size(), &len);
+  if (rc != CUDA_SUCCESS)
+    return fail(ncclSystemError,
+                rgpu::log::format("%s: rgpu-server could not be reached (CUDA error %d)", w::nccl_op_name(op), rc));
+  if (len == 0) return ncclSuccess;  // queued
+  Reader r(nullptr, 0);
+  return take_reply(op, reply, len, &r);
+}
+
+// In a group, tells `server` that the group has begun before the group's first call goes there.
+ncclResult_t group_reaches(int server) {
+  if (t_group.depth == 0 || t_group.started.count(server)) return ncclSuccess;
+  if (ncclResult_t rc = one_way(w::kNcclGroupStart, server, ~uint64_t{0}, nullptr)) return rc;
+  t_group.started.insert(server);
   return ncclSuccess;
 }
 
@@ -235,17 +247,7 @@ ncclResult_t collective(uint16_t op, const void* sendbuff, void* recvbuff, size_
   m.stream = sid;
   Writer a;
   w::put_nccl_collective(a, m);
-  uint8_t reply[w::kMaxNcclMessage + 64];
-  size_t len = 0;
-  const int rc =
-      rgpu_nccl_call(op, c.server, 1, sid, a.buf().data(), a.buf().size(), reply, sizeof reply, &len);
-  if (rc != CUDA_SUCCESS)
-    return fail(ncclSystemError,
-                rgpu::log::format("%s: rgpu-server could not be reached (CUDA error %d)", call, rc));
-  if (len == 0) return ncclSuccess;  // one-way: queued
-  std::vector<uint8_t> buf(reply, reply + len);
-  Reader r(nullptr, 0);
-  return take_reply(op, buf, len, &r);  // RGPU_BATCH=0: the call waited
+  return one_way(op, c.server, sid, &a);
 }
 
 ncclResult_t not_forwarded(const char* call, const char* what) {
@@ -541,16 +543,7 @@ NCCL_API ncclResult_t ncclGroupEnd(void) {
       Reader r(nullptr, 0);
       rc = waiting(w::kNcclGroupEnd, server, Writer(), &buf, &r);
     } else {
-      uint8_t reply[w::kMaxNcclMessage + 64];
-      size_t len = 0;
-      const int cu = rgpu_nccl_call(w::kNcclGroupEnd, server, 1, ~uint64_t{0}, nullptr, 0, reply, sizeof reply, &len);
-      if (cu != CUDA_SUCCESS)
-        rc = fail(ncclSystemError, rgpu::log::format("ncclGroupEnd: rgpu-server could not be reached (CUDA error %d)", cu));
-      else if (len) {
-        std::vector<uint8_t> buf(reply, reply + len);
-        Reader r(nullptr, 0);
-        rc = take_reply(w::kNcclGroupEnd, buf, len, &r);
-      }
+      rc = one_way(w::kNcclGroupEnd, server, ~uint64_t{0}, nullptr);
     }
     if (first == ncclSuccess) first = rc;
   }

@@ -60,3 +60,9 @@ def test_arguments_nccl_refuses_are_refused_at_once_and_said(two_gpus):
     ranks_ok(r, 1, [0])
     assert "ncclAllReduce: datatype 99 is not an NCCL data type" in r.stderr
     assert "ncclBroadcast: root 1 is not a rank of this 1-rank communicator" in r.stderr
+
+
+def test_every_call_waiting_with_batching_off(two_gpus):
+    # RGPU_BATCH=0: the one-way calls (collectives, group starts and ends) wait for their answers.
+    r = run_client([PROGRAM, "2"], two_gpus, env_extra={"RGPU_BATCH": "0"}, timeout=60)
+    ranks_ok(r, 2, [0, 1])
