@@ -63,6 +63,7 @@ declare -A DECODER=(
   [wire_mapped_fuzz]="protocol/wire/mapped.h (mapped and managed memory messages, both directions)"
   [wire_occupancy_fuzz]="protocol/wire/occupancy.h"
   [wire_control_fuzz]="protocol/wire/control.h (alloc ahead, callbacks, sessions, session control), dark_api.h"
+  [wire_nccl_fuzz]="protocol/wire/nccl.h (the NCCL API forwarded by rgpu's libnccl.so.2)"
   [wire_rest_fuzz]="protocol/wire/stream.h, memory.h, texture.h, tensor_map.h, pointer attributes"
   [torch_wire_codec_fuzz]="protocol/torch_wire.h get_desc, get_shape, get_status (torch-free)"
   [dispatch_fuzz]="server/dispatch.h: every handler the server accepts, on the fake driver and fake NVML"
@@ -80,7 +81,7 @@ declare -A EXTRA=(
   [mapped_fuzz]="-detect_leaks=0"
 )
 TARGETS=(snapshot_fuzz handshake_fuzz channel_fuzz wire_graph_fuzz wire_launch_fuzz wire_copy_fuzz wire_module_fuzz
-  wire_mapped_fuzz wire_occupancy_fuzz wire_control_fuzz wire_rest_fuzz torch_wire_codec_fuzz dispatch_fuzz nvml_fuzz
+  wire_mapped_fuzz wire_occupancy_fuzz wire_control_fuzz wire_nccl_fuzz wire_rest_fuzz torch_wire_codec_fuzz dispatch_fuzz nvml_fuzz
   mapped_fuzz cuda_image_fuzz)
 [ -n "${RGPU_TORCH_PYTHON:-}" ] && TARGETS+=(torch_wire_fuzz)
 ((${#only[@]})) && TARGETS=("${only[@]}")

@@ -1077,3 +1077,13 @@ FAKE_API CUresult CUDAAPI cuMemRangeGetAttributes(void** data, size_t* dataSizes
     if (CUresult r = cuMemRangeGetAttribute(data[i], dataSizes[i], attributes[i], devPtr, count)) return r;
   return CUDA_SUCCESS;
 }
+
+// For the fake NCCL (fakecuda/nccl/), which runs in the same process and moves device bytes as
+// real NCCL's kernels would: the host bytes behind device range [p, p + n), or nullptr when the
+// range is not wholly inside one live allocation (or mapped host buffer). The bytes stay valid
+// while work queued before a cuMemFree of them runs (cuMemFree waits for it).
+extern "C" __attribute__((visibility("default"))) void* fakecuda_device_bytes(CUdeviceptr p, size_t n) {
+  fake::Span s;
+  if (!fake::device_span(p, n == 0 ? 1 : n, &s)) return nullptr;
+  return s.host;
+}

@@ -28,6 +28,7 @@
 //   occupancy.h  occupancy queries, kOpClusterOccupancyTable
 //   stream.h     host callbacks, stream attributes
 //   control.h    kOpAllocAhead, kOpAllocMany, kOpCallback frames, kOpSessions, kOpSessionControl
+//   nccl.h       the NCCL API (ops from kFirstNcclOp)
 //   dark_api.h   kOpToolsContextObject, kOpModuleFunctions, kOpClusterTopology, kOpExportTableInfo
 //   memory.h     VMM, memory pools, pointer attributes
 //   texture.h    texture and surface objects; tensor_map.h tensor maps
@@ -363,6 +364,11 @@ enum Op : uint16_t {
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
+  // NCCL calls (rgpu's libnccl.so.2, client/nccl/; docs/design.md §6) are numbered from here,
+  // below the NVML ops and far above the CUDA ones; protocol/wire/nccl.h lists them and their
+  // layouts. They travel on the CUDA shim's connection to the server of the communicator's device,
+  // with the same frames, ReplyPrefix and ordering as CUDA calls.
+  kFirstNcclOp = 7168,
   // NVML calls (rgpu's libnvidia-ml.so.1, client/nvml/) are numbered from here, from the
   // append-only registry codegen/nvml_op_ids.txt (gen/nvml_ops.gen.h); CUDA ops stay below it.
   // They travel on a connection of their own, with the same frames, handshake and ReplyPrefix;

@@ -2,7 +2,8 @@
 // session (server/session.cpp) makes one lookup per call, and the dispatch fuzzer
 // (tests/fuzz/dispatch_fuzz.cpp) feeds every op this accepts.
 //
-// In order: NVML ops (from kFirstNvmlOp, server/nvml/), the hand-written rows below (control ops,
+// In order: NVML ops (from kFirstNvmlOp, server/nvml/), NCCL ops (from kFirstNcclOp,
+// server/nccl/), the hand-written rows below (control ops,
 // mapped memory, the CUDA calls whose generated handler needs a step of the session's first),
 // then the generated handlers of CUDA calls (gen/server_dispatch.gen.cpp, which also lists the
 // `custom` ones in server/handlers/).
@@ -12,8 +13,10 @@
 
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
+#include "protocol/wire/nccl.h"
 #include "server/handlers/control.h"
 #include "server/mapped_memory.h"
+#include "server/nccl/nccl_server.h"
 #include "server/nvml/nvml_server.h"
 
 namespace rgpu::server {
@@ -91,12 +94,14 @@ const Row* row(uint16_t op) {
 
 Handler find_handler(uint16_t op) {
   if (op >= proto::kFirstNvmlOp) return nvml::find_handler(op);
+  if (op >= proto::kFirstNcclOp) return nccl::find_handler(op);
   if (const Row* r = row(op)) return r->handler;
   return find_generated_handler(op);
 }
 
 const char* op_name(uint16_t op) {
   if (op >= proto::kFirstNvmlOp) return nvml::op_name(op);
+  if (op >= proto::kFirstNcclOp) return proto::wire::nccl_op_name(op);
   if (const Row* r = row(op)) return r->name;
   return op::name(op);
 }

@@ -48,6 +48,9 @@ struct Dispatch {
   // The session's mirrors of mapped host and managed memory (server/mapped_memory.h); nullptr
   // where there is no session (the kOpMapped* ops then answer CUDA_ERROR_NOT_SUPPORTED).
   MappedMemory* mapped = nullptr;
+  // The client sent the call one-way: nobody waits for what the handler writes (NCCL's handlers
+  // keep a failure for the next waiting NCCL call instead, server/nccl/nccl_server.h).
+  bool one_way = false;
 };
 
 using Handler = void (*)(Dispatch&);

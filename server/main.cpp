@@ -22,6 +22,7 @@
 #include "server/limits.h"
 #include "server/metrics.h"
 #include "server/module_cache.h"
+#include "server/nccl/nccl_server.h"
 #include "server/nvml/nvml_server.h"
 #include "server/prewarm.h"
 #include "server/session.h"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   server.listen = {"info", "", "127.0.0.1:9713", 9713, false, "this GPU"};
   std::string driver = "libcuda.so.1";
   std::string nvml;
+  std::string nccl;
   std::string prewarm = "context";
   std::string metrics_listen;
   std::string cache_dir = rgpu::server::module_cache::default_dir();
@@ -68,6 +70,10 @@ int main(int argc, char** argv) {
   app.add_option("--nvml", nvml,
                  "path of the NVML library that answers clients' NVML calls (default: the system's libnvidia-ml.so.1, "
                  "or rgpu's fake NVML with --driver fake)");
+  app.add_option("--nccl", nccl,
+                 "path of the NCCL library that runs clients' NCCL calls (rgpu's libnccl.so.2 forwards them here; "
+                 "default: libnccl.so.2 as the dynamic loader finds it, else the NVIDIA pip package's in the system's "
+                 "Python; with --driver fake, rgpu's fake NCCL)");
   app.add_option("--cache-dir", cache_dir,
                  "directory of the persistent module-image cache, shared by the sessions of a tenant (each tenant's "
                  "images are apart, in tenant-NAME/): clients send a module's bytes only when it is not there (default $XDG_CACHE_HOME/rgpu or ~/.cache/rgpu/modules; 'none' "
@@ -116,6 +122,8 @@ int main(int argc, char** argv) {
   std::string driver_path = driver == "fake" ? exe_dir() + "/../lib/libfakecuda.so" : driver;
   if (nvml.empty()) nvml = driver == "fake" ? exe_dir() + "/../lib/libfakenvml.so" : "libnvidia-ml.so.1";
   rgpu::server::nvml::set_library(nvml);  // opened by each session at its first NVML call
+  if (nccl.empty() && driver == "fake") nccl = exe_dir() + "/../lib/libfakenccl.so";
+  rgpu::server::nccl::set_library(nccl);  // opened by each session at its first NCCL call
   void* lib = dlopen(driver_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     rgpu::log::error("cannot load the CUDA driver '%s': %s. Give the real driver with --driver PATH, or --driver fake",

@@ -604,6 +604,7 @@ void Worker::loop() {
     const uint64_t mapped_generation = mapped.generation();  // what a cuCtxSynchronize will have seen finish
     if (Handler h = find_handler(f.h.op)) {  // every op the server accepts (server/dispatch.cpp)
       Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_, &bulk, &mapped};
+      d.one_way = !wants_reply;
       const auto start = std::chrono::steady_clock::now();
       h(d);
       session_->note_handler_time(f.h.op, std::chrono::steady_clock::now() - start);

@@ -53,6 +53,7 @@
 #include "server/handle_map.h"
 #include "server/handlers/control.h"
 #include "server/mapped_memory.h"
+#include "server/nccl/nccl_server.h"
 #include "server/nvml/nvml_server.h"
 #include "tests/fuzz/dispatch_fuzz.h"
 
@@ -180,6 +181,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
       g_ops.push_back(static_cast<uint16_t>(op));
   if (g_ops.empty()) std::abort();
   // NVML: what a session's first NVML calls do (nvmlInit, a device handle).
+  // NCCL: the handlers' decoders are fed, but no NCCL library runs what they decode (the fake
+  // NCCL's rendezvous sockets and threads would pile up over millions of inputs): every NCCL op
+  // that decodes is answered "no NCCL library" (server/nccl/nccl_server.h).
+  rgpu::server::nccl::set_library("/nonexistent/rgpu-dispatch-fuzz/libnccl.so.2");
   rgpu::server::nvml::set_library(RGPU_FAKENVML_PATH);
   const rgpu::server::nvml::NvmlTable* nvml = rgpu::server::nvml::table();
   nvmlDevice_t nvml_dev = nullptr;

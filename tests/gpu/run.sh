@@ -6,7 +6,7 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
-#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,package,reconnect,tls,torch,torchdev,torchstep,bench,abbench,startup,train
+#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,nccl,package,reconnect,tls,torch,torchdev,torchstep,bench,abbench,startup,train
 #                                  the steps to run (default: all but abbench)
 #   RGPU_AB_SPIN=1                 abbench: a second A B A B with RGPU_SPIN=1 (common/spin_policy.h)
 #   RGPU_GPU_BASE_TREE=DIR         abbench: the source tree of the commit to compare against (e.g. from
@@ -32,7 +32,7 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
-STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,package,reconnect,tls,torch,torchdev,torchstep,bench,startup,train},"
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,nccl,package,reconnect,tls,torch,torchdev,torchstep,bench,startup,train},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
@@ -244,6 +244,12 @@ fi
 if want multiserver; then
   step "two rgpu-servers on this GPU under one program (tests/gpu/multi_server.sh, issue 19)"
   tests/gpu/multi_server.sh "$OUT" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/multi_server.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if want nccl; then
+  step "NCCL through rgpu: nccl_test and the all-reduce sweep, locally and through rgpu (tests/gpu/nccl.sh, issue 19)"
+  tests/gpu/nccl.sh "$RESULTS" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/nccl.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
