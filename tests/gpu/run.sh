@@ -251,6 +251,9 @@ if want nccl; then
   step "NCCL through rgpu: nccl_test and the all-reduce sweep, locally and through rgpu (tests/gpu/nccl.sh, issue 19)"
   tests/gpu/nccl.sh "$RESULTS" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/nccl.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "NCCL in the client over the driver shim against forwarded, PyTorch, one rank (tests/gpu/nccl_client_side.sh)"
+  tests/gpu/nccl_client_side.sh "$RESULTS" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/nccl_client_side.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if want package; then
