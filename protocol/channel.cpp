@@ -376,14 +376,22 @@ void Channel::write_out(std::unique_lock<std::mutex>& lk, bool control_only) {
   }
   writer_active_ = true;
   std::vector<iovec> iov;
-  std::vector<std::shared_ptr<Block>> hold;  // keeps blocks alive while written without the lock
+  // What a write reads from, kept alive until the transport is done with it (write_held: a TLS
+  // stream encrypts bulk on a thread of its own after the write returns). A block held here is
+  // not reused for new frames (trim_locked), nor are these control frames.
+  struct Held {
+    std::vector<std::shared_ptr<Block>> blocks;
+    ChannelHeader control_ch[3];
+    FrameHeader control_fh[3];
+  };
   for (;;) {
     if (lost_ || !connected_) break;
     iov.clear();
-    hold.clear();
+    auto held = std::make_shared<Held>();
+    std::vector<std::shared_ptr<Block>>& hold = held->blocks;
     // The channel's own frames first: they are unnumbered, so their place in the stream is free.
-    ChannelHeader control_ch[3];
-    FrameHeader control_fh[3];
+    ChannelHeader* control_ch = held->control_ch;
+    FrameHeader* control_fh = held->control_fh;
     int n_control = 0;
     auto add_control = [&](uint16_t flags) {
       control_ch[n_control] = {0, recv_seq_.load(std::memory_order_acquire)};
@@ -423,7 +431,7 @@ void Channel::write_out(std::unique_lock<std::mutex>& lk, bool control_only) {
     auto t = transport_;
     uint64_t gen = gen_;
     lk.unlock();
-    bool ok = t->write(iov.data(), static_cast<int>(iov.size()));
+    bool ok = t->write_held(iov.data(), static_cast<int>(iov.size()), std::move(held));
     lk.lock();
     if (!ok) {
       break_locked(gen, "sending failed (the connection closed or the network is down)");

@@ -20,8 +20,11 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <thread>
 
 #include "common/env.h"
 #include "common/log.h"
@@ -86,7 +89,10 @@ int bio_write(BIO* b, const char* data, int n) {
   // After the handshake, records are appended to the transport's outgoing buffer (its app data)
   // and sent many to a send() by TlsTransport::flush_locked; during it, they go out as made.
   if (auto* out = static_cast<std::vector<uint8_t>*>(BIO_get_app_data(b))) {
-    out->insert(out->end(), data, data + n);
+    // As bytes (uint8_t), so that insert copies with memcpy: from `const char*` it copied a byte at
+    // a time, as slow as the AES-GCM that made the record (issue 17).
+    const auto* bytes = reinterpret_cast<const uint8_t*>(data);
+    out->insert(out->end(), bytes, bytes + n);
     return n;
   }
   ssize_t r;
@@ -206,6 +212,20 @@ struct TlsTransport::State {
   std::mutex write_mu;  // one write() at a time, so that each stays whole; taken before mu
   std::mutex send_mu;   // taken under mu, so that records leave in the order they were made
   std::vector<uint8_t> sending;
+
+  // The sealing thread's queue (write_held). queue_mu is taken before write_mu.
+  struct Held {
+    std::vector<iovec> iov;
+    std::shared_ptr<const void> keep;
+    size_t bytes = 0;
+  };
+  std::mutex queue_mu;
+  std::condition_variable queue_cv;  // an item queued or done, a failure, shutdown
+  std::deque<Held> queue;
+  size_t queued_bytes = 0;
+  bool sealing = false;       // the thread holds an item taken from the queue
+  bool seal_failed = false;   // a queued write failed: later writes fail too
+  std::thread sealer;         // started by the first write it takes
 };
 
 struct TlsHandshake {
@@ -223,6 +243,19 @@ struct TlsHandshake {
 
 TlsTransport::~TlsTransport() {
   if (!s_) return;
+  if (s_->sealer.joinable()) {
+    {
+      // What is queued still goes (a last reply written just before the session ends), unless
+      // the peer takes more than a moment to read it.
+      std::unique_lock<std::mutex> q(s_->queue_mu);
+      s_->queue_cv.wait_for(q, std::chrono::seconds(2), [&] {
+        return (s_->queue.empty() && !s_->sealing) || s_->shut;
+      });
+      s_->shut = true;
+    }
+    s_->queue_cv.notify_all();
+    s_->sealer.join();
+  }
   if (s_->ssl) SSL_free(s_->ssl);
   if (owns_fd_) ::close(s_->fd);
 }
@@ -251,7 +284,8 @@ bool TlsTransport::flush_locked(std::unique_lock<std::mutex>& lock, bool may_wai
     } else if (r < 0 && errno == EINTR) {
       continue;
     } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      wait_fd(s_->fd, true, Clock::time_point::max());
+      // In slices, so that a shutdown (the destructor stopping the sealing thread) is seen.
+      wait_fd(s_->fd, true, Clock::now() + std::chrono::milliseconds(100));
     } else {
       ok = false;
     }
@@ -263,10 +297,78 @@ bool TlsTransport::flush_locked(std::unique_lock<std::mutex>& lock, bool may_wai
 }
 
 bool TlsTransport::write(const iovec* iov, int count) {
+  // After what is queued for the sealing thread: the caller's buffers are only lent until return.
+  std::unique_lock<std::mutex> q(s_->queue_mu);
+  s_->queue_cv.wait(q, [&] { return (s_->queue.empty() && !s_->sealing) || s_->seal_failed || s_->shut; });
+  if (s_->seal_failed || s_->shut) return false;
+  std::lock_guard<std::mutex> whole(s_->write_mu);
+  q.unlock();
+  return write_now(iov, count);
+}
+
+bool TlsTransport::write_held(const iovec* iov, int count, std::shared_ptr<const void> keep) {
+  // Bulk is queued for the sealing thread, and so is anything behind it (the order stays); a
+  // small write with nothing queued is written here, with no thread hop. The queue holds at most
+  // kMaxQueued bytes of bulk, so a caller runs ahead by a few chunks, no more; small writes never
+  // wait for room (the channel's reading thread answers pings with them and must never wait for
+  // a writer, protocol/channel.h).
+  constexpr size_t kMaxQueued = 4u << 20;
+  size_t bytes = 0;
+  for (int i = 0; i < count; ++i) bytes += iov[i].iov_len;
+  std::unique_lock<std::mutex> q(s_->queue_mu);
+  if (s_->seal_failed || s_->shut) return false;
+  if (s_->queue.empty() && !s_->sealing && bytes < kSealAhead) {
+    std::lock_guard<std::mutex> whole(s_->write_mu);
+    q.unlock();
+    return write_now(iov, count);
+  }
+  if (bytes >= kSealAhead)
+    s_->queue_cv.wait(q, [&] { return s_->queued_bytes < kMaxQueued || s_->seal_failed || s_->shut; });
+  if (s_->seal_failed || s_->shut) return false;
+  if (!s_->sealer.joinable()) s_->sealer = std::thread([this] { seal_loop(); });
+  s_->queue.push_back({std::vector<iovec>(iov, iov + count), std::move(keep), bytes});
+  s_->queued_bytes += bytes;
+  s_->queue_cv.notify_all();
+  return true;
+}
+
+void TlsTransport::seal_loop() {
+  std::unique_lock<std::mutex> q(s_->queue_mu);
+  for (;;) {
+    s_->queue_cv.wait(q, [&] { return !s_->queue.empty() || s_->shut; });
+    if (s_->shut) break;
+    State::Held h = std::move(s_->queue.front());
+    s_->queue.pop_front();
+    s_->sealing = true;
+    bool ok;
+    {
+      std::lock_guard<std::mutex> whole(s_->write_mu);
+      q.unlock();
+      ok = write_now(h.iov.data(), static_cast<int>(h.iov.size()));
+      h.keep.reset();  // the caller may reuse its buffers once it sees the queue shrink
+      q.lock();
+    }
+    s_->sealing = false;
+    s_->queued_bytes -= h.bytes;
+    if (!ok) {
+      // Nobody waits for this write's answer: fail the ones after it, and end the stream so that
+      // the reader sees the break (the channel then resumes on a new connection and resends).
+      s_->seal_failed = true;
+      q.unlock();
+      shutdown();
+      q.lock();
+    }
+    s_->queue_cv.notify_all();
+  }
+  s_->queue.clear();  // drops the callers' buffers; the channel resends them after a resume
+  s_->queued_bytes = 0;
+  s_->queue_cv.notify_all();
+}
+
+bool TlsTransport::write_now(const iovec* iov, int count) {
   // Pieces up to 16 KiB are gathered (a frame's header with its payload: one record); larger ones
   // are encrypted as they are. The records go out about 256 KiB to a send().
   constexpr size_t kGather = 16 << 10, kSendAt = 256 << 10;
-  std::lock_guard<std::mutex> whole(s_->write_mu);
   std::unique_lock<std::mutex> lock(s_->mu);
   auto encrypt = [&](const uint8_t* p, size_t n) {
     while (n) {
@@ -339,7 +441,11 @@ ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds t
 }
 
 void TlsTransport::shutdown() {
-  s_->shut = true;
+  {
+    std::lock_guard<std::mutex> q(s_->queue_mu);  // so that a waiter on queue_cv cannot miss it
+    s_->shut = true;
+  }
+  s_->queue_cv.notify_all();
   ::shutdown(s_->fd, SHUT_RDWR);
 }
 

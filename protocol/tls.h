@@ -16,6 +16,11 @@
 // (one reader and one writer may use a Transport at once; OpenSSL allows neither concurrently),
 // waits made in poll() outside it. Writes go through a socket BIO of our own that sends with
 // MSG_NOSIGNAL, so a peer gone mid-write is an error, never SIGPIPE in a client's process.
+//
+// Bulk is pipelined (issue 17): a write_held() of kSealAhead bytes or more goes to the
+// transport's sealing thread, which encrypts and sends it while the caller copies the next chunk
+// into the channel; the writes behind it queue there too, so the order stays. A small write with
+// nothing queued is encrypted and sent by its caller, as before: a small call pays no thread hop.
 #pragma once
 
 #include <chrono>
@@ -62,8 +67,12 @@ inline constexpr const char* kResumeProofExporter = "EXPORTER-rgpu-resume-proof"
 // A TLS connection, after its handshake.
 class TlsTransport : public Transport {
  public:
+  // Writes handed to the sealing thread: at least this many bytes, or any write while one is queued.
+  static constexpr size_t kSealAhead = 128 << 10;
+
   ~TlsTransport() override;
   bool write(const iovec* iov, int count) override;
+  bool write_held(const iovec* iov, int count, std::shared_ptr<const void> keep) override;
   ssize_t read_some(void* buf, size_t n, std::chrono::milliseconds timeout) override;
   void shutdown() override;
   bool export_key(const char* label, uint8_t out[32]) override;
@@ -80,6 +89,10 @@ class TlsTransport : public Transport {
   // Sends the records made so far (State::out), mu held by `lock` and let go while sending.
   // may_wait false: leaves them when another thread is sending. False when the socket failed.
   bool flush_locked(std::unique_lock<std::mutex>& lock, bool may_wait);
+  // Encrypts and sends iov, write_mu held.
+  bool write_now(const iovec* iov, int count);
+  // The sealing thread: writes what write_held queued, in order, until shutdown.
+  void seal_loop();
   struct State;
   std::unique_ptr<State> s_;
   bool owns_fd_ = false;

@@ -45,6 +45,16 @@ class Transport {
   // Writes all of the buffers in order. False: the connection is broken (some bytes may have
   // reached the peer, which is why the channel numbers its frames).
   virtual bool write(const iovec* iov, int count) = 0;
+  // write() for a caller that keeps the buffers (every one iov points into) alive for as long as
+  // `keep` lives: the transport may keep `keep`, hand a large write to a thread of its own and
+  // return before the bytes are out, so that the caller prepares the next while this one is
+  // encrypted and sent (TlsTransport; issue 17). Order with other writes is kept. A failure found
+  // after it returned makes a later write return false and ends the stream for the reader.
+  // Default: write(), at once.
+  virtual bool write_held(const iovec* iov, int count, std::shared_ptr<const void> keep) {
+    (void)keep;
+    return write(iov, count);
+  }
   // Reads what has arrived, up to n bytes, waiting at most `timeout` (kForever: no limit) for the
   // first byte.
   virtual ssize_t read_some(void* buf, size_t n, std::chrono::milliseconds timeout) = 0;
