@@ -85,6 +85,10 @@ constexpr Variable kVariables[] = {
     {"RGPU_ORDER_WAIT_MS", "10000", nullptr, kServer,
      "how long a call waits for another client thread's earlier one-way call still running in the "
      "driver before it runs anyway"},
+    {"RGPU_INLINE_CALLS", "1", nullptr, kServer,
+     "`0`: rgpu-server hands every call to the thread that runs its client thread's calls; by "
+     "default the thread that reads the connection runs a short synchronous query (cuMemGetInfo, "
+     "attribute queries) itself when that thread is idle, a thread hand-off less per call"},
     {"RGPU_SPIN", "auto", nullptr, kClient | kServer,
      "how a thread waiting for its peer (the client for a reply, the server for the next call) "
      "waits: `auto` spins up to 50 µs first where the machine has CPUs to spare and spinning "
@@ -202,6 +206,7 @@ void read_all() {
   s.user = str("USER");
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
   s.fake_noop_kernels = str("RGPU_FAKE_NOOP_KERNELS") == "1";
+  s.inline_calls = str("RGPU_INLINE_CALLS") != "0";
   s.spin = str("RGPU_SPIN") == "1" ? 1 : str("RGPU_SPIN") == "0" ? 0 : -1;
   s.fake_load_delay_ms = std::max(0, std::atoi(str("RGPU_FAKE_LOAD_DELAY_MS").c_str()));
   s.fake_devices = std::clamp(std::atoi(str("RGPU_FAKE_DEVICES").c_str()), 1, 8);

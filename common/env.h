@@ -84,6 +84,7 @@ struct Settings {
   bool fake_noop_kernels = false;           // RGPU_FAKE_NOOP_KERNELS=1 (fakecuda/launch.cpp)
   int fake_load_delay_ms = 0;               // RGPU_FAKE_LOAD_DELAY_MS (fakecuda/module.cpp)
   int fake_devices = 1;                     // RGPU_FAKE_DEVICES (fakecuda/device.cpp)
+  bool inline_calls = true;                 // RGPU_INLINE_CALLS (server/session.cpp): 0 off
   int spin = -1;                            // RGPU_SPIN (common/spin_policy.h): -1 auto, 0 never, 1 always
   int fake_address_slot = 0;                // RGPU_FAKE_ADDRESS_SLOT (fakecuda/memory.cpp)
 };

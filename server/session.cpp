@@ -58,6 +58,33 @@ constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr size_t kMaxQueuedBytes = 512u << 20;
 // Replies with at least this many bulk bytes are sent by the session's writer thread.
 constexpr size_t kAsyncReplyBytes = 1u << 20;
+// How often the standby looks at a reading thread running a call (Session::stand_by): a call
+// stuck there holds up the client's other threads for one to two ticks at most.
+constexpr auto kStandbyTick = std::chrono::milliseconds(20);
+
+// The synchronous calls the reading thread may run itself (Session::run_on_reader): queries that
+// return at once, never wait for the GPU, another thread or the client (no host callback), and
+// read no per-thread state of the driver but the current context. No stream calls: a stream
+// argument of CU_STREAM_PER_THREAD (and the _ptsz variants) names the calling thread's own stream.
+bool op_runs_on_reader(uint16_t op) {
+  switch (op) {
+    case op::cuMemGetInfo:
+    case op::cuMemGetInfo_v2:
+    case op::cuMemGetAddressRange:
+    case op::cuMemGetAddressRange_v2:
+    case op::cuPointerGetAttribute:
+    case op::cuPointerGetAttributes:
+    case op::cuFuncGetAttribute:
+    case op::cuEventElapsedTime:
+    case op::cuEventElapsedTime_v2:
+    case op::cuCtxGetLimit:
+    case op::cuCtxGetStreamPriorityRange:
+    case op::cuDeviceGetAttribute:
+      return true;
+    default:
+      return false;
+  }
+}
 
 struct Frame {
   proto::FrameHeader h;
@@ -153,6 +180,31 @@ class Worker {
     }
     cv_.notify_one();
   }
+
+  // For the session's reading thread, which runs a short synchronous call itself when this
+  // worker is parked with nothing queued (Session::run_on_reader): true when it is, and then the
+  // worker takes no call until unclaim(); *ctx is the context current on this worker's thread
+  // when it parked, which the reader makes current on its own thread for the call.
+  bool claim(CUcontext* ctx) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!sleeping_ || !queue_.empty() || claimed_ || stop_ || !ctx_known_) return false;
+    claimed_ = true;
+    *ctx = ctx_;
+    return true;
+  }
+  void unclaim() {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      claimed_ = false;
+      wake = !queue_.empty();
+    }
+    if (wake) cv_.notify_one();
+  }
+  // Runs one call and writes its reply (if it wants one): on this worker's thread, or on the
+  // reading thread while claimed. `body` and `bulk` are the running thread's buffers. False when
+  // the session failed meanwhile (a malformed call, a reply that could not be written).
+  bool run_call(const Frame& f, std::vector<uint8_t>& body, Bytes& bulk);
   std::thread& thread() { return thread_; }
 
   // A bulk buffer the session's writer has finished sending comes back for reuse.
@@ -194,6 +246,10 @@ class Worker {
   int bulk_in_flight_ = 0;
   bool sleeping_ = false;
   bool stop_ = false;
+  bool claimed_ = false;  // the reading thread runs one of this thread's calls (claim)
+  // The context current on this worker's thread when it last parked (ctx_known_: the driver said).
+  CUcontext ctx_ = nullptr;
+  bool ctx_known_ = false;
   // The first failure of a one-way call since the last reply on this thread.
   int32_t deferred_result_ = 0;
   uint16_t deferred_op_ = 0;
@@ -205,87 +261,36 @@ class Session : public ClientCallbacks {
   Session(int fd, const SessionOptions& o) : fd_(fd), opt_(o) {}
 
   int run() {
-    std::string why;
-    int status = 0;
     if (opt_.transport && !opt_.channel) {
       log::warn("client %s does not speak the channel (an older rgpu release), which TLS needs; closing",
                 opt_.identity.c_str());
       return 1;
     }
     if (opt_.channel && !start_channel()) return 1;
-    std::optional<proto::FrameReader> reader;
     if (!ch_) {
-      reader.emplace(fd_, proto::kMaxPayload);
-      reader->frame_time = proto::ChannelOptions{}.frame_time;  // the channel's bound on a stalled frame
+      reader_.emplace(fd_, proto::kMaxPayload);
+      reader_->frame_time = proto::ChannelOptions{}.frame_time;  // the channel's bound on a stalled frame
     }
-    for (;;) {
-      Frame f;
-      if (ch_) {
-        if (ch_->receive_frame(&f.h, &f.payload, proto::Wait::kPassive) != proto::Status::kOk) {
-          lost_why_ = ch_->why();
-          break;
+    if (on_reader_) {
+      // The standby: it reads in this thread's place while a call run here is stuck (stand_by),
+      // and the session may end on it (then it exits the process: this thread may be in the driver).
+      std::thread([this] {
+        ReaderBuffers buffers;
+        for (;;) {
+          stand_by();
+          if (read_frames(buffers)) _exit(finish());
         }
-      } else {
-        proto::ReadResult rr = reader->next(&f.h, &f.payload, &why);
-        if (rr == proto::ReadResult::kClosed) break;
-        if (rr == proto::ReadResult::kError) {
-          hostile(why);
-          status = 1;
-          break;
-        }
-      }
-      if (f.h.op == proto::kOpGoodbye) {
-        // The client is leaving: on the channel, its connection's end is the session's end
-        // (not a break to wait out); calls it still makes from exit handlers are served.
-        if (!ch_) break;
-        ch_->end_on_break();
-        continue;
-      }
-      if (f.h.op == proto::kOpCallbackDone) {
-        // Answered here, not by a worker: the worker of that client thread may be the one
-        // blocked behind the callback.
-        Reader r(f.payload.data(), f.payload.size());
-        uint64_t id = 0;
-        if (!proto::wire::read_callback_done(r, &id)) {
-          hostile("a malformed host-callback answer");
-          status = 1;
-          break;
-        }
-        callback_done(id);
-        continue;
-      }
-      if (f.h.flags & proto::kReply) {
-        hostile("the client sent a reply frame");
-        status = 1;
-        break;
-      }
-      Worker* w = worker(f.h.thread_id);
-      if (!w) {
-        hostile(log::format("more than %zu client threads", kMaxClientThreads));
-        status = 1;
-        break;
-      }
-      ++calls_;
-      counters_->call(f.h.op, !(f.h.flags & proto::kNoReply), sizeof f.h + f.payload.size());
-      note_read(f);
-      w->push(std::move(f));
-      if (failed_.load()) {
-        status = 1;
-        break;
-      }
+      }).detach();
     }
-    // The client is gone: its process's GPU state goes with ours. Exit without waiting for
-    // workers that may be blocked in the driver.
-    end();
-    door_.close();
-    log::info("session for %s ended after %llu calls (%.0f ms in the driver, %.0f ms of it loading modules)%s%s",
-              opt_.identity.c_str(), static_cast<unsigned long long>(calls_), handler_us_.load() / 1e3,
-              load_us_.load() / 1e3, lost_why_.empty() ? "" : ": ", lost_why_.c_str());
-    unregister_session(opt_.sessions_dir, getpid());
-    return failed_.load() ? 1 : status;
+    ReaderBuffers buffers;
+    while (!read_frames(buffers)) stand_by();
+    return finish();
   }
 
-  // Logs why the peer is being dropped and closes the connection.
+  // Whether the reading thread runs short synchronous calls itself (run_on_reader).
+  bool runs_on_reader() const { return on_reader_; }
+
+  // Logs why the peer is being dropped and closes the connection.  // Logs why the peer is being dropped and closes the connection.
   void hostile(const std::string& why) {
     if (!failed_.exchange(true)) {
       log::error("closing the connection from %s (%s): %s", opt_.peer.c_str(), opt_.identity.c_str(), why.c_str());
@@ -333,10 +338,13 @@ class Session : public ClientCallbacks {
   // is blocked: no later call of another thread depends on them), so one thread's blocking
   // synchronize does not stall another. This also covers a handle created one-way on one thread
   // and named at once on another (a module loaded one-way): its creating call runs first.
-  void note_read(Frame& f) {
+  // True when no one-way call read before f is unfinished (f's wait_turn would not wait).
+  bool note_read(Frame& f) {
     std::lock_guard<std::mutex> lock(order_mu_);
     f.seq = ++read_seq_;
+    const bool in_turn = unfinished_one_way_.empty();
     if (f.h.flags & proto::kNoReply) unfinished_one_way_.insert(f.seq);
+    return in_turn;
   }
   // A one-way call that blocks in the driver (a cuMemFree behind a kernel that spins until
   // another client thread's later call releases it) would stall that later call for good: after
@@ -432,6 +440,161 @@ class Session : public ClientCallbacks {
   }
 
  private:
+  // The buffers a thread of the reading role runs calls with (run_on_reader).
+  struct ReaderBuffers {
+    std::vector<uint8_t> body;
+    Bytes bulk;
+  };
+
+  // The reading role: reads frames and hands each call to the worker of its client thread, or
+  // runs it here (run_on_reader). True when the session ended (status_ says how), false when this
+  // thread lost the role to the standby while it ran a call.
+  bool read_frames(ReaderBuffers& buffers) {
+    std::string why;
+    for (;;) {
+      Frame f;
+      if (ch_) {
+        if (ch_->receive_frame(&f.h, &f.payload, proto::Wait::kPassive) != proto::Status::kOk) {
+          lost_why_ = ch_->why();
+          return true;
+        }
+      } else {
+        proto::ReadResult rr = reader_->next(&f.h, &f.payload, &why);
+        if (rr == proto::ReadResult::kClosed) return true;
+        if (rr == proto::ReadResult::kError) {
+          hostile(why);
+          status_ = 1;
+          return true;
+        }
+      }
+      if (f.h.op == proto::kOpGoodbye) {
+        // The client is leaving: on the channel, its connection's end is the session's end
+        // (not a break to wait out); calls it still makes from exit handlers are served.
+        if (!ch_) return true;
+        ch_->end_on_break();
+        continue;
+      }
+      if (f.h.op == proto::kOpCallbackDone) {
+        // Answered here, not by a worker: the worker of that client thread may be the one
+        // blocked behind the callback.
+        Reader r(f.payload.data(), f.payload.size());
+        uint64_t id = 0;
+        if (!proto::wire::read_callback_done(r, &id)) {
+          hostile("a malformed host-callback answer");
+          status_ = 1;
+          return true;
+        }
+        callback_done(id);
+        continue;
+      }
+      if (f.h.flags & proto::kReply) {
+        hostile("the client sent a reply frame");
+        status_ = 1;
+        return true;
+      }
+      Worker* w = worker(f.h.thread_id);
+      if (!w) {
+        hostile(log::format("more than %zu client threads", kMaxClientThreads));
+        status_ = 1;
+        return true;
+      }
+      ++calls_;
+      counters_->call(f.h.op, !(f.h.flags & proto::kNoReply), sizeof f.h + f.payload.size());
+      const bool in_turn = note_read(f);
+      CUcontext ctx = nullptr;
+      if (on_reader_ && in_turn && !(f.h.flags & proto::kNoReply) && op_runs_on_reader(f.h.op) && w->claim(&ctx)) {
+        if (!run_on_reader(w, f, ctx, buffers)) return false;
+      } else {
+        w->push(std::move(f));
+      }
+      if (failed_.load()) {
+        status_ = 1;
+        return true;
+      }
+    }
+  }
+
+  // Runs f, a short synchronous call (op_runs_on_reader) of w's client thread, on this reading
+  // thread instead of waking w's thread for it and sleeping until the next frame: a thread
+  // hand-off less per call (two futex calls and a wake-up, which on a loaded 2-core machine was
+  // what a small call cost over a TCP round trip; bench/recorded/cpu-2026-12-06-loaded2). It runs
+  // only where the worker would run it at once, so that nothing changes but the thread:
+  // - w is claimed: parked, nothing queued (its client thread's earlier calls have all run), and
+  //   it takes no call until this one is done;
+  // - no other thread's one-way call read before f is unfinished (note_read: wait_turn would not
+  //   wait);
+  // - the context current on w's thread is made current here (the driver's per-thread state a
+  //   listed call reads is its current context and nothing else).
+  // The call may still block in the driver (a suspended process, a driver lock held by another
+  // thread): then the standby takes the reading role within two ticks (stand_by), and false says
+  // this thread lost it.
+  bool run_on_reader(Worker* w, Frame& f, CUcontext ctx, ReaderBuffers& buffers) {
+    const uint64_t turn = reader_turn_.load(std::memory_order_relaxed);  // even: no call running here
+    reader_turn_.store(turn + 1);
+    if (standby_asleep_.load()) {
+      std::lock_guard<std::mutex> lock(standby_mu_);
+      standby_cv_.notify_one();
+    }
+    const DriverTable& drv = driver();
+    CUcontext current = nullptr;
+    const bool ready = drv.cuCtxGetCurrent(&current) == CUDA_SUCCESS &&
+                       (current == ctx || drv.cuCtxSetCurrent(ctx) == CUDA_SUCCESS);
+    if (ready) {
+      ++calls_on_reader_;
+      w->run_call(f, buffers.body, buffers.bulk);  // a failure sets failed_
+    }
+    w->unclaim();
+    if (!ready) w->push(std::move(f));
+    uint64_t expected = turn + 1;
+    return reader_turn_.compare_exchange_strong(expected, turn + 2);
+  }
+
+  // The thread not reading waits here while the reader runs calls (run_on_reader), looking once a
+  // tick, and takes the reading role when one call has held the reader for a whole tick, so that
+  // heartbeats, host-callback answers and other client threads' calls are read on. It sleeps
+  // without ticking while the reader runs none. Returns holding the role.
+  void stand_by() {
+    std::unique_lock<std::mutex> lock(standby_mu_);
+    uint64_t seen = reader_turn_.load();
+    bool quiet = false;
+    for (;;) {
+      if (quiet) {
+        standby_asleep_.store(true);
+        standby_cv_.wait(lock, [&] { return reader_turn_.load() != seen; });
+        standby_asleep_.store(false);
+      } else {
+        standby_cv_.wait_for(lock, kStandbyTick);
+      }
+      uint64_t now = reader_turn_.load();
+      if ((now & 1) && now == seen && reader_turn_.compare_exchange_strong(now, now + 1)) {
+        if (!takeover_logged_) {
+          takeover_logged_ = true;
+          log::info("a call run on the reading thread has been in the driver for over %lld ms (a suspended "
+                    "session, or a driver lock held elsewhere); another thread reads the client's frames meanwhile",
+                    static_cast<long long>(kStandbyTick.count()));
+        }
+        return;
+      }
+      quiet = now == seen;
+      seen = now;
+    }
+  }
+
+  // The session is over: logs it and returns the process's exit status.
+  int finish() {
+    // The client is gone: its process's GPU state goes with ours. Exit without waiting for
+    // workers that may be blocked in the driver.
+    end();
+    door_.close();
+    log::info("session for %s ended after %llu calls (%llu run on the reading thread; %.0f ms in the driver, %.0f ms "
+              "of it loading modules)%s%s",
+              opt_.identity.c_str(), static_cast<unsigned long long>(calls_),
+              static_cast<unsigned long long>(calls_on_reader_), handler_us_.load() / 1e3, load_us_.load() / 1e3,
+              lost_why_.empty() ? "" : ": ", lost_why_.c_str());
+    unregister_session(opt_.sessions_dir, getpid());
+    return failed_.load() ? 1 : status_;
+  }
+
   struct AsyncReply {
     proto::FrameHeader req;
     proto::ReplyPrefix prefix;
@@ -521,6 +684,18 @@ class Session : public ClientCallbacks {
 
   int fd_;
   SessionOptions opt_;
+  std::optional<proto::FrameReader> reader_;  // without the channel: the reading role's reader
+  int status_ = 0;  // the exit status the reading role ended the session with
+  // The reading thread runs short synchronous calls itself (run_on_reader; RGPU_INLINE_CALLS).
+  const bool on_reader_ = env::get().inline_calls && opt_.driver->cuCtxGetCurrent && opt_.driver->cuCtxSetCurrent;
+  // Bumped by two per call run on the reader: odd while one runs. The standby makes it even to
+  // take the reading role from a reader stuck in a call (stand_by).
+  std::atomic<uint64_t> reader_turn_{0};
+  std::mutex standby_mu_;
+  std::condition_variable standby_cv_;
+  std::atomic<bool> standby_asleep_{false};
+  bool takeover_logged_ = false;  // standby_mu_
+  uint64_t calls_on_reader_ = 0;
   // This process's row of counters in the listener's table (rgpu-server --metrics-listen).
   proto::table::Counters* const counters_ = proto::table::my_counters();
   const long long start_time_ = static_cast<long long>(time(nullptr));
@@ -563,6 +738,7 @@ bool Worker::callbacks_in_flight() const { return session_->callbacks_in_flight(
 void Worker::loop() {
   std::vector<uint8_t> body;
   Bytes bulk;  // reused: bulk replies (device-to-host data) are never zeroed or re-faulted
+  const bool note_context = session_->runs_on_reader();
   for (;;) {
     // Spin a little before sleeping where it pays (common/spin_policy.h): the next call of an
     // active client thread usually arrives within microseconds, and on an idle many-core host
@@ -576,12 +752,20 @@ void Worker::loop() {
         spin_.after_spin(queued_.load(std::memory_order_acquire) != 0);
       }
     }
+    // About to park: note this thread's current context, for a call the reader may run meanwhile
+    // (claim). One cheap driver call per park, none while calls keep coming.
+    CUcontext ctx = nullptr;
+    const bool ctx_known = note_context && queued_.load(std::memory_order_acquire) == 0 &&
+                           session_->driver().cuCtxGetCurrent(&ctx) == CUDA_SUCCESS;
     Frame f;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      ctx_ = ctx;
+      ctx_known_ = ctx_known;
       sleeping_ = true;
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !claimed_); });
       sleeping_ = false;
+      ctx_known_ = false;
       if (stop_) return;
       f = std::move(queue_.front());
       queue_.pop_front();
@@ -589,72 +773,77 @@ void Worker::loop() {
       queued_bytes_ -= f.payload.size();
     }
     space_cv_.notify_one();
-    session_->wait_turn(f);
-    struct Finish {  // on every way out of this iteration
-      Session* s;
-      const Frame& f;
-      ~Finish() { s->finished(f); }
-    } finish{session_, f};
-    body.clear();
-    bulk.clear();
-    Writer out(&body);
-    Reader in(f.payload.data(), f.payload.size());
-    bool wants_reply = !(f.h.flags & proto::kNoReply);
-    MappedMemory& mapped = session_->mapped();
-    const uint64_t mapped_generation = mapped.generation();  // what a cuCtxSynchronize will have seen finish
-    if (Handler h = find_handler(f.h.op)) {  // every op the server accepts (server/dispatch.cpp)
-      Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_, &bulk, &mapped};
-      d.one_way = !wants_reply;
-      const auto start = std::chrono::steady_clock::now();
-      h(d);
-      session_->note_handler_time(f.h.op, std::chrono::steady_clock::now() - start);
-      if (!in.ok() || body.size() < sizeof(int32_t)) {
-        const char* name = op_name(f.h.op);
-        session_->hostile(log::format("malformed arguments for %s (op %u, %u bytes)", name ? name : "?", f.h.op,
-                                      f.h.length));
-        return;
-      }
-    } else {
-      // Unknown op: answered (or, one-way, deferred) as NOT_SUPPORTED; the connection stays.
-      const char* name = op_name(f.h.op);
-      log::warn("%s (op %u) has no handler in this server; answering CUDA_ERROR_NOT_SUPPORTED",
-                name ? name : "unknown op", f.h.op);
-      out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
-    }
-    int32_t result;
-    std::memcpy(&result, body.data(), sizeof result);
-    // kOpMappedCopy marks what it writes itself.
-    if (f.h.op != proto::kOpMappedCopy && !mapped.empty() && op_touches_memory(f.h.op))
-      mapped.note_gpu_work(f.h.op, f.payload.data(), f.payload.size());
-    if (wants_reply) {
-      // What kernels wrote to mapped host memory, and what they printed, reaches the client
-      // before this reply does. Only synchronizing calls compare mapped pages and read the
-      // printf pipe themselves; other replies send what the pipe's thread has already collected.
-      const bool sync = op_synchronizes(f.h.op);
-      const bool all_finished = f.h.op == op::cuCtxSynchronize && result == CUDA_SUCCESS;
-      if ((sync && !session_->send_mapped_updates(all_finished ? &mapped_generation : nullptr)) ||
-          !session_->send_device_output(sync))
-        return;
-      proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
-      deferred_result_ = 0;
-      deferred_op_ = 0;
-      if (bulk.size() >= kAsyncReplyBytes) {
-        {
-          std::lock_guard<std::mutex> lock(bulk_mu_);
-          ++bulk_in_flight_;
-        }
-        session_->reply_async(f.h, prefix, body, std::move(bulk), this);
-        bulk = next_bulk();
-      } else {
-        session_->reply(f.h, prefix, body, bulk);
-      }
-    } else if (result != CUDA_SUCCESS && deferred_result_ == 0) {
-      deferred_result_ = result;
-      deferred_op_ = f.h.op;
-      const char* name = op::name(f.h.op);
-      log::debug("one-way %s failed with %d; reporting it with the next reply", name ? name : "?", result);
-    }
+    if (!run_call(f, body, bulk)) return;
   }
+}
+
+bool Worker::run_call(const Frame& f, std::vector<uint8_t>& body, Bytes& bulk) {
+  session_->wait_turn(f);
+  struct Finish {  // on every way out
+    Session* s;
+    const Frame& f;
+    ~Finish() { s->finished(f); }
+  } finish{session_, f};
+  body.clear();
+  bulk.clear();
+  Writer out(&body);
+  Reader in(f.payload.data(), f.payload.size());
+  bool wants_reply = !(f.h.flags & proto::kNoReply);
+  MappedMemory& mapped = session_->mapped();
+  const uint64_t mapped_generation = mapped.generation();  // what a cuCtxSynchronize will have seen finish
+  if (Handler h = find_handler(f.h.op)) {  // every op the server accepts (server/dispatch.cpp)
+    Dispatch d{session_->driver(), session_->handles(), in, out, f.h.op, session_, &bulk, &mapped};
+    d.one_way = !wants_reply;
+    const auto start = std::chrono::steady_clock::now();
+    h(d);
+    session_->note_handler_time(f.h.op, std::chrono::steady_clock::now() - start);
+    if (!in.ok() || body.size() < sizeof(int32_t)) {
+      const char* name = op_name(f.h.op);
+      session_->hostile(log::format("malformed arguments for %s (op %u, %u bytes)", name ? name : "?", f.h.op,
+                                    f.h.length));
+      return false;
+    }
+  } else {
+    // Unknown op: answered (or, one-way, deferred) as NOT_SUPPORTED; the connection stays.
+    const char* name = op_name(f.h.op);
+    log::warn("%s (op %u) has no handler in this server; answering CUDA_ERROR_NOT_SUPPORTED",
+              name ? name : "unknown op", f.h.op);
+    out.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  }
+  int32_t result;
+  std::memcpy(&result, body.data(), sizeof result);
+  // kOpMappedCopy marks what it writes itself.
+  if (f.h.op != proto::kOpMappedCopy && !mapped.empty() && op_touches_memory(f.h.op))
+    mapped.note_gpu_work(f.h.op, f.payload.data(), f.payload.size());
+  if (wants_reply) {
+    // What kernels wrote to mapped host memory, and what they printed, reaches the client
+    // before this reply does. Only synchronizing calls compare mapped pages and read the
+    // printf pipe themselves; other replies send what the pipe's thread has already collected.
+    const bool sync = op_synchronizes(f.h.op);
+    const bool all_finished = f.h.op == op::cuCtxSynchronize && result == CUDA_SUCCESS;
+    if ((sync && !session_->send_mapped_updates(all_finished ? &mapped_generation : nullptr)) ||
+        !session_->send_device_output(sync))
+      return false;
+    proto::ReplyPrefix prefix{deferred_result_, deferred_op_, 0};
+    deferred_result_ = 0;
+    deferred_op_ = 0;
+    if (bulk.size() >= kAsyncReplyBytes) {
+      {
+        std::lock_guard<std::mutex> lock(bulk_mu_);
+        ++bulk_in_flight_;
+      }
+      session_->reply_async(f.h, prefix, body, std::move(bulk), this);
+      bulk = next_bulk();
+    } else {
+      session_->reply(f.h, prefix, body, bulk);
+    }
+  } else if (result != CUDA_SUCCESS && deferred_result_ == 0) {
+    deferred_result_ = result;
+    deferred_op_ = f.h.op;
+    const char* name = op::name(f.h.op);
+    log::debug("one-way %s failed with %d; reporting it with the next reply", name ? name : "?", result);
+  }
+  return true;
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // The session's main thread reads frames and hands each to the worker thread of the client
 // thread that sent it (FrameHeader::thread_id), creating workers on demand. Each worker runs its
 // calls in order, so a client thread's CUDA context and call order are mirrored exactly, and a
-// synchronize on one worker never stalls another. Replies are written under one mutex.
+// synchronize on one worker never stalls another. Replies are written under one mutex. A short
+// synchronous query whose worker is idle runs on the reading thread itself, in that worker's
+// context (session.cpp, run_on_reader); a standby thread reads on if it blocks.
 //
 // Hostile input: a frame over the size limit, a payload its handler cannot decode, a thread id
 // past the limit, or a reply-less control op that makes no sense: the session logs why and ends,

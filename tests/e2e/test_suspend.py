@@ -13,10 +13,12 @@ import time
 
 import struct
 
+import textwrap
+
 import pytest
 
 import rgpu_wire as wire
-from conftest import BUILD, IMAGE, Server, run_client
+from conftest import BUILD, IMAGE, SHIM_PREAMBLE, Server, run_client
 
 PROGRAM = str(BUILD / "bin/reconnect_test")
 RGPU_SMI = str(BUILD / "bin/rgpu-smi")
@@ -132,6 +134,58 @@ def test_suspended_session_waits_and_resumes_byte_exact(two_gpu_server, tmp_path
     finally:
         client.kill()
     assert f"rgpu-smi suspend of session {pid}" in server.text()
+
+
+QUERIES = SHIM_PREAMBLE + textwrap.dedent(r"""
+    import time
+    def free_bytes():
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        ok(cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "MemGetInfo")
+        return free.value
+    before = [free_bytes() for i in range(100)]
+    go = sys.argv[1]
+    for i in range(6000):
+        if os.path.exists(go):
+            break
+        time.sleep(0.01)
+    after = [free_bytes() for i in range(100)]
+    print("same:", set(before) == set(after))
+""")
+
+
+def test_a_query_run_on_the_reading_thread_of_a_suspended_session_leaves_heartbeats_answered(two_gpu_server,
+                                                                                             tmp_path):
+    # cuMemGetInfo is a call the session's reading thread runs itself when its client thread's
+    # worker is idle (server/session.cpp, run_on_reader). Suspended, the driver blocks it there:
+    # another thread must read on (stand_by), or the client's heartbeats go unanswered and it
+    # reconnects.
+    server = two_gpu_server
+    script = tmp_path / "queries.py"
+    script.write_text(QUERIES)
+    go = tmp_path / "go"
+    env = dict(os.environ, LD_LIBRARY_PATH=str(BUILD / "lib"), RGPU_SERVER=server.addr,
+               SHIM=str(BUILD / "lib/libcuda.so.1"), **HEARTBEAT)
+    env.pop("RGPU_TOKEN", None)
+    proc = subprocess.Popen(["python3", str(script), str(go)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        pid = wait_for_session(server, "python")  # comm: python3, python3.11, ...
+        assert smi(server, "suspend", pid).returncode == 0
+        go.touch()
+        deadline = time.time() + 4  # four heartbeat intervals
+        while time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        r = smi(server, "resume", pid)
+        assert r.returncode == 0, r.stdout + r.stderr
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "same: True" in out, out + err
+        assert "reconnecting" not in err, err  # a pause, not a broken connection
+        assert "another thread reads the client's frames meanwhile" in server.text(), server.text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def test_migrate_moves_the_session_to_gpu_1_and_it_finishes_byte_exact(two_gpu_server, tmp_path):
