@@ -67,6 +67,10 @@ def main():
     dist.destroy_process_group()
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)
+    big = sweep[-1]
+    print(f"summary: NCCL {result['nccl_version']}, init and first all-reduce {result['init_and_first_all_reduce_s']:.2f} s; "
+          f"all-reduce 8 B {sweep[0]['us']:.1f} us, {big['bytes'] >> 20} MiB {big['us']:.1f} us; "
+          f"all correct: {all(x['correct'] for x in sweep)}")
     print("wrote", a.out)
 
 
