@@ -5,21 +5,24 @@
 # it, same machine, same run, interleaved"). Writes OUT/{base,new}-N.json, OUT/tcp-N.json and
 # OUT/pairs.json (per pair and the medians: the small synchronous call, launch, launch + sync,
 # 8-byte copies, bulk bandwidth, and new/base).
-#   bench/pair_driver_bench.sh BASE_BUILD NEW_BUILD OUT [--driver PATH|fake] [--pairs N] [--quick] [--tls-new]
+#   bench/pair_driver_bench.sh BASE_BUILD NEW_BUILD OUT [--driver PATH|fake] [--pairs N] [--quick] [--tls-new|--tls]
 # --tls-new: the new side's server runs with `--tls auto` and its client dials tls:// with the
-# fingerprint pinned (issue 17: TLS against plain TCP, one build given twice).
+# fingerprint pinned (issue 17: TLS against plain TCP, one build given twice); --tls: both sides.
+# RGPU_PAIR_BASE_ENV, RGPU_PAIR_NEW_ENV: VAR=VALUE words for that side's rgpu-server (one build
+# given twice, e.g. RGPU_PAIR_BASE_ENV=RGPU_INLINE_CALLS=0 to time a setting).
 # Each build needs bin/rgpu-server, bin/driver_bench and lib/libcuda.so.1; the kernel image and
 # tcp_baseline are NEW_BUILD's.
 set -uo pipefail
 BASE=$1 NEW=$2 OUT=$3
 shift 3
-DRIVER=fake PAIRS=4 QUICK="" TLS_NEW=0
+DRIVER=fake PAIRS=4 QUICK="" TLS_NEW=0 TLS_BASE=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --driver) DRIVER=$2; shift 2 ;;
     --pairs) PAIRS=$2; shift 2 ;;
     --quick) QUICK=--quick; shift ;;
     --tls-new) TLS_NEW=1; shift ;;
+    --tls) TLS_NEW=1 TLS_BASE=1; shift ;;
     *) echo "pair_driver_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -32,7 +35,10 @@ one() {  # one SIDE BUILD PAIR
   local extra=() client=(RGPU_SERVER=127.0.0.1:$port) tls=0
   "$2/bin/rgpu-server" --help 2>&1 | grep -q -- --runtime-dir && extra=(--runtime-dir "$rt")
   [ "$1" = new ] && [ $TLS_NEW = 1 ] && tls=1 && extra+=(--tls auto --state-dir "$rt/state")
-  "$2/bin/rgpu-server" --listen 127.0.0.1:$port --driver "$DRIVER" --cache-dir none "${extra[@]}" \
+  [ "$1" = base ] && [ $TLS_BASE = 1 ] && tls=1 && extra+=(--tls auto --state-dir "$rt/state")
+  local server_env
+  [ "$1" = base ] && read -ra server_env <<<"${RGPU_PAIR_BASE_ENV:-}" || read -ra server_env <<<"${RGPU_PAIR_NEW_ENV:-}"
+  env "${server_env[@]}" "$2/bin/rgpu-server" --listen 127.0.0.1:$port --driver "$DRIVER" --cache-dir none "${extra[@]}" \
     >"$OUT/server-$1-$3.log" 2>&1 &
   local sp=$!
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done

@@ -203,6 +203,9 @@ struct TlsTransport::State {
   int fd = -1;
   std::mutex mu;  // every SSL call, failure, gather, out
   std::atomic<bool> shut{false};
+  // Whether OpenSSL may hold bytes read from the socket and not yet returned (decrypted data, or a
+  // record read ahead); false: a look at the socket alone tells whether a read would find any.
+  std::atomic<bool> buffered{true};
   std::string failure;
   std::vector<uint8_t> gather;  // write(): small pieces gathered into one record
   // Records made and not yet handed to send(), and (under send_mu) those being sent. Records go
@@ -412,6 +415,14 @@ bool TlsTransport::write_now(const iovec* iov, int count) {
 
 ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds timeout) {
   const auto deadline = timeout == kForever ? Clock::time_point::max() : Clock::now() + timeout;
+  if (!s_->buffered.load(std::memory_order_acquire) && !s_->shut) {
+    // Nothing decrypted or read ahead: wait for the socket first, outside the lock, so that
+    // SSL_read then finds its record at once. A spinning reader's look (timeout 0) is one poll()
+    // and no lock, where SSL_read took the lock a writer needs and made two system calls, and a
+    // blocking read is poll and recv, where it was recv, poll and recv again (a small call over
+    // TLS was 1.44x plain TCP on the H100 once the plain reader spun).
+    if (!wait_fd(s_->fd, false, deadline)) return kTimedOut;
+  }
   for (;;) {
     if (s_->shut) return kBroken;
     size_t got = 0;
@@ -420,6 +431,7 @@ ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds t
       std::unique_lock<std::mutex> lock(s_->mu);
       r = SSL_read_ex(s_->ssl, buf, n, &got);
       e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(s_->ssl, r);
+      s_->buffered.store(SSL_has_pending(s_->ssl) == 1, std::memory_order_release);
       if (e == SSL_ERROR_SSL || e == SSL_ERROR_SYSCALL) {
         std::string why = ssl_errors();
         if (s_->failure.empty() && !why.empty()) s_->failure = why;
