@@ -243,7 +243,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rgpu::Reader in(payload.data(), payload.size());
   std::vector<uint8_t> body;
   rgpu::Writer out(&body);
-  rgpu::Bytes bulk;
+  // The bulk buffer lives on from input to input, as the session's do (server/session.cpp
+  // next_bulk): a copy's size (up to 64 MiB from a few bytes) then costs an allocation once.
+  static rgpu::Bytes& bulk = *new rgpu::Bytes();
+  bulk.clear();
   rgpu::server::Dispatch d{g_drv, handles, in, out, op, nullptr, &bulk, &g_mapped};
   h(d);
   ++g_counts[op].inputs;
