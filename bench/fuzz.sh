@@ -83,6 +83,8 @@ declare -A DECODER=(
   [dispatch_fuzz]="server/dispatch.h: every handler the server accepts, on the fake driver and fake NVML"
   [nvml_fuzz]="the server's NVML handlers alone (server/nvml, gen/nvml_server_dispatch.gen.cpp)"
   [mapped_fuzz]="server/mapped_memory.cpp: kOpMapped*, kOpManagedAlloc, with the copies and syncs that drive its updates"
+  [client_frames_fuzz]="client/connection.cpp: every frame the CUDA shim reads from its server (callbacks, async data, printf output, mapped updates, notices, the reply and its sink), then the reply as the shim reads it"
+  [tls_opening_fuzz]="protocol/tls.h: a TLS listener's clear preamble (read_tls_opening) and TLS handshake (tls_accept), a TLS client's first read (a clear refusal, or the server's first flight)"
   [http_request_fuzz]="common/http_server.h parse_request (the metrics endpoint's requests, --metrics-listen)"
   [cuda_image_fuzz]="common/cuda_image.h (cubin, fatbin, compressed fatbin, PTX images clients load)"
   [torch_wire_fuzz]="opserver/session.h: whole rgpu-opserver frames (protocol/torch_wire.h ops, values, storage changes); needs torch"
@@ -90,14 +92,17 @@ declare -A DECODER=(
 # libFuzzer options of a target's own. The dispatch targets run the fake driver in-process (its
 # threads, its memory): LeakSanitizer's scan of it crashed its own tracer here ("Tracer caught
 # signal 11", an empty input written as the crash), so they run without the leak check.
+# client_frames_fuzz's connection logs the error of each session it loses, one line an input:
+# its stderr is closed (libFuzzer still prints its own lines and the sanitizers' reports).
 declare -A EXTRA=(
   [dispatch_fuzz]="-detect_leaks=0"
   [nvml_fuzz]="-detect_leaks=0"
   [mapped_fuzz]="-detect_leaks=0"
+  [client_frames_fuzz]="-close_fd_mask=3"
 )
 TARGETS=(snapshot_fuzz handshake_fuzz channel_fuzz wire_graph_fuzz wire_launch_fuzz wire_copy_fuzz wire_module_fuzz
   wire_mapped_fuzz wire_occupancy_fuzz wire_control_fuzz wire_rest_fuzz torch_wire_codec_fuzz dispatch_fuzz nvml_fuzz
-  mapped_fuzz cuda_image_fuzz http_request_fuzz)
+  mapped_fuzz cuda_image_fuzz http_request_fuzz client_frames_fuzz tls_opening_fuzz)
 [ -n "${RGPU_TORCH_PYTHON:-}" ] && TARGETS+=(torch_wire_fuzz)
 ((${#only[@]})) && TARGETS=("${only[@]}")
 for t in "${TARGETS[@]}"; do
