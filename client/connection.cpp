@@ -115,6 +115,13 @@ bool Connection::take_pushed_snapshot(std::vector<uint8_t>* payload) {
   return true;
 }
 
+std::unique_ptr<Connection> Connection::over(std::unique_ptr<proto::Channel> channel, const std::string& server_name) {
+  std::unique_ptr<Connection> c(new Connection());
+  c->server_name_ = server_name;
+  c->ch_ = std::move(channel);
+  return c;
+}
+
 Connection::~Connection() {
   {
     std::lock_guard<std::mutex> lock(g_open_mu);

@@ -58,6 +58,10 @@ class Connection {
   // failure returns nullptr with a sentence in *err.
   static Connection* open(const std::string& server, const std::string& token, std::string* err,
                           bool want_snapshot = false);
+  // A connection over a channel its caller started (no dialling, no handshake, no idle flusher:
+  // one-way calls go out with the next waiting one). For the fuzz target that plays a hostile
+  // server (tests/fuzz/client_frames_fuzz.cpp).
+  static std::unique_ptr<Connection> over(std::unique_ptr<proto::Channel> channel, const std::string& server_name);
   // The pushed snapshot's reply payload (ReplyPrefix, CUresult, snapshot), once; false when the
   // server pushed none (an older server, or not asked).
   bool take_pushed_snapshot(std::vector<uint8_t>* payload);

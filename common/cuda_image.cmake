@@ -39,7 +39,7 @@ endif()
 
 if(RGPU_FUZZ)
   add_executable(cuda_image_fuzz ${CMAKE_CURRENT_LIST_DIR}/cuda_image_fuzz.cpp ${CMAKE_CURRENT_LIST_DIR}/cuda_image.cpp)
-  target_compile_options(cuda_image_fuzz PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_compile_options(cuda_image_fuzz PRIVATE -fsanitize=fuzzer,address,undefined ${RGPU_FUZZ_STD_IGNORE})
   target_link_options(cuda_image_fuzz PRIVATE -fsanitize=fuzzer,address,undefined)
   target_include_directories(cuda_image_fuzz PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${RGPU_LZ4_INCLUDE} ${RGPU_ZSTD_INCLUDE})
   target_link_libraries(cuda_image_fuzz PRIVATE ${RGPU_LZ4_LIB} ${RGPU_ZSTD_LIB})

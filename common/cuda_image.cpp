@@ -387,6 +387,19 @@ std::string_view ptx_text(Bytes b) {
 
 bool inflate(Bytes src, uint64_t flags, uint64_t want, std::vector<uint8_t>* out, std::string* err) {
   if (want == 0 || want > kMaxInflated || want / 1024 > src.n + 64) return fail(err, "implausible uncompressed size in fatbin entry");
+  // The size is checked against what the bytes can hold before it is allocated (and zeroed): an
+  // LZ4 block expands a byte 255 times at most (a match's length-extension bytes), and a zstd
+  // frame that says its size must say this one. A 30 KB entry claiming 1024 times that had
+  // cuda_image_fuzz zero 30 MB to find the entry corrupt (cuda_image_test
+  // RefusesACompressedEntryClaimingMoreThanItsBytesHold).
+  if ((flags & kFlagLz4) && want > uint64_t(src.n) * 255 + 64)
+    return fail(err, "implausible uncompressed size in fatbin entry: more than its LZ4 bytes can expand to");
+  if (!(flags & kFlagLz4) && ZSTD_findFrameCompressedSize(src.p, src.n) == src.n) {
+    const unsigned long long said = ZSTD_getFrameContentSize(src.p, src.n);
+    if (said == ZSTD_CONTENTSIZE_ERROR) return fail(err, "corrupt zstd fatbin entry");
+    if (said != ZSTD_CONTENTSIZE_UNKNOWN && said != want)
+      return fail(err, "implausible uncompressed size in fatbin entry: its zstd frame says another");
+  }
   out->resize(want);
   if (flags & kFlagLz4) {
     if (src.n > uint64_t(LZ4_MAX_INPUT_SIZE) || want > uint64_t(INT32_MAX)) return fail(err, "LZ4 entry too large");

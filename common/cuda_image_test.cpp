@@ -169,6 +169,34 @@ TEST(CudaImage, CompressedFatbinsCarryTheirCodecFlag) {
   }
 }
 
+// A compressed entry whose header claims more than its bytes can inflate to is refused before
+// anything is allocated for it (an LZ4 block expands a byte 255 times at most; a zstd frame says
+// its own size), not found corrupt after zeroing what it claimed.
+TEST(CudaImage, RefusesACompressedEntryClaimingMoreThanItsBytesHold) {
+  if (!RGPU_HAVE_TEST_KERNELS) GTEST_SKIP() << "nvcc was not found at configure time";
+  for (const char* path : {RGPU_TEST_KERNEL_FATBIN_LZ4, RGPU_TEST_KERNEL_FATBIN_ZSTD}) {
+    std::vector<uint8_t> d = read_file(path);
+    ASSERT_GE(d.size(), 16u + 64u);
+    uint16_t hsize;
+    std::memcpy(&hsize, &d[6], 2);
+    // Each entry's uncompressed size (entry header offset 56) set to 300 times its bytes.
+    for (size_t pos = hsize; pos + 64 <= d.size();) {
+      uint32_t ehsize;
+      uint64_t n;
+      std::memcpy(&ehsize, &d[pos + 4], 4);
+      std::memcpy(&n, &d[pos + 8], 8);
+      if (ehsize < 64) break;
+      const uint64_t claim = n * 300 + 4096;
+      std::memcpy(&d[pos + 56], &claim, 8);
+      pos += ehsize + n;
+    }
+    Image img;
+    std::string err;
+    EXPECT_FALSE(parse(d.data(), d.size(), &img, &err)) << path;
+    EXPECT_NE(err.find("implausible uncompressed size"), std::string::npos) << path << ": " << err;
+  }
+}
+
 TEST(CudaImage, FatbinWrapperIsNamedButNotFollowed) {
   struct {
     uint32_t magic, version;

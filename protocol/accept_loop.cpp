@@ -385,25 +385,24 @@ class Deadline {
       // The clear preamble says who terminates TLS: this process (a new session), or the live
       // session a resuming client comes back to (protocol/messages.h, TlsPreamble).
       const auto deadline = Clock::now() + loop.handshake_timeout;
-      uint32_t magic = 0;
-      ssize_t n = net::read_full(fd, &magic, sizeof magic);
-      if (n == 0) {
-        log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
-        _exit(1);
-      }
-      if (n < 0 || magic != kTlsPreambleMagic) {
-        table::note_handshake_failure(table::kTls);
-        log::warn("connection from %s did not begin with TLS (a client without tls://?); refused", peer.c_str());
-        refuse_and_drain(fd, "this server speaks only TLS: dial it as tls://HOST:PORT (in RGPU_SERVER or RGPU_OPSERVER), "
-                             "with RGPU_TLS_FINGERPRINT or RGPU_TLS_CA to trust its certificate");
-        _exit(1);
-      }
       TlsPreamble pre;
-      if (!read_tls_preamble_rest(fd, &pre, deadline)) {
-        table::note_handshake_failure(table::kTls);
-        log::warn("connection from %s: a malformed or incomplete TLS preamble", peer.c_str());
-        refuse_and_drain(fd, "malformed TLS preamble");
-        _exit(1);
+      switch (read_tls_opening(fd, &pre, deadline)) {
+        case TlsOpening::kOk:
+          break;
+        case TlsOpening::kClosed:
+          log::info("connection from %s closed before the handshake (a port check)", peer.c_str());
+          _exit(1);
+        case TlsOpening::kNotTls:
+          table::note_handshake_failure(table::kTls);
+          log::warn("connection from %s did not begin with TLS (a client without tls://?); refused", peer.c_str());
+          refuse_and_drain(fd, "this server speaks only TLS: dial it as tls://HOST:PORT (in RGPU_SERVER or "
+                               "RGPU_OPSERVER), with RGPU_TLS_FINGERPRINT or RGPU_TLS_CA to trust its certificate");
+          _exit(1);
+        case TlsOpening::kMalformed:
+          table::note_handshake_failure(table::kTls);
+          log::warn("connection from %s: a malformed or incomplete TLS preamble", peer.c_str());
+          refuse_and_drain(fd, "malformed TLS preamble");
+          _exit(1);
       }
       if (pre.kind == kTlsResume) {
         limit.stop();

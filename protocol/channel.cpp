@@ -184,8 +184,12 @@ ChannelOptions ChannelOptions::from_env() {
 // ---- Life ----
 
 Channel::Channel(Side side, const SessionId& session, std::string token, ChannelOptions options)
-    : side_(side), session_(session), token_(std::move(token)), options_(std::move(options)),
-      keys_(crypto::x25519_keypair()), rbuf_(kReadBuffer) {}
+    : Channel(side, session, std::move(token), std::move(options), crypto::x25519_keypair()) {}
+
+Channel::Channel(Side side, const SessionId& session, std::string token, ChannelOptions options,
+                 const crypto::KeyPair& keys)
+    : side_(side), session_(session), token_(std::move(token)), options_(std::move(options)), keys_(keys),
+      rbuf_(new uint8_t[kReadBuffer]) {}
 
 Channel::~Channel() {
   close("the channel was destroyed");
@@ -748,13 +752,13 @@ Channel::Io Channel::read_more(uint8_t* dst, size_t cap, size_t* got, ReadWait& 
 Channel::Io Channel::fill(size_t n, ReadWait& w) {
   if (rend_ - rbeg_ >= n) return Io::kOk;
   if (rbeg_ > 0) {
-    std::memmove(rbuf_.data(), rbuf_.data() + rbeg_, rend_ - rbeg_);
+    std::memmove(rbuf_.get(), rbuf_.get() + rbeg_, rend_ - rbeg_);
     rend_ -= rbeg_;
     rbeg_ = 0;
   }
   while (rend_ < n) {
     size_t got = 0;
-    Io r = read_more(rbuf_.data() + rend_, rbuf_.size() - rend_, &got, w);
+    Io r = read_more(rbuf_.get() + rend_, kReadBuffer - rend_, &got, w);
     if (r != Io::kOk) return r;
     rend_ += got;
   }
@@ -777,7 +781,7 @@ Channel::Io Channel::read_raw(void* dst, size_t n, size_t* done, ReadWait& w) {
   while (*done < n) {
     if (rbeg_ == rend_) {
       size_t left = n - *done;
-      if (out && left >= rbuf_.size() / 2) {
+      if (out && left >= kReadBuffer / 2) {
         // Bulk payloads go straight to their destination.
         size_t got = 0;
         Io r = read_more(out + *done, left, &got, w);
@@ -790,7 +794,7 @@ Channel::Io Channel::read_raw(void* dst, size_t n, size_t* done, ReadWait& w) {
       if (r != Io::kOk) return r;
     }
     size_t take = std::min(n - *done, rend_ - rbeg_);
-    if (out) std::memcpy(out + *done, rbuf_.data() + rbeg_, take);
+    if (out) std::memcpy(out + *done, rbuf_.get() + rbeg_, take);
     rbeg_ += take;
     *done += take;
   }
@@ -804,8 +808,8 @@ Channel::Io Channel::next_data_frame(ReadWait& w) {
     if (r != Io::kOk) return r;
     ChannelHeader ch;
     FrameHeader fh;
-    std::memcpy(&ch, rbuf_.data() + rbeg_, sizeof ch);
-    std::memcpy(&fh, rbuf_.data() + rbeg_ + sizeof ch, sizeof fh);
+    std::memcpy(&ch, rbuf_.get() + rbeg_, sizeof ch);
+    std::memcpy(&fh, rbuf_.get() + rbeg_ + sizeof ch, sizeof fh);
     rbeg_ += kChannelFrameHead;
     const uint64_t received = recv_seq_.load(std::memory_order_relaxed);
     {

@@ -121,6 +121,10 @@ class Channel {
   // `session` is the id from the handshake; `token` the shared token ("" for none), mixed into the
   // session secret so that resuming needs it too.
   Channel(Side side, const SessionId& session, std::string token, ChannelOptions options);
+  // The same with this side's X25519 key pair given instead of made fresh. Only for tests that
+  // make many channels (the fuzz target makes one or two per input, where the key generation was
+  // a third of the time); every real session must have a fresh pair.
+  Channel(Side side, const SessionId& session, std::string token, ChannelOptions options, const crypto::KeyPair& keys);
   ~Channel();
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
@@ -277,7 +281,8 @@ class Channel {
   bool reading_ = false;
   std::deque<Inbound> inbox_;
   // Reader role only:
-  std::vector<uint8_t> rbuf_;
+  // kReadBuffer bytes (channel.cpp), left uninitialised: only what was read into it is ever read.
+  std::unique_ptr<uint8_t[]> rbuf_;
   size_t rbeg_ = 0, rend_ = 0;
   struct Current {
     bool active = false;

@@ -28,6 +28,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/net.h"
 #include "common/wire.h"
 #include "protocol/frame.h"
 
@@ -739,6 +740,14 @@ bool read_tls_preamble_rest(int fd, TlsPreamble* out, Clock::time_point deadline
     got += static_cast<size_t>(r);
   }
   return decode_tls_preamble_rest(rest, sizeof rest, out);
+}
+
+TlsOpening read_tls_opening(int fd, TlsPreamble* out, Clock::time_point deadline) {
+  uint32_t magic = 0;
+  ssize_t n = net::read_full(fd, &magic, sizeof magic);
+  if (n == 0) return TlsOpening::kClosed;
+  if (n < 0 || magic != kTlsPreambleMagic) return TlsOpening::kNotTls;
+  return read_tls_preamble_rest(fd, out, deadline) ? TlsOpening::kOk : TlsOpening::kMalformed;
 }
 
 bool decode_tls_preamble_rest(const uint8_t* rest, size_t n, TlsPreamble* out) {

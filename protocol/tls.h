@@ -126,6 +126,13 @@ struct TlsPreamble {
 };
 // Reads the rest of a preamble whose 4 magic bytes have been read. False on a short or malformed one.
 bool read_tls_preamble_rest(int fd, TlsPreamble* out, Clock::time_point deadline);
+// What a TLS listener reads before TLS begins: the whole preamble, its magic first.
+//   kOk         *out holds it
+//   kClosed     the peer closed before sending a byte (a port check, such as rgpu-run's)
+//   kNotTls     its first 4 bytes are not the magic, or never came (a client without tls://)
+//   kMalformed  the magic, then a preamble cut short or malformed
+enum class TlsOpening { kOk, kClosed, kNotTls, kMalformed };
+TlsOpening read_tls_opening(int fd, TlsPreamble* out, Clock::time_point deadline);
 // Decodes those 20 bytes: false for an unknown kind, reserved bytes that are not zero, or n != 20.
 bool decode_tls_preamble_rest(const uint8_t* rest, size_t n, TlsPreamble* out);
 

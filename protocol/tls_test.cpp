@@ -14,6 +14,7 @@
 #include <fstream>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/net.h"
 #include "protocol/frame.h"
@@ -547,6 +548,37 @@ TEST(TlsPreambleDecode, TakesTheTwoKindsAndRefusesTheRest) {
   EXPECT_FALSE(decode_tls_preamble_rest(rest, 20, &p));  // reserved bytes not zero
   rest[2] = 0;
   EXPECT_FALSE(decode_tls_preamble_rest(rest, 19, &p));  // short
+}
+
+// What a TLS listener reads first (read_tls_opening), as the accept loop tells its cases apart.
+TlsOpening opening_of(const std::vector<uint8_t>& bytes, TlsPreamble* p) {
+  int sv[2];
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  if (!bytes.empty()) EXPECT_TRUE(net::write_full(sv[1], bytes.data(), bytes.size()));
+  shutdown(sv[1], SHUT_WR);
+  TlsOpening o = read_tls_opening(sv[0], p, Clock::now() + std::chrono::seconds(5));
+  close(sv[0]);
+  close(sv[1]);
+  return o;
+}
+
+TEST(TlsOpening, TellsAPortCheckAClearClientAndAMalformedPreambleFromAPreamble) {
+  TlsPreamble p;
+  EXPECT_EQ(opening_of({}, &p), TlsOpening::kClosed);
+  std::vector<uint8_t> bytes(kTlsPreambleSize, 0);
+  std::memcpy(bytes.data(), &kTlsPreambleMagic, 4);
+  bytes[4] = kTlsResume;
+  bytes[8] = 0xcd;
+  EXPECT_EQ(opening_of(bytes, &p), TlsOpening::kOk);
+  EXPECT_EQ(p.kind, kTlsResume);
+  EXPECT_EQ(p.session[0], 0xcd);
+  EXPECT_EQ(opening_of({bytes.begin(), bytes.begin() + 2}, &p), TlsOpening::kNotTls);  // magic cut short
+  std::vector<uint8_t> hello = bytes;
+  hello[0] ^= 1;  // a clear Hello's frame length
+  EXPECT_EQ(opening_of(hello, &p), TlsOpening::kNotTls);
+  EXPECT_EQ(opening_of({bytes.begin(), bytes.end() - 1}, &p), TlsOpening::kMalformed);  // cut short
+  bytes[5] = 1;  // reserved
+  EXPECT_EQ(opening_of(bytes, &p), TlsOpening::kMalformed);
 }
 
 TEST(TlsFingerprint, NormalizesWhatUsersWriteAndRejectsTheRest) {

@@ -29,19 +29,12 @@ if ((${#need_pkgs[@]})); then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null; } ||
     echo "setup: warning: could not install ${need_pkgs[*]} with apt; continuing with what is here" >&2
 fi
-# The libFuzzer build (bench/fuzz.sh, -DRGPU_FUZZ=ON) when asked: Debian's clang and its runtime
-# libraries (libclang-rt-dev has libFuzzer and the sanitizers for -fsanitize=fuzzer). The g++
-# build runs every fuzz target as a ctest smoke without it.
+# The libFuzzer build (bench/fuzz.sh, -DRGPU_FUZZ=ON) when asked: clang and its libFuzzer runtime,
+# which fuzz.sh --install-only installs (it knows the runtime's package on Debian and Ubuntu). The
+# g++ build runs every fuzz target as a ctest smoke without it.
 if [ "${RGPU_SETUP_FUZZ:-0}" = 1 ]; then
-  fuzz_pkgs=()
-  for p in clang libclang-rt-dev; do dpkg -s "$p" >/dev/null 2>&1 || fuzz_pkgs+=("$p"); done
-  if ((${#fuzz_pkgs[@]})); then
-    echo "setup: installing ${fuzz_pkgs[*]} (the libFuzzer build)"
-    SUDO=""
-    [ "$(id -u)" = 0 ] || SUDO="sudo"
-    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${fuzz_pkgs[@]}" >/dev/null; } ||
-      echo "setup: warning: could not install ${fuzz_pkgs[*]}; bench/fuzz.sh will not build" >&2
-  fi
+  bash bench/fuzz.sh --install-only ||
+    echo "setup: warning: could not install clang's libFuzzer runtime; bench/fuzz.sh will not build" >&2
 fi
 # The docs site's tests (tests/docs/) when asked: MkDocs Material builds the site, Debian's
 # Chromium and its driver render it through selenium. scripts/test.sh asks; the demo does not (the

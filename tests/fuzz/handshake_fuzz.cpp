@@ -1,27 +1,26 @@
 // Fuzz target for the handshake (protocol/handshake.h): both sides read their peer's messages
 // from the network before anything is authenticated. The first input byte picks the side (bit 0:
-// client_handshake instead of server_handshake) and whether this side holds a token (bit 1); the
-// rest is everything the peer "sent": it is written into a socket pair whose writing side is then
-// closed, so each run ends on EOF at the latest and must return true or false, never crash or hang.
-// Without a token any 32-byte Auth passes, so the fuzzer reaches Welcome on both sides.
-#include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+// client_handshake instead of server_handshake), whether this side holds a token (bit 1) and, for
+// the server, the accept loop's form (bit 2: two tenants, an admission check, resumes); the
+// rest is everything the peer "sent", then the end of the stream (tests/fuzz/scripted_transport.h:
+// what the side under test writes is dropped), so each run ends at the end of the bytes at the
+// latest and must return true or false, never crash or hang. Without a token any 32-byte Auth
+// passes, so the fuzzer reaches Welcome on both sides.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "common/net.h"
 #include "common/wire.h"
 #include "protocol/frame.h"
 #include "protocol/handshake.h"
 #include "protocol/messages.h"
+#include "tests/fuzz/scripted_transport.h"
 
 namespace {
 
-// The peer's bytes must fit the socket buffer: they are written before the side under test runs.
+// The handshake's messages are at most kMaxHandshakePayload each: a few of them is all a peer
+// can send before the handshake ends.
 constexpr size_t kMaxInput = 64 << 10;
 
 std::vector<uint8_t> frame(uint16_t op, const std::vector<uint8_t>& payload) {
@@ -33,38 +32,41 @@ std::vector<uint8_t> frame(uint16_t op, const std::vector<uint8_t>& payload) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  signal(SIGPIPE, SIG_IGN);  // the side under test may write to a peer that is gone
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const bool client = data[0] & 1;
-  const std::string token = (data[0] & 2) ? "s3cret" : "";
+  const uint8_t mode = data[0];
+  const bool client = mode & 1;
+  const std::string token = (mode & 2) ? "s3cret" : "";
   if (--size > kMaxInput) size = kMaxInput;
   ++data;
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) std::abort();
-  int big = 1 << 20;
-  setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
-  setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
-  if (size && !rgpu::net::write_full(sv[1], data, size)) std::abort();
-  shutdown(sv[1], SHUT_WR);
-  rgpu::net::set_recv_timeout(sv[0], 5);  // belt and braces: EOF ends every read anyway
+  rgpu::fuzz::ScriptedTransport peer(data, size);
   std::string err;
   bool ok;
   if (client) {
     rgpu::proto::ClientHandshakeResult r;
-    ok = rgpu::proto::client_handshake(sv[0], token, "fuzz@host pid=1 prog=fuzz", "fuzz-server", &r, &err);
+    ok = rgpu::proto::client_handshake(peer, token, "fuzz@host pid=1 prog=fuzz", "fuzz-server", &r, &err);
+  } else if (mode & 4) {
+    // The accept loop's server: tenants (each token's hint picks one), an admission check, and a
+    // first frame kOpResume handed back undecoded.
+    rgpu::proto::ServerHandshake how;
+    how.tenants = {{"alice", "s3cret"}, {"bob", "other"}};
+    how.allow_resume = true;
+    how.admit = [](const rgpu::proto::ServerHandshakeResult& so_far, std::string* reason) {
+      if (so_far.identity.find('!') == std::string::npos) return true;
+      *reason = "the fuzz server is full";
+      return false;
+    };
+    rgpu::proto::ServerHandshakeResult r;
+    ok = rgpu::proto::server_handshake(peer, how, &r, &err);
+    if (ok && (r.identity.size() > 512 || (r.tenant != "alice" && r.tenant != "bob"))) std::abort();
+    if (r.resume && (ok || r.resume_payload.size() > rgpu::proto::kMaxHandshakePayload)) std::abort();
+    if (r.resume) return 0;  // the session directory's to decode (channel_fuzz: read_resume_hello)
   } else {
     rgpu::proto::ServerHandshakeResult r;
-    ok = rgpu::proto::server_handshake(sv[0], token, &r, &err);
+    ok = rgpu::proto::server_handshake(peer, token, &r, &err);
     if (ok && r.identity.size() > 512) std::abort();
   }
   if (!ok && err.empty()) std::abort();  // every failure says why
-  close(sv[0]);
-  close(sv[1]);
   return 0;
 }
 
@@ -97,6 +99,7 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
     for (auto& f : frames) s.insert(s.end(), f.begin(), f.end());
     out->push_back(std::move(s));
   };
+  seed(4, {frame(kOpHello, hello.buf()), frame(kOpAuth, auth)});
   for (uint8_t tok : {0, 2}) {
     seed(tok, {frame(kOpHello, hello.buf()), frame(kOpAuth, auth)});
     seed(tok, {frame(kOpHello, hello.buf())});
