@@ -923,19 +923,7 @@ NCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   return ncclSuccess;
 }
 
-NCCL_API const char* ncclGetErrorString(ncclResult_t rc) {
-  switch (rc) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error";
-    case ncclSystemError: return "unhandled system error";
-    case ncclInternalError: return "internal error";
-    case ncclInvalidArgument: return "invalid argument";
-    case ncclInvalidUsage: return "invalid usage";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
-  }
-}
+NCCL_API const char* ncclGetErrorString(ncclResult_t rc) { return rgpu_nccl_error_string(rc); }
 
 NCCL_API const char* ncclGetLastError(ncclComm_t) { return t_last_error.c_str(); }
 
