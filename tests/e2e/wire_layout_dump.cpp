@@ -45,7 +45,7 @@ int main() {
       C(kChannelVersion);
   C(kOpNotice), C(kNoticeDraining), C(kNoticeEnded), C(kMaxNoticeText);
   C(kOpManagedAlloc), C(kOpParamLayout), C(kOpFuncAttributes), C(kOpClusterOccupancyTable), C(kOpAllocAhead);
-  C(kOpAllocMany), C(kOpClusterTopology), C(kOpHandleSpace), C(kFirstCudaOp), C(kFirstNvmlOp);
+  C(kOpAllocMany), C(kOpClusterTopology), C(kOpHandleSpace), C(kFirstCudaOp), C(kFirstNvmlOp), C(kFirstNcclOp);
   C(kOpPeerTicket), C(kOpPeerSend), C(kOpPeerReceive), C(kPeerLinkMagic), C(kPeerTicketBytes), C(kPeerChunk);
   C(kPeerChunkFailed);
   C(kNvmlMaxArray), C(kMaxParamLayout), C(kMaxFuncAttributes), C(kMaxClusterTable), C(kMaxClusterTopology);
