@@ -18,15 +18,26 @@
 #include "client/runtime.h"
 #include "common/env.h"
 #include "gen/ops.gen.h"
+#include "protocol/messages.h"
+#include "protocol/wire/nccl.h"
 
 namespace rgpu::client::stats {
 namespace {
 
-// Ops are indexed directly; anything past the table (no such op today) shares the last slot.
-constexpr size_t kSlots = 1024;
+// CUDA and control ops are indexed directly, NCCL's (from proto::kFirstNcclOp) follow them, and
+// anything else (no such op today) shares the last slot.
+constexpr size_t kCudaSlots = 1024;
+constexpr size_t kNcclSlots = 64;
+constexpr size_t kSlots = kCudaSlots + kNcclSlots + 1;
 // Rows per list in the file.
 constexpr size_t kTop = 20;
-static_assert(op::kLast < kSlots - 1, "grow kSlots");
+static_assert(op::kLast < kCudaSlots, "grow kCudaSlots");
+
+size_t slot_of(uint16_t op) {
+  if (op < kCudaSlots) return op;
+  if (op >= proto::kFirstNcclOp && op < proto::kFirstNcclOp + kNcclSlots) return kCudaSlots + (op - proto::kFirstNcclOp);
+  return kSlots - 1;
+}
 
 struct OpCounters {
   std::atomic<uint64_t> count{0};
@@ -82,10 +93,16 @@ std::once_flag g_once;
 
 void at_exit_write() { write_now(); }
 
-std::string op_name(size_t op) {
-  if (const char* n = op::name(static_cast<uint16_t>(op))) return n;
-  if (op < op::kFirst) return "control:" + std::to_string(op);
-  return "op:" + std::to_string(op);
+std::string op_name(size_t slot) {
+  if (slot >= kCudaSlots) {
+    const auto op = static_cast<uint16_t>(proto::kFirstNcclOp + (slot - kCudaSlots));
+    if (slot == kSlots - 1) return "other";
+    if (const char* n = proto::wire::nccl_op_name(op)) return n;
+    return "op:" + std::to_string(op);
+  }
+  if (const char* n = op::name(static_cast<uint16_t>(slot))) return n;
+  if (slot < op::kFirst) return "control:" + std::to_string(slot);
+  return "op:" + std::to_string(slot);
 }
 
 }  // namespace
@@ -107,7 +124,7 @@ bool enabled() { return g_table.load(std::memory_order_relaxed) != nullptr; }
 void record(uint16_t op, bool waited, uint64_t wait_us) {
   Table* t = g_table.load(std::memory_order_acquire);
   if (!t) return;
-  OpCounters& c = t->ops[std::min<size_t>(op, kSlots - 1)];
+  OpCounters& c = t->ops[slot_of(op)];
   c.count.fetch_add(1, std::memory_order_relaxed);
   if (!waited) return;
   c.waited.fetch_add(1, std::memory_order_relaxed);

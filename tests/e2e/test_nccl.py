@@ -66,3 +66,16 @@ def test_every_call_waiting_with_batching_off(two_gpus):
     # RGPU_BATCH=0: the one-way calls (collectives, group starts and ends) wait for their answers.
     r = run_client([PROGRAM, "2"], two_gpus, env_extra={"RGPU_BATCH": "0"}, timeout=60)
     ranks_ok(r, 2, [0, 1])
+
+
+def test_stats_name_each_nccl_call(two_gpus, tmp_path):
+    """RGPU_STATS counts NCCL's calls under their own names (they all fell into one slot, "op:1023")."""
+    import json
+
+    stats = tmp_path / "stats.json"
+    r = run_client([PROGRAM, "1"], two_gpus, timeout=60, env_extra={"RGPU_STATS": str(stats)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads(stats.read_text())
+    names = {row["op"] for row in s["ops"] + s["oneway_ops"]}
+    assert {"ncclCommInitRank", "ncclAllReduce"} <= names, names
+    assert not any(n.startswith("op:") or n == "other" for n in names), names
