@@ -326,6 +326,7 @@ bool Connection::read_one(std::chrono::milliseconds timeout, bool* idle) {
       mark_broken("the connection broke in the middle of device output");
       return false;
     }
+    if (text.empty()) return true;  // nothing printed (fwrite must not get the empty vector's null)
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     return true;
