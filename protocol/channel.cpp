@@ -76,37 +76,25 @@ bool write_plain(Transport& t, uint16_t op, const std::vector<uint8_t>& payload)
   return t.write(iov, payload.empty() ? 1 : 2);
 }
 
-// Reads exactly n bytes, never more (what follows belongs to whoever reads next).
-bool read_exact(Transport& t, void* dst, size_t n, Clock::time_point deadline, std::string* why) {
-  auto* p = static_cast<uint8_t*>(dst);
-  while (n) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left <= std::chrono::milliseconds(0)) {
-      *why = "timed out";
-      return false;
-    }
-    ssize_t r = t.read_some(p, n, left);
-    if (r == Transport::kTimedOut) continue;
-    if (r <= 0) {
-      *why = "the connection closed";
-      return false;
-    }
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
+// Reads exactly n bytes (frame.h's read_exact: never more, what follows belongs to whoever reads
+// next), saying why not in the resume's own words.
+bool read_resume_bytes(Transport& t, void* dst, size_t n, Clock::time_point deadline, std::string* why) {
+  std::string detail;
+  if (read_exact(t, dst, n, deadline, &detail) == ReadResult::kOk) return true;
+  *why = Clock::now() >= deadline ? "timed out" : "the connection closed";
+  return false;
 }
 
 // One plain frame (the resume exchange, like the handshake, has no ChannelHeader).
 bool read_plain(Transport& t, FrameHeader* h, std::vector<uint8_t>* payload, Clock::time_point deadline,
                 std::string* why) {
-  if (!read_exact(t, h, sizeof *h, deadline, why)) return false;
+  if (!read_resume_bytes(t, h, sizeof *h, deadline, why)) return false;
   if (h->length > kMaxHandshakePayload) {
     *why = log::format("a resume message of %u bytes is over the limit of %u", h->length, kMaxHandshakePayload);
     return false;
   }
   payload->resize(h->length);
-  return read_exact(t, payload->data(), h->length, deadline, why);
+  return read_resume_bytes(t, payload->data(), h->length, deadline, why);
 }
 
 std::string refused_reason(const std::vector<uint8_t>& payload) {

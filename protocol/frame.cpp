@@ -53,9 +53,6 @@ bool write_frame(int fd, uint16_t op, uint16_t flags, uint32_t request_id, uint3
   return net::writev_full(fd, iov, b_len ? 3 : 2);
 }
 
-namespace {
-
-// Reads exactly n bytes. kClosed when the stream ended before the first byte.
 ReadResult read_exact(Transport& t, void* dst, size_t n, Clock::time_point deadline, std::string* why) {
   auto* p = static_cast<uint8_t*>(dst);
   const size_t want = n;
@@ -84,8 +81,6 @@ ReadResult read_exact(Transport& t, void* dst, size_t n, Clock::time_point deadl
   }
   return ReadResult::kOk;
 }
-
-}  // namespace
 
 ReadResult read_frame(Transport& t, uint32_t max_payload, FrameHeader* h, std::vector<uint8_t>* payload,
                       std::string* why, Clock::time_point deadline) {

@@ -20,6 +20,9 @@ enum class ReadResult { kOk, kClosed, kError };
 // sends behind it use. Reads wait until `deadline` at most (max: as the stream waits).
 ReadResult read_frame(Transport& t, uint32_t max_payload, FrameHeader* h, std::vector<uint8_t>* payload,
                       std::string* why, Clock::time_point deadline = Clock::time_point::max());
+// Reads exactly n bytes from t, waiting until `deadline` at most. kClosed when the stream ended
+// before the first byte; kError (with *why) on a timeout or a break part-way.
+ReadResult read_exact(Transport& t, void* dst, size_t n, Clock::time_point deadline, std::string* why);
 bool write_frame(Transport& t, uint16_t op, uint16_t flags, uint32_t request_id, uint32_t thread_id, const void* a,
                  size_t a_len);
 

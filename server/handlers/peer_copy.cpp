@@ -30,6 +30,7 @@
 #include "common/crypto.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "protocol/frame.h"
 #include "protocol/tls.h"
 #include "protocol/transport.h"
 #include "protocol/wire/copy.h"
@@ -82,15 +83,10 @@ bool take_ticket(const PeerTicket& t) {
   return false;
 }
 
-// n bytes from t, each wait for more at most `timeout`. False when the link broke or stalled.
-bool read_exact(proto::Transport& t, void* buf, size_t n, std::chrono::milliseconds timeout = proto::kForever) {
-  auto* p = static_cast<uint8_t*>(buf);
-  for (size_t got = 0; got < n;) {
-    ssize_t r = t.read_some(p + got, n - got, timeout);
-    if (r <= 0) return false;
-    got += static_cast<size_t>(r);
-  }
-  return true;
+// n bytes from the link, by `deadline` (max: as long as it takes). False when it broke or stalled.
+bool read_exact(proto::Transport& t, void* buf, size_t n, Clock::time_point deadline = Clock::time_point::max()) {
+  std::string why;
+  return proto::read_exact(t, buf, n, deadline, &why) == proto::ReadResult::kOk;
 }
 
 // One link's reading thread: runs TLS when the session does, checks the ticket, then files each
@@ -98,10 +94,10 @@ bool read_exact(proto::Transport& t, void* buf, size_t n, std::chrono::milliseco
 void serve_link(int fd) {
   const std::string from = net::peer_name(fd);
   constexpr auto kOpening = std::chrono::seconds(10);  // for the TLS handshake and the ticket
+  const auto deadline = Clock::now() + kOpening;
   std::unique_ptr<proto::Transport> t;
   if (g_in.tls) {
     net::set_recv_timeout(fd, static_cast<int>(kOpening.count()));
-    const auto deadline = Clock::now() + kOpening;
     uint32_t magic = 0;
     proto::TlsPreamble pre;
     std::string why = "it did not open with rgpu's TLS preamble";
@@ -120,8 +116,8 @@ void serve_link(int fd) {
   }
   uint32_t magic = 0;
   PeerTicket ticket{};
-  if (!read_exact(*t, &magic, sizeof magic, kOpening) || magic != proto::kPeerLinkMagic ||
-      !read_exact(*t, ticket.data(), ticket.size(), kOpening) || !take_ticket(ticket)) {
+  if (!read_exact(*t, &magic, sizeof magic, deadline) || magic != proto::kPeerLinkMagic ||
+      !read_exact(*t, ticket.data(), ticket.size(), deadline) || !take_ticket(ticket)) {
     log::warn("a copy link from %s did not present a ticket this session handed out; closed", from.c_str());
     return;
   }
