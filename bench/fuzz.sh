@@ -26,7 +26,7 @@
 # --install-only   install them (as --install) and stop (scripts/setup.sh with RGPU_SETUP_FUZZ=1)
 # --no-build       run what build-fuzz/ holds
 # TARGET...        only these (default: all of them; the list is TARGETS below)
-# Environment: RGPU_FUZZ_CLANG (the C++ compiler: default clang++, else the newest clang++-V on
+# Environment: RGPU_FUZZ_COMMIT (the commit the JSON names, where the tree has no git), RGPU_FUZZ_CLANG (the C++ compiler: default clang++, else the newest clang++-V on
 # PATH; e.g. clang++-16), RGPU_FUZZ_BUILD (default build-fuzz), RGPU_TORCH_PYTHON (a python with torch: also
 # builds and runs opserver's torch_wire_fuzz), JOBS (ninja -j, default 2), RGPU_FUZZ_NICE (the
 # targets' niceness, default 5: beside builds run at nice 5, a fair share; the build runs at 5).
@@ -138,7 +138,9 @@ first_known_package() {
     apt-cache show "$p" >/dev/null 2>&1 && { echo "$p"; return; }
   done
 }
-if ! have_libfuzzer; then
+# Only a build needs the runtime: a target built elsewhere carries libFuzzer in its binary (--no-build
+# runs build-fuzz/ brought from another machine, e.g. the GPU host, whose clang has no runtime).
+if ((build)) && ! have_libfuzzer; then
   if ((install)); then
     SUDO=""
     [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -203,7 +205,9 @@ with open(results, "w") as f:
             f.write(json.dumps(t) + "\n")
 EOF
 fi
-commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo "+dirty")
+# The commit the targets ran at: RGPU_FUZZ_COMMIT names it where the tree has no git (a copy on
+# another machine running --no-build with binaries built here).
+commit=${RGPU_FUZZ_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- . 2>/dev/null || echo "+dirty")}
 
 for t in "${TARGETS[@]}"; do
   bin=$build_dir/bin/$t
