@@ -82,6 +82,10 @@ constexpr Variable kVariables[] = {
     {"RGPU_IMAGE_LAYOUTS", "1", nullptr, kClient,
      "`0`: ask the server for kernel parameter layouts instead of reading them from the images "
      "(debugging launches)"},
+    {"RGPU_HOST_CACHE_MB", "1024", nullptr, kTorch,
+     "MiB of freed `.cpu()` results the PyTorch device keeps for the next `.cpu()` of their size "
+     "(fresh memory is zeroed by the kernel as it is first touched; `torch.rgpu.empty_cache()` "
+     "frees them), `0` for none"},
     {"RGPU_ORDER_WAIT_MS", "10000", nullptr, kServer,
      "how long a call waits for another client thread's earlier one-way call still running in the "
      "driver before it runs anyway"},
@@ -205,6 +209,7 @@ void read_all() {
   s.tls_key = str("RGPU_TLS_KEY");
   s.user = str("USER");
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
+  s.host_cache_mb = static_cast<size_t>(std::clamp(std::atoll(str("RGPU_HOST_CACHE_MB").c_str()), 0ll, 1ll << 30));
   s.fake_noop_kernels = str("RGPU_FAKE_NOOP_KERNELS") == "1";
   s.inline_calls = str("RGPU_INLINE_CALLS") != "0";
   s.spin = str("RGPU_SPIN") == "1" ? 1 : str("RGPU_SPIN") == "0" ? 0 : -1;

@@ -81,6 +81,7 @@ struct Settings {
   std::string tls_key;                      // RGPU_TLS_KEY
   std::string user;                         // USER: the identity a connection gives the server
   long long order_wait_ms = 0;              // RGPU_ORDER_WAIT_MS (server/session.cpp)
+  size_t host_cache_mb = 1024;              // RGPU_HOST_CACHE_MB (python/rgpu/csrc/runtime/host_cache.cpp)
   bool fake_noop_kernels = false;           // RGPU_FAKE_NOOP_KERNELS=1 (fakecuda/launch.cpp)
   int fake_load_delay_ms = 0;               // RGPU_FAKE_LOAD_DELAY_MS (fakecuda/module.cpp)
   int fake_devices = 1;                     // RGPU_FAKE_DEVICES (fakecuda/device.cpp)

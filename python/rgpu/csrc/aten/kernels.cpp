@@ -5,6 +5,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <ATen/ops/_copy_from_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/_to_copy_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
@@ -177,6 +178,25 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     dst.copy_(tmp);
   }
   return dst;
+}
+
+at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                   std::optional<at::Device> device, std::optional<bool> pin_memory, bool non_blocking,
+                   std::optional<at::MemoryFormat> memory_format) {
+  // `.cpu()` of a contiguous tensor as it is: its result's memory comes from the host cache
+  // (runtime/host_cache.cpp), so a second `.cpu()` of that size lands in pages already touched.
+  const bool as_is = device && device->is_cpu() && (!dtype || *dtype == self.scalar_type()) &&
+                     (!layout || *layout == at::kStrided) && !pin_memory.value_or(false) &&
+                     (!memory_format || *memory_format == at::MemoryFormat::Preserve ||
+                      *memory_format == at::MemoryFormat::Contiguous) &&
+                     is_rgpu(self) && self.is_contiguous() && !self.is_conj() && !self.is_neg();
+  if (!as_is || self.nbytes() < kHostCacheMin) {
+    return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
+  }
+  c10::Storage storage(c10::Storage::use_byte_size_t(), self.nbytes(), host_cache_allocator(), /*resizable=*/true);
+  at::Tensor out = at::empty({0}, self.options().device(c10::kCPU));
+  out.set_(std::move(storage), 0, self.sizes(), self.strides());
+  return copy_from(self, out, non_blocking);
 }
 
 at::Tensor copy_from_with_bits(c10::DispatchKeySet ks, const at::Tensor& self, const at::Tensor& dst,

@@ -31,6 +31,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 at::Tensor copy_from_with_bits(c10::DispatchKeySet ks, const at::Tensor& self, const at::Tensor& dst,
                                bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
+// _to_copy: `.cpu()` of a contiguous rgpu tensor as it is gets its result's memory from the
+// host cache (runtime/host_cache.cpp); everything else as torch's own _to_copy.
+at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                   std::optional<at::Device> device, std::optional<bool> pin_memory, bool non_blocking,
+                   std::optional<at::MemoryFormat> memory_format);
 // .item(): waits for the value.
 c10::Scalar local_scalar_dense(const at::Tensor& self);
 void record_stream(at::Tensor& self, c10::Stream s);

@@ -162,6 +162,12 @@ void manual_seed_device(int64_t device, int64_t seed) {
 
 bool is_connected() { return Connection::existing() != nullptr; }
 
+// (bytes kept, allocations served from kept memory) of the .cpu() results' host cache (tests).
+std::vector<int64_t> host_cache() {
+  auto [kept, reused] = host_cache_state();
+  return {static_cast<int64_t>(kept), static_cast<int64_t>(reused)};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -180,6 +186,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_to_copy", TORCH_FN(to_copy));
   m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
@@ -246,6 +253,7 @@ TORCH_LIBRARY(rgpu, m) {
   m.def("meta_misses_by_op() -> (str[], int[])", &meta_misses_by_op_op);
   m.def("verify_shape_rules(bool on) -> ()", &verify_shape_rules);
   m.def("is_connected() -> bool", &is_connected);
+  m.def("host_cache() -> int[]", &host_cache);
   m.def("device_properties(int device) -> (str[], int[])", &device_properties);
   m.def("memory_allocated(int device) -> int[]", &memory_allocated);
   m.def("get_rng_state(int device) -> Tensor", &get_rng_state);

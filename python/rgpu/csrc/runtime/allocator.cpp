@@ -116,7 +116,10 @@ class RgpuAllocator final : public c10::DeviceAllocator {
   }
 
   bool initialized() override { return true; }
-  void emptyCache(c10::MempoolId_t) override { post_memory(-1, kMemEmptyCache); }
+  void emptyCache(c10::MempoolId_t) override {
+    empty_host_cache();  // the kept .cpu() results' memory (runtime/host_cache.cpp) as well
+    post_memory(-1, kMemEmptyCache);
+  }
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
 
   DeviceStats getDeviceStats(c10::DeviceIndex d) override {

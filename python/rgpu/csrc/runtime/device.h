@@ -51,6 +51,14 @@ void restride(const at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef stri
 c10::Allocator* pinned_allocator();
 bool is_pinned(const void* p);
 
+// The host memory of `.cpu()` results (runtime/host_cache.cpp): freed ones are kept for the next
+// of their size, up to RGPU_HOST_CACHE_MB. empty_host_cache() frees what is kept (returns its
+// bytes); host_cache_state() is (bytes kept, allocations served from kept memory).
+c10::Allocator* host_cache_allocator();
+constexpr size_t kHostCacheMin = size_t{1} << 20;  // smaller results come from malloc as usual
+size_t empty_host_cache();
+std::pair<size_t, size_t> host_cache_state();
+
 // Waits until the server has run everything sent so far (and raises deferred errors).
 void synchronize();
 
