@@ -129,7 +129,7 @@ constexpr Variable kVariables[] = {
     {"HOME", "", "unset", kClient | kServer | kOpserver,
      "without `XDG_CACHE_HOME` the caches live in `$HOME/.cache/rgpu/` (the server's in `modules/` "
      "there); with neither, none is kept"},
-    {"USER", "", "unset: `?`", kShims | kTorch,
+    {"USER", "", "unset: the account's name", kShims | kTorch,
      "the user name a connection gives the server for its logs (with host, pid and program)"},
     {"RGPU_BUILD_DIR", "", "`build/` of the source tree", kTorch,
      "the CMake build the Python package takes `librgpu_torch.so`, the shims and `rgpu-opserver` "

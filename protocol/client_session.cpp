@@ -1,6 +1,7 @@
 // Implementation of protocol/client_session.h.
 #include "protocol/client_session.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +16,14 @@ namespace rgpu::proto {
 std::string client_identity(const std::string& suffix) {
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
-  const std::string& user = env::get().user;
+  // USER, else the account's name (a container or CI job often runs without USER), else "?".
+  std::string user = env::get().user;
+  if (user.empty()) {
+    passwd pw{};
+    passwd* found = nullptr;
+    char buf[1024];
+    if (getpwuid_r(getuid(), &pw, buf, sizeof buf, &found) == 0 && found && found->pw_name) user = found->pw_name;
+  }
   std::string prog = "?";
   if (FILE* f = fopen("/proc/self/comm", "r")) {
     char buf[64] = {0};
