@@ -148,6 +148,9 @@ size_t elf_size(Bytes b) {
 
 // Walks one .nv.info.<kernel> section into k->params / k->param_bytes.
 bool read_nv_info(const Elf& elf, const Section& s, Kernel* k, std::string* err) {
+  // read_elf checks only sections that hold file bytes; a .nv.info section marked NOBITS (or
+  // NULL) may name any offset (a fuzzed image read far outside the buffer here).
+  if (!elf.b.has(s.offset, s.size)) return fail(err, ".nv.info." + k->name + " lies past the end of the image");
   Bytes b{elf.b.p + s.offset, size_t(s.size)};
   uint64_t pos = 0;
   uint32_t cbank_size = 0;

@@ -294,6 +294,39 @@ TEST(CudaImage, CorruptedCubinRecordsAreRefusedOrIgnoredButNeverMisread) {
   }
 }
 
+// The section header of the section named `name` in an ELF image (its offset in d); 0 if none.
+size_t section_header(const std::vector<uint8_t>& d, const std::string& name) {
+  auto u16 = [&](size_t at) { uint16_t v; std::memcpy(&v, &d[at], 2); return v; };
+  auto u64 = [&](size_t at) { uint64_t v; std::memcpy(&v, &d[at], 8); return v; };
+  const uint64_t shoff = u64(0x28);
+  const uint16_t shentsize = u16(0x3a), shnum = u16(0x3c), shstrndx = u16(0x3e);
+  const uint64_t strtab = u64(shoff + uint64_t(shstrndx) * shentsize + 24);
+  for (uint16_t i = 0; i < shnum; ++i) {
+    const size_t h = shoff + size_t(i) * shentsize;
+    uint32_t at;
+    std::memcpy(&at, &d[h], 4);
+    if (name == reinterpret_cast<const char*>(&d[strtab + at])) return h;
+  }
+  return 0;
+}
+
+// A .nv.info section marked NOBITS may claim any offset (read_elf checks only sections with file
+// bytes): found by cuda_image_fuzz on the GPU host (2026-12-06), a read far past the image.
+TEST(CudaImage, ParameterRecordsOutsideTheImageAreRefused) {
+  if (!RGPU_HAVE_TEST_KERNELS) GTEST_SKIP() << "nvcc was not found at configure time";
+  std::vector<uint8_t> d = read_file(RGPU_TEST_KERNEL_CUBIN);
+  const size_t h = section_header(d, ".nv.info.rgpu_vec_add");
+  ASSERT_NE(h, 0u);
+  const uint32_t nobits = 8;
+  const uint64_t far = uint64_t{1} << 46;
+  std::memcpy(&d[h + 4], &nobits, 4);
+  std::memcpy(&d[h + 24], &far, 8);
+  Image img;
+  std::string err;
+  EXPECT_FALSE(parse(d.data(), d.size(), &img, &err));
+  EXPECT_NE(err.find(".nv.info.rgpu_vec_add lies past the end"), std::string::npos) << err;
+}
+
 // A kernel whose parameter records the reader does not know keeps its buffer size but is marked
 // unknown (callers then ask the driver), and the image's other kernels stay usable: issue 3, where
 // an unread 8 KiB layout was packed as zeros and the kernel faulted on the device.
