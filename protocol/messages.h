@@ -341,16 +341,20 @@ enum Op : uint16_t {
   // the bytes go from the source server A straight to the destination server B over a link A
   // dials, never through the client (codecs: protocol/wire/copy.h; server/handlers/peer_copy.cpp).
   // kOpPeerTicket, to B: Request: nothing. Reply: CUresult, u16 port B's session listens on for
-  //   links, 32 bytes ticket: a one-time secret B keeps for this session, str B's certificate
+  //   links, 32 bytes ticket: a secret B keeps for this session, str B's certificate
   //   fingerprint ("sha256:HEX"; empty when B's session runs plain TCP). The client asks once per
-  //   pair of servers, so the link is opened once. When B's session runs over TLS, so do its
+  //   pair of servers; A presents the ticket each time it dials B (the first copy, and the first
+  //   after the link closed). When B's session runs over TLS, so do its
   //   links: A verifies B by that fingerprint (which reached the client inside the TLS connection
   //   the client verified), and B knows A by the ticket.
   // kOpPeerSend, to A (one-way for async copies): u64 copy id (client-chosen, unique in the
   //   client process), str B's host (as the client dialled it), u16 port, 32 bytes ticket, u64
-  //   src, u64 n, u8 has stream, u64 stream, str B's fingerprint (empty: a plain link). A dials B
-  //   once (over TLS: the TlsPreamble, kind kTlsNew, then the TLS handshake; then, inside it,
-  //   kPeerLinkMagic and the ticket) and, after
+  //   src, u64 n, u8 has stream, u64 stream, str B's fingerprint (empty: a plain link). Reply:
+  //   CUresult; when the link could not be dialled or broke, str what happened and what to check
+  //   (at most kMaxPeerSendError bytes). A dials B
+  //   once and keeps the link; a copy that finds it closed by B (B's end hung up or reset) dials
+  //   again, once (over TLS: the TlsPreamble, kind kTlsNew, then the TLS handshake; then, inside
+  //   it, kPeerLinkMagic and the ticket) and, after
   //   the stream's earlier work (its context's, without a stream), sends the copy's bytes as
   //   chunks: u64 copy id, u32 length (at most kPeerChunk), the bytes; a length of
   //   kPeerChunkFailed, followed by i32 CUresult, tells B the copy failed at A.
@@ -382,6 +386,7 @@ inline constexpr uint32_t kPeerLinkMagic = 0x50504752;  // "RGPP" on the wire
 inline constexpr size_t kPeerTicketBytes = 32;
 inline constexpr uint32_t kPeerChunk = 4u << 20;
 inline constexpr uint32_t kPeerChunkFailed = 0xffffffff;
+inline constexpr size_t kMaxPeerSendError = 1024;
 // kOpParamLayout walks at most this many parameters (past the driver's own limit: 32764 bytes).
 inline constexpr uint32_t kMaxParamLayout = 4096;
 // kOpFuncAttributes answers at most this many attributes.

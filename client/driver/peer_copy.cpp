@@ -135,8 +135,21 @@ bool across_servers(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUconte
     return true;
   }
   if ((*rc = s.submit()) != CUDA_SUCCESS) return true;
-  const CUresult received = r.invoke();
+  if ((*rc = r.submit()) != CUDA_SUCCESS) {
+    s.finish();
+    return true;
+  }
+  // The source's answer first: when its link failed, the reason is said at once, though the
+  // destination may wait for the bytes a while longer before its answer ends the copy.
   const CUresult sent = s.finish();
+  if (sent != CUDA_SUCCESS) {
+    // The source says why when its link to the destination failed (an older server says
+    // nothing); an async copy's failure comes back as a bare result with a later call, and the
+    // source's log holds the reason.
+    const std::string why = s.reply().str(proto::kMaxPeerSendError);
+    if (!why.empty()) rgpu::log::error("a copy between servers failed: %s", why.c_str());
+  }
+  const CUresult received = r.finish();
   *rc = sent != CUDA_SUCCESS ? sent : received;
   return true;
 }

@@ -59,7 +59,8 @@ examples:
   rgpu-run --host me@gpu-host -- python train.py
         tunnel to gpu-host's rgpu-server (9713) and rgpu-opserver (9720), run train.py
   rgpu-run --host me@gpu-host --ssh-port 2222 -i ~/.ssh/gpu_key --shim -- ./my_cuda_program
-        the driver path: LD_LIBRARY_PATH also gets rgpu's libcuda.so.1 first
+        the driver path: LD_LIBRARY_PATH also gets rgpu's libcuda.so.1 first, and LD_PRELOAD
+        its libnccl.so.2 (for PyTorch's NCCL)
   rgpu-run --opserver 10.0.0.5:9720 -- python train.py
         no tunnel: RGPU_OPSERVER=10.0.0.5:9720
 
@@ -69,6 +70,9 @@ environment set for the command:
   RGPU_OPSERVER    127.0.0.1:<local port> forwarded to the GPU machine's --opserver-port
                    (or the --opserver address as given)
   LD_LIBRARY_PATH  with --shim only: the folder of rgpu's libcuda.so.1 put first
+  LD_PRELOAD       with --shim only: rgpu's libnccl.so.2 from that folder put first, when it is
+                   there (not with --no-nccl), so PyTorch's NCCL calls run on the GPU machine:
+                   libtorch_cuda.so's RPATH would find the pip package's libnccl.so.2 first
   RGPU_PROGRESS    with --progress 1, with --no-progress 0 (unset: the shim shows progress
                    when the command's stderr is a terminal)
   Everything else (RGPU_TOKEN, ...) passes through unchanged.
@@ -198,9 +202,13 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="driver path: put the folder of rgpu's libcuda.so.1 first in "
                      "LD_LIBRARY_PATH, so an unmodified CUDA program uses rgpu (found through "
                      "the installed rgpu package's lib_dir(), else a build/lib beside this "
-                     "source tree; or give --shim-dir)")
+                     "source tree; or give --shim-dir), and preload rgpu's libnccl.so.2 from "
+                     "that folder when it is there")
     run.add_argument("--shim-dir", metavar="DIR",
                      help="the folder holding rgpu's libcuda.so.1 (implies --shim)")
+    run.add_argument("--no-nccl", dest="nccl", action="store_false",
+                     help="with --shim, do not preload rgpu's libnccl.so.2: the command's own NCCL "
+                     "then runs here, over the driver shim, at a round trip per driver call")
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="say on stderr how far long transfers are (kernel-image uploads and large "
                      "copies that take over 2 s): --progress always, --no-progress never; by default "
@@ -650,7 +658,8 @@ def _shim_dir(args) -> str:
         candidates.append(str(Path(__file__).resolve().parents[2] / "build" / "lib"))
     for d in candidates:
         if os.path.isfile(os.path.join(d, "libcuda.so.1")):
-            return d
+            # Absolute: the command may change directory before it loads the libraries.
+            return os.path.abspath(d)
     raise SetupError(
         f"--shim: no libcuda.so.1 in {', '.join(candidates)}. Build rgpu (scripts/setup.sh) or "
         "install the rgpu package, or give the folder with --shim-dir DIR.",
@@ -746,6 +755,13 @@ def _set_up(args, signals: _Signals) -> tuple[dict, Tunnel | None]:
         d = _shim_dir(args)
         old = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = f"{d}:{old}" if old else d
+        nccl = os.path.join(d, "libnccl.so.2")
+        if args.nccl and os.path.isfile(nccl):
+            # libtorch_cuda.so's RPATH names the pip package's libnccl.so.2, and the loader
+            # searches RPATH before LD_LIBRARY_PATH; a preloaded library is found before both.
+            old = env.get("LD_PRELOAD")
+            env["LD_PRELOAD"] = f"{nccl}:{old}" if old else nccl
+            _note(args, f"LD_PRELOAD={env['LD_PRELOAD']}")
     if args.progress is not None:
         env["RGPU_PROGRESS"] = "1" if args.progress else "0"
     tunnelled = [s for s in services if not s.direct] if args.host else []

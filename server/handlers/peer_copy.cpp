@@ -6,8 +6,10 @@
 // Each session is a process of its own, so what is kept here (the link listener, the tickets it
 // takes, the links dialled, the chunks that arrived) is this session's. B listens for links on a
 // port of its own, on the address its client reached it at, from the first kOpPeerTicket on; a
-// link proves itself with a ticket B handed to this session's client (one use each), so only a
-// server the client chose can write into this session. B's link threads never touch the driver:
+// link proves itself with a ticket B handed to this session's client, so only a server the client
+// chose can write into this session. A ticket stays good for the session: the client asks once
+// per pair of servers, and A dials again with the same ticket when the link it kept has closed
+// (B restarted its end, the connection dropped), once per copy. B's link threads never touch the driver:
 // they keep each copy's chunks until the client thread's worker reaches the copy's kOpPeerReceive,
 // which writes them in that thread's call order, after the stream's earlier work. When the
 // session runs over TLS its links do too: A checks B's certificate against the fingerprint B gave
@@ -15,6 +17,7 @@
 // ticket.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -63,23 +66,21 @@ struct Inbox {
 };
 Inbox g_in;
 
-// A's side: one link per destination server, dialled on first use.
+// A's side: one link per destination server, dialled on first use and again after it closed.
 struct Link {
   std::mutex mu;  // one chunk at a time on the link
   std::shared_ptr<proto::TlsContext> tls;  // verifies B's certificate (nullptr: a plain link)
   std::unique_ptr<proto::Transport> t;
+  int fd = -1;  // t's socket (t owns it), watched for B hanging up
 };
 std::mutex g_links_mu;
 std::map<std::string, std::shared_ptr<Link>> g_links;
 
-bool take_ticket(const PeerTicket& t) {
+// Whether this session handed out ticket t. Tickets are kept: A dials again with the same one.
+bool known_ticket(const PeerTicket& t) {
   std::lock_guard<std::mutex> lock(g_in.mu);
-  for (auto it = g_in.tickets.begin(); it != g_in.tickets.end(); ++it) {
-    if (crypto::equal_constant_time(it->data(), t.data(), t.size())) {
-      g_in.tickets.erase(it);
-      return true;
-    }
-  }
+  for (const PeerTicket& mine : g_in.tickets)
+    if (crypto::equal_constant_time(mine.data(), t.data(), t.size())) return true;
   return false;
 }
 
@@ -117,7 +118,7 @@ void serve_link(int fd) {
   uint32_t magic = 0;
   PeerTicket ticket{};
   if (!read_exact(*t, &magic, sizeof magic, deadline) || magic != proto::kPeerLinkMagic ||
-      !read_exact(*t, ticket.data(), ticket.size(), deadline) || !take_ticket(ticket)) {
+      !read_exact(*t, ticket.data(), ticket.size(), deadline) || !known_ticket(ticket)) {
     log::warn("a copy link from %s did not present a ticket this session handed out; closed", from.c_str());
     return;
   }
@@ -174,14 +175,10 @@ bool open_listener(std::string* why) {
   return true;
 }
 
-// The link to host:port, dialled with ticket when there is none yet: over TLS verifying B's
-// certificate by `fingerprint`, or plain TCP when that is empty.
-std::shared_ptr<Link> link_to(const std::string& host, uint16_t port, const PeerTicket& ticket,
-                              const std::string& fingerprint, std::string* why) {
-  const net::Address addr{host, port};
-  std::lock_guard<std::mutex> lock(g_links_mu);
-  auto& l = g_links[addr.str()];
-  if (l && l->t) return l;
+// A new link to B at addr, opened with ticket: over TLS verifying B's certificate by
+// `fingerprint`, or plain TCP when that is empty. nullptr with *why when it cannot be.
+std::shared_ptr<Link> dial(const net::Address& addr, const PeerTicket& ticket, const std::string& fingerprint,
+                           std::string* why) {
   auto fresh = std::make_shared<Link>();
   int fd = net::connect_tcp(addr, why, 10000);
   if (fd < 0) return nullptr;
@@ -194,7 +191,7 @@ std::shared_ptr<Link> link_to(const std::string& host, uint16_t port, const Peer
       return nullptr;
     }
     proto::TlsFailure failure;
-    fresh->t = proto::tls_connect(fresh->tls, fd, true, host, proto::kTlsNew, proto::SessionId{},
+    fresh->t = proto::tls_connect(fresh->tls, fd, true, addr.host, proto::kTlsNew, proto::SessionId{},
                                   "rgpu-server at " + addr.str(), proto::Clock::now() + std::chrono::seconds(10), why,
                                   &failure);
     if (!fresh->t) {
@@ -204,14 +201,43 @@ std::shared_ptr<Link> link_to(const std::string& host, uint16_t port, const Peer
   } else {
     fresh->t = proto::socket_transport(fd);
   }
+  fresh->fd = fd;
   iovec hello[2] = {{const_cast<uint32_t*>(&proto::kPeerLinkMagic), sizeof(uint32_t)},
                     {const_cast<uint8_t*>(ticket.data()), ticket.size()}};
   if (!fresh->t->write(hello, 2)) {
     *why = "the server closed the link at once";
     return nullptr;
   }
-  l = fresh;
-  return l;
+  return fresh;
+}
+
+// Whether B has ended a kept link: B writes nothing on a link (over TLS, only TLS's own records),
+// so the peer hanging up or resetting is the only news the socket can have. Bytes written to a
+// link B has closed would be lost without an error (the kernel takes them), so this is checked
+// before each copy.
+bool hung_up(const Link& l) {
+  pollfd p{l.fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+// The link for a copy to B at addr: the one kept, unless B has hung up on it, else a new one.
+// *dialled says whether this dialled (a copy dials at most once).
+std::shared_ptr<Link> link_for(const net::Address& addr, const PeerTicket& ticket, const std::string& fingerprint,
+                               bool* dialled, std::string* why) {
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  std::shared_ptr<Link>& l = g_links[addr.str()];
+  if (l && !hung_up(*l)) return l;
+  if (l) log::info("the copy link to %s was closed by the other end; dialling it again", addr.str().c_str());
+  l = nullptr;
+  *dialled = true;
+  return l = dial(addr, ticket, fingerprint, why);
+}
+
+// Forgets link l to addr (it broke), unless another copy has already replaced it.
+void drop(const net::Address& addr, const std::shared_ptr<Link>& l) {
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  auto it = g_links.find(addr.str());
+  if (it != g_links.end() && it->second == l) g_links.erase(it);
 }
 
 bool send_chunk(Link& l, uint64_t copy, const void* data, uint32_t len) {
@@ -220,11 +246,11 @@ bool send_chunk(Link& l, uint64_t copy, const void* data, uint32_t len) {
   return l.t->write(iov, 3);
 }
 
-void send_failure(Link& l, uint64_t copy, int32_t rc) {
+bool send_failure(Link& l, uint64_t copy, int32_t rc) {
   uint32_t len = proto::kPeerChunkFailed;
   std::lock_guard<std::mutex> lock(l.mu);
   iovec iov[3] = {{&copy, sizeof copy}, {&len, sizeof len}, {&rc, sizeof rc}};
-  l.t->write(iov, 3);
+  return l.t->write(iov, 3);
 }
 
 // Makes the context of device pointer p current on this thread, and waits for the stream's work
@@ -281,35 +307,59 @@ void peer_ticket(Dispatch& d) {
   d.reply.put_str(g_in.tls ? proto::tls_fingerprint(*g_in.tls) : std::string());
 }
 
+// Fails a copy: the client gets rc and why (the reply's text, protocol/messages.h kOpPeerSend),
+// and the server's log says it too.
+static void refuse_send(Dispatch& d, CUresult rc, const std::string& why) {
+  log::warn("%s", why.c_str());
+  d.reply.put<int32_t>(rc);
+  d.reply.put_str(why.substr(0, proto::kMaxPeerSendError));
+}
+
 void peer_send(Dispatch& d) {
   proto::wire::PeerSend a;
   if (!proto::wire::read_peer_send(d.args, &a)) return;
   if (!in_session()) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  const net::Address to{a.host, a.port};
+  const std::string check = "check that the destination's rgpu-server session is still running and that this server (" +
+                            g_in.host + ") can reach " + to.str() + " over TCP (firewalls, routes)";
   std::string why;
-  std::shared_ptr<Link> link = link_to(a.host, a.port, a.ticket, a.fingerprint, &why);
-  if (!link) {
-    log::warn("a copy to the server at %s cannot start: %s", net::Address{a.host, a.port}.str().c_str(), why.c_str());
-    return d.reply.put<int32_t>(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
-  }
+  bool dialled = false;
+  std::shared_ptr<Link> link = link_for(to, a.ticket, a.fingerprint, &dialled, &why);
+  if (!link)
+    return refuse_send(d, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+                       "a copy to the server at " + to.str() + " could not dial its copy link: " + why + "; " + check);
   CUcontext pushed = nullptr;
   CUresult rc = settle(d, a.src, a.has_stream, a.stream, &pushed);
+  bool broke = false;
   std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(a.n, proto::kPeerChunk)));
   for (uint64_t off = 0; rc == CUDA_SUCCESS && off < a.n;) {
     const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(a.n - off, proto::kPeerChunk));
     rc = d.drv.cuMemcpyDtoH_v2(buf.data(), a.src + off, len);
     if (rc != CUDA_SUCCESS) break;
     if (!send_chunk(*link, a.copy, buf.data(), len)) {
-      log::warn("the copy link to %s broke", net::Address{a.host, a.port}.str().c_str());
-      std::lock_guard<std::mutex> lock(g_links_mu);
-      g_links.erase(net::Address{a.host, a.port}.str());
+      broke = true;
       rc = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
       break;
     }
     off += len;
   }
   unsettle(d, pushed);
-  if (rc != CUDA_SUCCESS) send_failure(*link, a.copy, rc);
-  d.reply.put<int32_t>(rc);
+  if (rc == CUDA_SUCCESS) return d.reply.put<int32_t>(rc);
+  if (!broke) {
+    send_failure(*link, a.copy, rc);  // B's receive ends with rc, not waiting for bytes
+    return d.reply.put<int32_t>(rc);
+  }
+  // The link broke mid-copy: B may hold part of the copy and is waiting for the rest. A new link
+  // (if this copy has not dialled yet) tells it the copy failed, so it does not wait in vain; the
+  // next copy dials again itself if this cannot.
+  drop(to, link);
+  std::string told = "the destination was told";
+  link = dialled ? nullptr : link_for(to, a.ticket, a.fingerprint, &dialled, &why);
+  if (!link || !send_failure(*link, a.copy, rc))
+    told = "the destination could not be told and fails it when its wait for the bytes runs out";
+  return refuse_send(d, rc,
+                     "the copy link to the server at " + to.str() + " broke during a copy; the copy failed (" + told +
+                         ") and the next copy dials again; if this repeats, " + check);
 }
 
 void peer_receive(Dispatch& d) {

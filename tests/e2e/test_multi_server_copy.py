@@ -3,6 +3,9 @@ their async forms go from server to server over a link the source dials, never t
 client. Checked byte-exact at odd sizes up to 64 MiB, both ways, and by the client's own byte
 counts (RGPU_STATS): what it sent and received is what it uploaded and read back, not the copies."""
 import json
+import os
+import time
+from pathlib import Path
 
 import pytest
 
@@ -230,3 +233,142 @@ def test_copies_between_servers_run_tls_where_the_client_does(tmp_path):
         b.stop()
         shutil.rmtree(state, ignore_errors=True)
 
+
+
+BREAK_SCRIPT = """import ctypes, os, random, sys
+cu = ctypes.CDLL(os.environ["SHIM"])
+def ok(rc, what):
+    if rc != 0:
+        print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
+n = 5 * (1 << 20) + 7  # two chunks on the link
+u64 = ctypes.c_uint64
+ok(cu.cuInit(0), "cuInit")
+ctx, stream, mem = [], [], []
+for d in (0, 1):
+    c, s, p = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain")
+    ok(cu.cuCtxSetCurrent(c), "set current")
+    ok(cu.cuStreamCreate(ctypes.byref(s), 1), "stream")
+    ok(cu.cuMemAlloc_v2(ctypes.byref(p), n), "alloc")
+    ctx.append(c); stream.append(s); mem.append(p.value)
+uploaded = read_back = 0
+for r in range(3):
+    data = random.Random(r).randbytes(n)
+    ok(cu.cuMemcpyHtoD_v2(u64(mem[0]), data, n), "upload")
+    uploaded += n
+    if r == 2:  # the async form: a one-way call to each server
+        ok(cu.cuMemcpyPeerAsync(u64(mem[1]), ctx[1], u64(mem[0]), ctx[0], n, stream[1]), "peer async")
+        ok(cu.cuStreamSynchronize(stream[1]), "sync b's stream")
+    else:
+        ok(cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), n), "dtod")
+    got = ctypes.create_string_buffer(n)
+    ok(cu.cuMemcpyDtoH_v2(got, u64(mem[1]), n), "read back")
+    read_back += n
+    print("copy", r, got.raw == data, flush=True)
+    sys.stdin.readline()  # the test breaks the link before the next copy
+print("uploaded", uploaded, "read_back", read_back)
+print("DONE", flush=True)
+"""
+
+
+def _descendants(pid):
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def _link_sockets(server):
+    """(pid, fd) of each established TCP connection the server's processes hold that is not a
+    client's (whose local port is the server's): the copy links it accepted."""
+    found = []
+    for pid in _descendants(server.proc.pid):
+        try:
+            tcp = {}
+            for table in ("tcp", "tcp6"):
+                for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                    f = line.split()
+                    tcp[f[9]] = (int(f[1].rsplit(":", 1)[1], 16), f[3])  # inode: (local port, state)
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                inode = target[len("socket:["):-1] if target.startswith("socket:[") else None
+                if inode in tcp and tcp[inode][1] == "01" and tcp[inode][0] != server.port:
+                    found.append((pid, int(fd.name)))
+        except OSError:
+            continue  # the process ended meanwhile
+    return found
+
+
+def _break_connection(pid, fd):
+    """Shuts down a socket another process holds, as a dropped connection would end it for that
+    process: pidfd_getfd (Linux 5.6) lends us the socket, and shutdown acts on the socket itself."""
+    import ctypes
+    import socket
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        mine = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd
+        if mine < 0:
+            pytest.skip(f"cannot take another process's socket (pidfd_getfd: {os.strerror(ctypes.get_errno())}); "
+                        "this test needs Linux 5.6+ and ptrace rights over the server")
+        s = socket.socket(fileno=mine)
+        s.shutdown(socket.SHUT_RDWR)
+        s.close()
+    finally:
+        os.close(pidfd)
+
+
+def test_a_broken_copy_link_is_dialled_again_by_the_next_copy(tmp_path):
+    """The link a dialled to b is cut (b's end shut down, as when the connection drops) between
+    copies, twice: each next copy, synchronous and async, finds the link closed, dials b again
+    with the ticket it has, and arrives byte-exact, still not through the client."""
+    import subprocess
+
+    # Servers of its own: b's processes hold this client's link and nothing else.
+    a = Server()
+    b = Server(env={"RGPU_FAKE_ADDRESS_SLOT": "1"})
+    script = tmp_path / "break.py"
+    script.write_text(BREAK_SCRIPT)
+    stats = tmp_path / "stats.json"
+    env = {**os.environ, "LD_LIBRARY_PATH": str(BUILD / "lib"), "RGPU_SERVER": f"{a.addr},{b.addr}",
+           "SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(stats)}
+    env.pop("RGPU_TOKEN", None)
+    opened = b.text().count("copy link from server")
+    p = subprocess.Popen(["python3", str(script)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        for r in range(3):
+            line = p.stdout.readline()
+            assert line == f"copy {r} True\n", line + p.stdout.read() + p.stderr.read()
+            if r < 2:
+                links = _link_sockets(b)
+                assert len(links) == 1, links
+                _break_connection(*links[0])
+                closed = b.text().count("copy link from server") - opened
+                deadline = time.time() + 5
+                while b.text().count("copy link from server") - opened < closed + 1 and time.time() < deadline:
+                    time.sleep(0.05)  # b's link thread saw the end: "copy link from server X closed"
+            p.stdin.write("\n")
+            p.stdin.flush()
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        a_log = a.text()
+        a.stop()
+        b.stop()
+    assert "DONE" in out, out + err
+    uploaded, read_back = (int(x) for x in out.splitlines()[-2].split()[1::2])
+    s = json.load(open(stats))
+    assert s["bytes_sent"] - uploaded < MIB, s
+    assert s["bytes_received"] - read_back < MIB, s
+    assert a_log.count("dialling it again") == 2, a_log[-3000:]

@@ -179,6 +179,40 @@ class TestDirectAddresses:
                      env=env)
         assert r.stdout.strip() == f"{tmp_path}:/old", r.stderr
 
+    def test_shim_dir_nccl_is_preloaded_before_the_users_preload(self, tmp_path):
+        for name in ("libcuda.so.1", "libnccl.so.2"):
+            (tmp_path / name).write_bytes(b"")
+        show = python_command("import os; print(os.environ.get('LD_PRELOAD', 'unset'))")
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        r = rgpu_run("--server", "h:1", "--shim-dir", str(tmp_path), "--", *show, env=env)
+        assert r.stdout.strip() == f"{tmp_path}/libnccl.so.2", r.stderr
+        # The user's own preload stays, after rgpu's. (The loader says on stderr that it cannot
+        # load the empty stand-ins and goes on without them.)
+        env["LD_PRELOAD"] = "/users/own.so"
+        r = rgpu_run("--server", "h:1", "--shim-dir", str(tmp_path), "--", *show, env=env)
+        assert r.stdout.strip() == f"{tmp_path}/libnccl.so.2:/users/own.so", r.stderr
+
+    def test_no_nccl_preload_without_the_library_or_with_no_nccl(self, tmp_path):
+        (tmp_path / "libcuda.so.1").write_bytes(b"")
+        show = python_command("import os; print(os.environ.get('LD_PRELOAD', 'unset'))")
+        env = dict(os.environ, LD_PRELOAD="/users/own.so")
+        r = rgpu_run("--server", "h:1", "--shim-dir", str(tmp_path), "--", *show, env=env)
+        assert r.stdout.strip() == "/users/own.so", r.stderr
+        env.pop("LD_PRELOAD")
+        r = rgpu_run("--server", "h:1", "--shim-dir", str(tmp_path), "--", *show, env=env)
+        assert r.stdout.strip() == "unset", r.stderr
+        (tmp_path / "libnccl.so.2").write_bytes(b"")
+        r = rgpu_run("--server", "h:1", "--shim-dir", str(tmp_path), "--no-nccl", "--", *show, env=env)
+        assert r.stdout.strip() == "unset", r.stderr
+
+    def test_without_shim_nothing_is_preloaded(self, tmp_path):
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        r = rgpu_run("--server", "h:1", "--", *python_command(
+            "import os; print(os.environ.get('LD_PRELOAD', 'unset'))"), env=env)
+        assert r.stdout.strip() == "unset", r.stderr
+
     def test_progress_options_set_rgpu_progress(self):
         show = python_command("import os; print(os.environ.get('RGPU_PROGRESS', 'unset'))")
         env = dict(os.environ)
@@ -200,7 +234,8 @@ class TestDirectAddresses:
         for word in ("--host", "--ssh-port", "-i KEY", "--ssh-option", "--server-port",
                      "--opserver-port", "--server HOST:PORT", "--opserver HOST:PORT", "--shim",
                      "--driver-path", "--shim-dir", "--timeout", "--no-check", "RGPU_SERVER",
-                     "RGPU_OPSERVER", "LD_LIBRARY_PATH", "128+N", "--progress", "RGPU_PROGRESS"):
+                     "RGPU_OPSERVER", "LD_LIBRARY_PATH", "LD_PRELOAD", "--no-nccl", "128+N", "--progress",
+                     "RGPU_PROGRESS"):
             assert word in r.stdout, f"--help does not mention {word}"
 
     def test_runs_as_python_dash_m_rgpu_run(self):
