@@ -75,6 +75,13 @@ std::string format(const char* fmt, ...) {
   return s;
 }
 
+std::string printable(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return text;
+}
+
 FILE* trace_stream() {
   static FILE* const stream = [] () -> FILE* {
     const std::string& t = env::get().trace;

@@ -29,4 +29,9 @@ FILE* trace_stream();
 // printf into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// Text from the other side of a connection (a client's identity, a server's reason), made safe to
+// log and to show in a table: control characters become '?', so a newline cannot forge a log line
+// nor a tab shift a column.
+std::string printable(std::string text);
+
 }  // namespace rgpu::log

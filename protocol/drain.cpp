@@ -36,7 +36,7 @@ void encode(const Notice& m, Writer* w) {
 bool decode(Reader& r, Notice* m) {
   m->kind = r.u8();
   m->seconds = r.u32();
-  m->text = r.str(kMaxNoticeText);
+  m->text = log::printable(r.str(kMaxNoticeText));  // the server's word, logged and shown to the user
   if (!r.ok() || r.left() != 0) return r.fail();
   return m->kind == kNoticeDraining || m->kind == kNoticeEnded;
 }

@@ -48,6 +48,16 @@ TEST(Notice, RoundTripsAndRefusesWhatIsMalformed) {
   EXPECT_FALSE(decode(r5, &n));
 }
 
+// The text is the server's word, logged on the client: a hostile server cannot forge log lines.
+TEST(Notice, ControlCharactersInTheTextBecomeQuestionMarks) {
+  Writer w;
+  encode(Notice{kNoticeEnded, 0, "bye\nrgpu: forged line\t\x7f"}, &w);
+  Notice n;
+  Reader r(w.buf().data(), w.buf().size());
+  ASSERT_TRUE(decode(r, &n));
+  EXPECT_EQ(n.text, "bye?rgpu: forged line??");
+}
+
 // Found by channel_fuzz (its input 9): a notice with no text ended the session with an empty
 // reason, the only explanation the program's failing calls would give.
 TEST(Notice, OneWithoutTextStillGivesTheUserAReason) {

@@ -73,7 +73,7 @@ bool expect(Transport& t, uint16_t op, std::vector<uint8_t>* payload, std::strin
   }
   if (h.op == kOpRefused) {
     Reader r(payload->data(), payload->size());
-    std::string reason = r.str(kMaxHandshakePayload);
+    std::string reason = log::printable(r.str(kMaxHandshakePayload));  // the server's word, shown to the user
     *err = peer + " refused the connection: " + (r.ok() ? reason : std::string("(no reason given)"));
     return false;
   }
@@ -240,11 +240,8 @@ bool server_handshake(Transport& t, const ServerHandshake& how, ServerHandshakeR
     *err = "the client's greeting is not an rgpu Hello (bad magic or truncated)";
     return false;
   }
-  // The identity is the client's word, shown in logs and the session list: control characters
-  // (a tab would shift the list's columns, a newline forge a log line) become '?'.
-  for (char& c : identity) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
+  // The identity is the client's word, shown in logs and the session list.
+  identity = log::printable(std::move(identity));
   out->identity = identity;
   if (version != kProtocolVersion) {
     std::string reason = log::format(

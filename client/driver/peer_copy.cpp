@@ -146,7 +146,7 @@ bool across_servers(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUconte
     // The source says why when its link to the destination failed (an older server says
     // nothing); an async copy's failure comes back as a bare result with a later call, and the
     // source's log holds the reason.
-    const std::string why = s.reply().str(proto::kMaxPeerSendError);
+    const std::string why = rgpu::log::printable(s.reply().str(proto::kMaxPeerSendError));
     if (!why.empty()) rgpu::log::error("a copy between servers failed: %s", why.c_str());
   }
   const CUresult received = r.finish();
