@@ -60,17 +60,18 @@ int serve(int fd, const SessionOptions& opt, const proto::ServerChannelSetup& se
     std::string why;
     bool keep = session.handle(h.op, h.flags, payload.data(), payload.size(), &replies, &why, tail);
     bool sent = false;
-    auto reply = [&](const uint8_t* p, size_t n) {
+    auto reply = [&](const uint8_t* p, size_t n, bool flush = false) {
       iovec part{const_cast<uint8_t*>(p), n};
       sent = true;
-      return ch->send(h.op, proto::kReply, h.request_id, h.thread_id, &part, 1, false) == proto::Status::kOk;
+      return ch->send(h.op, proto::kReply, h.request_id, h.thread_id, &part, 1, flush) == proto::Status::kOk;
     };
     for (const Bytes& rep : replies) {
       if (!reply(rep.data(), rep.size())) return lost();
     }
     for (const Session::BulkPiece& b : session.bulk_reply()) {
+      // Each chunk written as it is made (kReadChunk says why).
       for (size_t off = 0; off < b.n; off += kReadChunk) {
-        if (!reply(b.p + off, std::min(kReadChunk, b.n - off))) return lost();
+        if (!reply(b.p + off, std::min(kReadChunk, b.n - off), true)) return lost();
       }
     }
     if (sent && ch->flush() != proto::Status::kOk) return lost();

@@ -27,8 +27,10 @@ using namespace rgpu::torchwire;
 namespace {
 
 constexpr c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
-// Host-to-device copies travel in frames of this many bytes, written from the source in place.
-constexpr size_t kWriteChunk = 8u << 20;
+// Host-to-device copies travel in frames of this many bytes, written from the source in place:
+// the size of the driver path's (RGPU_BULK_CHUNK) and of the server's read replies, small enough
+// that the channel's copy of a frame is still in cache when the socket takes it.
+constexpr size_t kWriteChunk = 1u << 20;
 
 bool is_rgpu(const at::Tensor& t) { return t.defined() && t.device().type() == kDeviceType; }
 
