@@ -6,12 +6,14 @@
 # (tests/cuda), NVIDIA's cuda-samples if .samples/ holds them, and the driver-path benchmark.
 # Results go to $OUT (default ./gpu-results): driver_bench.{md,json} and gpu-logs.tgz.
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
-#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,nccl,package,reconnect,tls,torch,torchdev,torchstep,bench,abbench,startup,train
+#   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,nccl,multigpu,package,reconnect,tls,torch,torchdev,torchstep,bench,abbench,startup,train
 #                                  the steps to run (default: all but abbench)
 #   RGPU_AB_SPIN=1                 abbench: a second A B A B with RGPU_SPIN=1 (common/spin_policy.h)
 #   RGPU_GPU_BASE_TREE=DIR         abbench: the source tree of the commit to compare against (e.g. from
 #                                  `git archive BASE | tar -x -C DIR`); it is built in DIR/build-base and its
 #                                  driver path timed against this one's, A B A B (bench/pair_driver_bench.sh)
+#   RGPU_MULTIGPU_MODEL=gpt2 ...   the multigpu step's settings (tests/gpu/multigpu.sh: DDP on 2 GPUs,
+#                                  a copy between two servers; skipped with fewer than 2 GPUs)
 #   RGPU_STARTUP_MODEL=small|gpt2   the model the startup step runs (default small)
 #   RGPU_TRAIN_DELAYS="0 30"  RGPU_TRAIN_MODELS="small"   what the training benchmark runs (default "0 1 30", "small gpt2")
 #   RGPU_TRAIN_PAIRS=N             interleaved local/rgpu pairs per model at 0 ms (default 3; 0 for none)
@@ -32,7 +34,7 @@ REAL_DIR=$(dirname "$REAL")
 export PATH=/usr/local/cuda/bin:$PATH
 status=0
 step() { echo; echo "=== $*"; }
-STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,nccl,package,reconnect,tls,torch,torchdev,torchstep,bench,startup,train},"
+STEPS=",${RGPU_GPU_STEPS:-core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,nccl,multigpu,package,reconnect,tls,torch,torchdev,torchstep,bench,startup,train},"
 want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
@@ -253,6 +255,12 @@ if want nccl; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   step "NCCL in the client over the driver shim against forwarded, PyTorch, one rank (tests/gpu/nccl_client_side.sh)"
   tests/gpu/nccl_client_side.sh "$RESULTS" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/nccl_client_side.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if want multigpu; then
+  step "many GPUs: DDP of GPT-2 small on 2 GPUs against local, and a 1 GiB copy between two servers against raw TCP (tests/gpu/multigpu.sh, issue 19)"
+  tests/gpu/multigpu.sh "$RESULTS" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/multigpu.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
