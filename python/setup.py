@@ -36,6 +36,10 @@ PROGRAMS = ["rgpu-server", "rgpu-smi", "rgpu-opserver", "rgpu-doctor"]
 OPTIONAL_PROGRAMS = {"rgpu-doctor"}
 SHIMS = ["libcuda.so.1", "libnvidia-ml.so.1"]
 FAKE_DRIVER = ["libfakecuda.so", "libfakenvml.so"]
+# rgpu's NCCL (forwards the NCCL API to the server; rgpu-run --shim preloads it) and the fake one
+# rgpu-server --driver fake loads: sets of their own, so that a build without them still ships the rest.
+NCCL = ["libnccl.so.2"]
+FAKE_NCCL = ["libfakenccl.so"]
 BACKEND = "librgpu_torch.so"
 
 
@@ -77,7 +81,7 @@ class BuildPyWithPrograms(build_py):
         for name in _shipped_programs():
             _copy_program(os.path.join(BUILD, "bin", name), os.path.join(pkg, "bin", name))
         # All of a set of libraries or none, so lib_dir() never points at half a set.
-        for names in (SHIMS, FAKE_DRIVER):
+        for names in (SHIMS, FAKE_DRIVER, NCCL, FAKE_NCCL):
             if all(os.path.exists(os.path.join(BUILD, "lib", n)) for n in names):
                 os.makedirs(os.path.join(pkg, "lib"), exist_ok=True)
                 for name in names:
@@ -107,7 +111,7 @@ def _console_scripts():
 def _prebuilt_arguments():
     missing = [os.path.join(BUILD, sub, n)
                for sub, names in (("bin", [p for p in PROGRAMS if p not in OPTIONAL_PROGRAMS]),
-                                  ("lib", SHIMS + FAKE_DRIVER + [BACKEND]))
+                                  ("lib", SHIMS + FAKE_DRIVER + NCCL + FAKE_NCCL + [BACKEND]))
                for n in names if not os.path.exists(os.path.join(BUILD, sub, n))]
     if missing:
         raise SystemExit(f"RGPU_PREBUILT={BUILD}: the build lacks {', '.join(missing)}; build them first "

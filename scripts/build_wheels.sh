@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the rgpu wheel into dist/: the Python package (the PyTorch device, rgpu-run), the programs
 # rgpu-server, rgpu-opserver, rgpu-smi (and rgpu-doctor where the build has it) as console scripts,
-# the driver shims libcuda.so.1 and libnvidia-ml.so.1 and the fake driver, built against torch in
+# the driver shims libcuda.so.1 and libnvidia-ml.so.1, rgpu's libnccl.so.2 and the fake driver (and
+# its NCCL), built against torch in
 # .venv/ (scripts/setup_torch.sh), then repaired by auditwheel into a manylinux wheel that
 # installs with pip on a machine without a compiler. Prints the wheel's path on its last line.
 #   RGPU_PREBUILT=DIR   package that CMake build as it is (it must have the programs, shims and
@@ -13,14 +14,15 @@
 # manylinux set that the files need, OpenSSL, lz4 and zstd among them, and points the files at
 # the copies. It leaves out:
 #   libcuda.so.1, libnvidia-ml.so.1   the shims: they ARE the product, in rgpu/lib under exactly
-#                                     these names (checked below); rgpu-smi needs the NVML one
+#                                     these names (checked below, with libnccl.so.2, which needs
+#                                     libcuda.so.1 beside it); rgpu-smi needs the NVML one
 #   libtorch*, libc10*, libpython*    torch's and Python's own, of the venv the wheel goes into:
 #                                     the wheel requires that torch release, and rgpu-opserver's
 #                                     console script points the loader at them (rgpu_launcher.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-targets=(rgpu-server rgpu-opserver rgpu-smi rgpu_cuda rgpu_nvml fakecuda fakenvml rgpu_torch)
+targets=(rgpu-server rgpu-opserver rgpu-smi rgpu_cuda rgpu_nvml rgpu_nccl fakecuda fakenvml fakenccl rgpu_torch)
 if [ -n "${RGPU_PREBUILT:-}" ]; then
   build=$(cd "$RGPU_PREBUILT" && pwd)
   python=$(sed -n 's/^RGPU_TORCH_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt")
@@ -61,7 +63,7 @@ repaired=$(ls "$work"/repaired/rgpu-"$version"-*manylinux*.whl)
 
 # The shims must be in the wheel under their own names, not grafted or renamed.
 listing=$("$python" -m zipfile -l "$repaired")
-for lib in rgpu/lib/libcuda.so.1 rgpu/lib/libnvidia-ml.so.1 rgpu/bin/rgpu-server rgpu/bin/rgpu-opserver; do
+for lib in rgpu/lib/libcuda.so.1 rgpu/lib/libnvidia-ml.so.1 rgpu/lib/libnccl.so.2 rgpu/bin/rgpu-server rgpu/bin/rgpu-opserver; do
   grep -q "^$lib " <<<"$listing" || {
     echo "build_wheels: $repaired lacks $lib" >&2
     exit 1

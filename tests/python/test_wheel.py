@@ -83,7 +83,7 @@ def wheel() -> Path:
     names = zipfile.ZipFile(path).namelist()
     # The shims under their own names (auditwheel must not graft or rename them), nothing else
     # named like them.
-    for lib in ("libcuda.so.1", "libnvidia-ml.so.1"):
+    for lib in ("libcuda.so.1", "libnvidia-ml.so.1", "libnccl.so.2"):
         assert f"rgpu/lib/{lib}" in names
         assert [n for n in names if os.path.basename(n).startswith(lib.split(".")[0] + "-")] == [], names
     return path
