@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "client/connection.h"
@@ -51,6 +52,16 @@ int pointer_server(CUdeviceptr p);
 // often on its own host), else -1.
 int note_allocation(CUdeviceptr base, size_t size, int server);
 void forget_allocation(CUdeviceptr base);
+// Several servers: records memory a call just allocated at *dptr on `server` (nothing with one
+// server). Memory at an address another server's memory also has could not be told apart from
+// it: logged naming both servers, given back on its own server with `release`, *dptr set to 0
+// and CUDA_ERROR_NOT_SUPPORTED returned, rather than a later call reaching the wrong GPU. `what`
+// names the allocating call in the log line.
+CUresult keep_allocation(const char* what, CUdeviceptr* dptr, size_t size, int server,
+                         const std::function<void(CUdeviceptr)>& release);
+// The server of a handle (a stream, a pool), else that of the thread's current context: where a
+// call naming only that handle goes.
+int server_of(const void* handle);
 // The server of this thread's current context (0 when none is current).
 int current_server();
 

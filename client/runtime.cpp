@@ -320,6 +320,29 @@ void forget_allocation(CUdeviceptr base) {
   g_allocs.erase(base);
 }
 
+CUresult keep_allocation(const char* what, CUdeviceptr* dptr, size_t size, int server,
+                         const std::function<void(CUdeviceptr)>& release) {
+  if (!several_servers() || !dptr || !*dptr) return CUDA_SUCCESS;
+  const int other = note_allocation(*dptr, size, server);
+  if (other < 0) return CUDA_SUCCESS;
+  Connection* a = connection(server);
+  Connection* b = connection(other);
+  log::error("%s: %s gave memory at %#llx, where %s's memory also is (each server is its own process, and their "
+             "device addresses can coincide); rgpu could not tell the two apart, so it refuses the allocation "
+             "(returning CUDA_ERROR_NOT_SUPPORTED): use one server per program, or servers whose device addresses "
+             "differ",
+             what, a ? a->server_name().c_str() : "?", static_cast<unsigned long long>(*dptr),
+             b ? b->server_name().c_str() : "?");
+  release(*dptr);  // on its own server: the pointer alone would route to the other's memory
+  *dptr = 0;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int server_of(const void* handle) {
+  const int s = handle_server(reinterpret_cast<uint64_t>(handle));
+  return s >= 0 ? s : current_server();
+}
+
 int pointer_server(CUdeviceptr p) {
   std::shared_lock lock(g_alloc_mu);
   auto it = g_allocs.upper_bound(p);

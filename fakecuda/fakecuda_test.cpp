@@ -138,6 +138,23 @@ TEST_F(Fake, AnswersEveryDeviceAttributeAndRefusesOutOfRange) {
   EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING), 1);
 }
 
+TEST_F(Fake, PitchedMemoryPadsRowsToTheTextureAlignment) {
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  ASSERT_EQ(cuMemAllocPitch_v2(&p, &pitch, 1000, 5, 4), CUDA_SUCCESS);
+  int align = 0;
+  ASSERT_EQ(cuDeviceGetAttribute(&align, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 0), CUDA_SUCCESS);
+  EXPECT_EQ(pitch, 1024u);
+  EXPECT_EQ(pitch % static_cast<size_t>(align), 0u);
+  std::vector<uint8_t> row(pitch * 5, 0x7e), back(pitch * 5);
+  EXPECT_EQ(cuMemcpyHtoD_v2(p, row.data(), row.size()), CUDA_SUCCESS);  // every row's bytes are the allocation's
+  EXPECT_EQ(cuMemcpyDtoH_v2(back.data(), p, back.size()), CUDA_SUCCESS);
+  EXPECT_EQ(back, row);
+  EXPECT_EQ(cuMemFree_v2(p), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemAllocPitch_v2(&p, &pitch, 1000, 5, 2), CUDA_ERROR_INVALID_VALUE);  // elements of 4, 8 or 16 bytes
+  EXPECT_EQ(cuMemAllocPitch_v2(&p, &pitch, 0, 5, 4), CUDA_ERROR_INVALID_VALUE);
+}
+
 TEST_F(Fake, NamesItsErrors) {
   const char* s = nullptr;
   ASSERT_EQ(cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &s), CUDA_SUCCESS);

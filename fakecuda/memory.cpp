@@ -253,6 +253,24 @@ FAKE_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   return alloc_in(c, dptr, bytesize);
 }
 
+// Pitched memory: each row padded to a multiple of the device's texture alignment (512 bytes,
+// CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT); the element size may be 4, 8 or 16 bytes, as the
+// driver documents.
+FAKE_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                             unsigned int element_bytes) {
+  if (!dptr || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* c;
+  if (CUresult r = current_ctx(&c)) return r;
+  constexpr size_t kPitchAlign = 512;
+  if (width > kTotalMem) return CUDA_ERROR_OUT_OF_MEMORY;
+  const size_t p = (width + kPitchAlign - 1) / kPitchAlign * kPitchAlign;
+  if (height > kTotalMem / p) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = alloc_in(c, dptr, p * height);
+  if (r == CUDA_SUCCESS) *pitch = p;
+  return r;
+}
+
 CUresult fake::alloc_device_aligned(CUdeviceptr* dptr, size_t bytesize, size_t align) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* c;

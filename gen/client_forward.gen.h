@@ -55,7 +55,16 @@ CUresult CUDAAPI rgpu_fwd_cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache c
 CUresult CUDAAPI rgpu_fwd_cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib);
 CUresult CUDAAPI rgpu_fwd_cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
 CUresult CUDAAPI rgpu_fwd_cuLibraryUnload(CUlibrary library);
+CUresult CUDAAPI rgpu_fwd_cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult CUDAAPI rgpu_fwd_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
+CUresult CUDAAPI rgpu_fwd_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
 CUresult CUDAAPI rgpu_fwd_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
+CUresult CUDAAPI rgpu_fwd_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
+CUresult CUDAAPI rgpu_fwd_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream);
 CUresult CUDAAPI rgpu_fwd_cuMemFree_v2(CUdeviceptr dptr);
 CUresult CUDAAPI rgpu_fwd_cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
 CUresult CUDAAPI rgpu_fwd_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);

@@ -1953,7 +1953,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuLogsUnregisterCallback(CUlogsCallbackH
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   rgpu::client::trace_call("cuMemAddressFree");
   rgpu::client::Call c(rgpu::op::cuMemAddressFree, rgpu::client::kWaits);
   c.via_pointer(ptr);
@@ -1962,7 +1962,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
   rgpu::client::trace_call("cuMemAddressReserve");
   rgpu::client::Call c(rgpu::op::cuMemAddressReserve, rgpu::client::kWaits);
   c.via_pointer(addr);
@@ -2013,7 +2013,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAlloc(CUdeviceptr_v1 *dptr, unsigne
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
   rgpu::client::trace_call("cuMemAllocAsync");
   rgpu::client::Call c(rgpu::op::cuMemAllocAsync, rgpu::client::kWaits);
   c.via(hStream);
@@ -2028,7 +2028,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
   rgpu::client::trace_call("cuMemAllocAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemAllocAsync_ptsz, rgpu::client::kWaits);
   c.via(hStream);
@@ -2043,7 +2043,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, 
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
   rgpu::client::trace_call("cuMemAllocFromPoolAsync");
   rgpu::client::Call c(rgpu::op::cuMemAllocFromPoolAsync, rgpu::client::kWaits);
   c.via(pool);
@@ -2060,7 +2060,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dpt
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
   rgpu::client::trace_call("cuMemAllocFromPoolAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemAllocFromPoolAsync_ptsz, rgpu::client::kWaits);
   c.via(pool);
@@ -2093,7 +2093,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1 *dptr, un
   return rc;
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) {
   rgpu::client::trace_call("cuMemAllocPitch_v2");
   rgpu::client::Call c(rgpu::op::cuMemAllocPitch_v2, rgpu::client::kWaits);
   c.args().put_u8(dptr != nullptr);
@@ -2140,7 +2140,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr) {
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   rgpu::client::trace_call("cuMemFreeAsync");
   rgpu::client::Call c(rgpu::op::cuMemFreeAsync, rgpu::client::kWaits);
   c.via_pointer(dptr);
@@ -2151,7 +2151,7 @@ extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstrea
   return c.invoke();
 }
 
-extern "C" RGPU_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+extern "C" CUresult CUDAAPI rgpu_fwd_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
   rgpu::client::trace_call("cuMemFreeAsync_ptsz");
   rgpu::client::Call c(rgpu::op::cuMemFreeAsync_ptsz, rgpu::client::kWaits);
   c.via_pointer(dptr);

@@ -313,33 +313,39 @@ RGPU_EXPORT CUresult CUDAAPI cuMemcpyDtoHAsync(void* dst, CUdeviceptr_v1 src, un
   return cuMemcpyDtoHAsync_v2(dst, src, n, s);
 }
 
+}  // extern "C"
+
+namespace {
+
+// keep_allocation's way to give memory back on `server` alone (client/call.h).
+std::function<void(CUdeviceptr)> free_on(int server) {
+  return [server](CUdeviceptr p) {
+    rgpu::client::device_memory::forget(p);
+    rgpu::client::Call c(rgpu::op::cuMemFree_v2, rgpu::client::kOneWay);
+    c.to_server(server);
+    c.args().put<CUdeviceptr>(p);
+    c.invoke();
+  };
+}
+
+}  // namespace
+
+extern "C" {
+
 RGPU_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   CUresult rc = rgpu::client::device_memory::allocate(dptr, bytesize);
-  // Several servers: calls that name only this pointer go to its server (client/call.h). Memory
-  // at an address another server's memory also has could not be told apart from it: refused,
-  // rather than a copy reaching the wrong GPU.
-  if (rc == CUDA_SUCCESS && dptr && rgpu::client::several_servers()) {
-    const int server = rgpu::client::current_server();
-    if (int other = rgpu::client::note_allocation(*dptr, bytesize, server); other >= 0) {
-      auto* a = rgpu::client::connection(server);
-      auto* b = rgpu::client::connection(other);
-      rgpu::log::error("cuMemAlloc: %s gave memory at %#llx, where %s's memory also is (each server is its own "
-                       "process, and their device addresses can coincide); rgpu could not tell the two apart, so it "
-                       "refuses the allocation (returning CUDA_ERROR_NOT_SUPPORTED): use one server per program, "
-                       "or servers whose device addresses differ",
-                       a ? a->server_name().c_str() : "?", static_cast<unsigned long long>(*dptr),
-                       b ? b->server_name().c_str() : "?");
-      // Freed on its own server: the pointer alone would route to the other's memory.
-      rgpu::client::device_memory::forget(*dptr);
-      rgpu::client::Call c(rgpu::op::cuMemFree_v2, rgpu::client::kOneWay);
-      c.to_server(server);
-      c.args().put<CUdeviceptr>(*dptr);
-      c.invoke();
-      *dptr = 0;
-      return CUDA_ERROR_NOT_SUPPORTED;
-    }
-  }
-  return rc;
+  // Several servers: calls that name only this pointer go to its server (client/call.h).
+  if (rc != CUDA_SUCCESS || !dptr) return rc;
+  const int server = rgpu::client::current_server();
+  return rgpu::client::keep_allocation("cuMemAlloc", dptr, bytesize, server, free_on(server));
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                               unsigned int element_bytes) {
+  CUresult rc = rgpu_fwd_cuMemAllocPitch_v2(dptr, pitch, width, height, element_bytes);
+  if (rc != CUDA_SUCCESS || !dptr || !pitch) return rc;
+  const int server = rgpu::client::current_server();
+  return rgpu::client::keep_allocation("cuMemAllocPitch", dptr, *pitch * height, server, free_on(server));
 }
 
 RGPU_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {

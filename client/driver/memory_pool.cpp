@@ -1,6 +1,7 @@
-// Stream-ordered allocation: the pool calls whose arguments the generator cannot marshal.
-// (cuMemAllocAsync, cuMemFreeAsync, cuMemAllocFromPoolAsync, cuMemPoolDestroy, cuMemPoolTrimTo,
-// cuDeviceGetDefaultMemPool and the rest are generated.)
+// Stream-ordered allocation: the pool calls whose arguments the generator cannot marshal, and
+// the allocations and frees, which with several servers record each allocation's server (calls
+// that name only its pointer go there, client/call.h). (Their marshalling, cuMemPoolDestroy,
+// cuMemPoolTrimTo, cuDeviceGetDefaultMemPool and the rest are generated.)
 //
 // Wire layout and each attribute's size: protocol/wire/memory.h.
 #include <cuda.h>
@@ -9,6 +10,7 @@
 
 #include "client/call.h"
 #include "client/runtime.h"
+#include "gen/client_forward.gen.h"
 #include "gen/export.gen.h"
 #include "gen/ops.gen.h"
 #include "protocol/wire/memory.h"
@@ -19,6 +21,18 @@ using rgpu::client::Call;
 using rgpu::client::handle_id;
 
 using rgpu::proto::wire::pool_attribute_size;
+
+// Given back on its own server, on the stream it was allocated on (keep_allocation's release).
+std::function<void(CUdeviceptr)> free_async_on(int server, CUstream stream) {
+  return [server, stream](CUdeviceptr p) {
+    Call c(rgpu::op::cuMemFreeAsync, rgpu::client::kWaits);
+    c.to_server(server);
+    c.args().put<CUdeviceptr>(p);
+    c.on_stream(stream);
+    c.args().put_u64(handle_id(stream));
+    c.invoke();
+  };
+}
 
 }  // namespace
 
@@ -64,5 +78,37 @@ RGPU_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_
   rgpu::proto::wire::put_pool_attribute(c.args(), true, set);
   return c.invoke();
 }
+
+#define RGPU_ALLOC_ASYNC(name)                                                                             \
+  RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {                \
+    CUresult rc = rgpu_fwd_##name(dptr, bytesize, stream);                                                \
+    if (rc != CUDA_SUCCESS || !dptr) return rc;                                                           \
+    const int server = rgpu::client::server_of(stream);                                                   \
+    return rgpu::client::keep_allocation(#name, dptr, bytesize, server, free_async_on(server, stream));    \
+  }
+RGPU_ALLOC_ASYNC(cuMemAllocAsync)
+RGPU_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
+#undef RGPU_ALLOC_ASYNC
+
+#define RGPU_ALLOC_FROM_POOL(name)                                                                          \
+  RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
+    CUresult rc = rgpu_fwd_##name(dptr, bytesize, pool, stream);                                            \
+    if (rc != CUDA_SUCCESS || !dptr) return rc;                                                             \
+    const int server = rgpu::client::server_of(stream);                                                     \
+    return rgpu::client::keep_allocation(#name, dptr, bytesize, server, free_async_on(server, stream));      \
+  }
+RGPU_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
+RGPU_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)
+#undef RGPU_ALLOC_FROM_POOL
+
+#define RGPU_FREE_ASYNC(name)                                        \
+  RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr dptr, CUstream stream) { \
+    CUresult rc = rgpu_fwd_##name(dptr, stream);                     \
+    rgpu::client::forget_allocation(dptr);                           \
+    return rc;                                                       \
+  }
+RGPU_FREE_ASYNC(cuMemFreeAsync)
+RGPU_FREE_ASYNC(cuMemFreeAsync_ptsz)
+#undef RGPU_FREE_ASYNC
 
 }  // extern "C"

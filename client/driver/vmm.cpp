@@ -154,4 +154,27 @@ RGPU_EXPORT CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemo
   return rgpu_fwd_cuMemPoolGetAccess(flags, pool, &server);
 }
 
+// Reservations are recorded with several servers, as allocations are: cuMemMap, cuMemSetAccess
+// and copies that name only an address in them go to their server (client/call.h).
+RGPU_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                                unsigned long long flags) {
+  CUresult rc = rgpu_fwd_cuMemAddressReserve(ptr, size, alignment, addr, flags);
+  if (rc != CUDA_SUCCESS || !ptr) return rc;
+  int server = addr ? rgpu::client::pointer_server(addr) : -1;  // where the call went (its routing)
+  if (server < 0) server = rgpu::client::current_server();
+  return rgpu::client::keep_allocation("cuMemAddressReserve", ptr, size, server, [server, size](CUdeviceptr p) {
+    rgpu::client::Call c(rgpu::op::cuMemAddressFree, rgpu::client::kWaits);
+    c.to_server(server);
+    c.args().put<CUdeviceptr>(p);
+    c.args().put<size_t>(size);
+    c.invoke();
+  });
+}
+
+RGPU_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  CUresult rc = rgpu_fwd_cuMemAddressFree(ptr, size);
+  if (rc == CUDA_SUCCESS) rgpu::client::forget_allocation(ptr);
+  return rc;
+}
+
 }  // extern "C"

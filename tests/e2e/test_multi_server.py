@@ -172,3 +172,59 @@ def test_nvml_shim_lists_every_servers_gpus_as_one_list(two_servers, tmp_path):
     assert "p2p 0 1 0 0" in lines and "p2p 1 0 0 0" in lines, r.stdout
     # GPUs of two servers: a call naming both is refused (NVML_ERROR_NOT_SUPPORTED).
     assert "p2p 0 2 3 -1" in lines and "p2p 2 1 3 -1" in lines, r.stdout
+
+
+# Memory from the other allocators (stream-ordered, from a pool, pitched, a VMM reservation) is
+# recorded with its server as cuMemAlloc's is: with the first server's context current, calls
+# that name only such a pointer (cuMemsetD8, cuMemcpyDtoH, cuMemAddressFree) reach the second
+# server, where the memory is. Unrecorded, they went to the first server, which has no such
+# address (CUDA_ERROR_INVALID_VALUE).
+ALLOCATORS = """import ctypes, os, sys
+cu = ctypes.CDLL(os.environ["SHIM"])
+def ok(rc, what):
+    if rc != 0:
+        print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
+ok(cu.cuInit(0), "cuInit")
+ctx = []
+for d in (0, 2):
+    c = ctypes.c_void_p()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain")
+    ctx.append(c)
+ok(cu.cuCtxSetCurrent(ctx[1]), "set current b")
+s = ctypes.c_void_p()
+ok(cu.cuStreamCreate(ctypes.byref(s), 1), "stream")
+pool = ctypes.c_void_p()
+ok(cu.cuDeviceGetDefaultMemPool(ctypes.byref(pool), 2), "default pool")
+p_async, p_pool, p_pitch, p_va = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+pitch = ctypes.c_size_t()
+ok(cu.cuMemAllocAsync(ctypes.byref(p_async), ctypes.c_size_t(4099), s), "alloc async")
+ok(cu.cuMemAllocFromPoolAsync(ctypes.byref(p_pool), ctypes.c_size_t(4099), pool, s), "alloc from pool")
+ok(cu.cuStreamSynchronize(s), "sync")
+ok(cu.cuMemAllocPitch_v2(ctypes.byref(p_pitch), ctypes.byref(pitch), ctypes.c_size_t(1000), ctypes.c_size_t(5), 4), "alloc pitch")
+ok(cu.cuMemAddressReserve(ctypes.byref(p_va), ctypes.c_size_t(2 << 20), ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_ulonglong(0)), "reserve")
+ok(cu.cuCtxSetCurrent(ctx[0]), "set current a")
+for name, p in (("async", p_async), ("pool", p_pool), ("pitch", p_pitch)):
+    rc = cu.cuMemsetD8_v2(p, 0x3c, ctypes.c_size_t(4099 if name != "pitch" else 1000))
+    got = ctypes.create_string_buffer(1000)
+    rc2 = cu.cuMemcpyDtoH_v2(got, p, ctypes.c_size_t(1000))
+    print(name, rc, rc2, got.raw == b"\\x3c" * 1000)
+print("address free", cu.cuMemAddressFree(p_va, ctypes.c_size_t(2 << 20)))
+ok(cu.cuMemFreeAsync(p_async, s), "free async")
+ok(cu.cuMemFreeAsync(p_pool, s), "free pool")
+ok(cu.cuMemFree_v2(p_pitch), "free pitch")
+ok(cu.cuStreamSynchronize(s), "sync again")
+print("DONE")
+"""
+
+
+def test_memory_of_every_allocator_routes_to_its_server(two_servers, tmp_path):
+    a, b = two_servers
+    script = tmp_path / "allocators.py"
+    script.write_text(ALLOCATORS)
+    r = run_client(["python3", str(script)], f"{a.addr},{b.addr}",
+                   env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1")})
+    assert "DONE" in r.stdout, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    for name in ("async", "pool", "pitch"):
+        assert f"{name} 0 0 True" in lines, r.stdout
+    assert "address free 0" in lines, r.stdout
