@@ -53,7 +53,8 @@ int pointer_server(CUdeviceptr p);
 int note_allocation(CUdeviceptr base, size_t size, int server);
 void forget_allocation(CUdeviceptr base);
 // Several servers: records memory a call just allocated at *dptr on `server` (nothing with one
-// server). Memory at an address another server's memory also has could not be told apart from
+// server; callers check several_servers() first, so that working out `server` and `release`
+// costs nothing on the one-server path). Memory at an address another server's memory also has could not be told apart from
 // it: logged naming both servers, given back on its own server with `release`, *dptr set to 0
 // and CUDA_ERROR_NOT_SUPPORTED returned, rather than a later call reaching the wrong GPU. `what`
 // names the allocating call in the log line.

@@ -94,9 +94,9 @@ std::once_flag g_once;
 void at_exit_write() { write_now(); }
 
 std::string op_name(size_t slot) {
+  if (slot == kSlots - 1) return "other";
   if (slot >= kCudaSlots) {
     const auto op = static_cast<uint16_t>(proto::kFirstNcclOp + (slot - kCudaSlots));
-    if (slot == kSlots - 1) return "other";
     if (const char* n = proto::wire::nccl_op_name(op)) return n;
     return "op:" + std::to_string(op);
   }

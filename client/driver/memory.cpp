@@ -335,7 +335,7 @@ extern "C" {
 RGPU_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   CUresult rc = rgpu::client::device_memory::allocate(dptr, bytesize);
   // Several servers: calls that name only this pointer go to its server (client/call.h).
-  if (rc != CUDA_SUCCESS || !dptr) return rc;
+  if (rc != CUDA_SUCCESS || !dptr || !rgpu::client::several_servers()) return rc;
   const int server = rgpu::client::current_server();
   return rgpu::client::keep_allocation("cuMemAlloc", dptr, bytesize, server, free_on(server));
 }
@@ -343,7 +343,7 @@ RGPU_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 RGPU_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                                unsigned int element_bytes) {
   CUresult rc = rgpu_fwd_cuMemAllocPitch_v2(dptr, pitch, width, height, element_bytes);
-  if (rc != CUDA_SUCCESS || !dptr || !pitch) return rc;
+  if (rc != CUDA_SUCCESS || !dptr || !pitch || !rgpu::client::several_servers()) return rc;
   const int server = rgpu::client::current_server();
   return rgpu::client::keep_allocation("cuMemAllocPitch", dptr, *pitch * height, server, free_on(server));
 }

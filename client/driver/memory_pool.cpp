@@ -34,6 +34,14 @@ std::function<void(CUdeviceptr)> free_async_on(int server, CUstream stream) {
   };
 }
 
+// After a stream-ordered allocation that returned rc: with several servers, records the memory
+// with the stream's server (keep_allocation); with one, nothing to do.
+CUresult keep_async(const char* what, CUresult rc, CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  if (rc != CUDA_SUCCESS || !dptr || !rgpu::client::several_servers()) return rc;
+  const int server = rgpu::client::server_of(stream);
+  return rgpu::client::keep_allocation(what, dptr, bytesize, server, free_async_on(server, stream));
+}
+
 }  // namespace
 
 extern "C" {
@@ -79,23 +87,17 @@ RGPU_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_
   return c.invoke();
 }
 
-#define RGPU_ALLOC_ASYNC(name)                                                                             \
-  RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {                \
-    CUresult rc = rgpu_fwd_##name(dptr, bytesize, stream);                                                \
-    if (rc != CUDA_SUCCESS || !dptr) return rc;                                                           \
-    const int server = rgpu::client::server_of(stream);                                                   \
-    return rgpu::client::keep_allocation(#name, dptr, bytesize, server, free_async_on(server, stream));    \
+#define RGPU_ALLOC_ASYNC(name)                                                                            \
+  RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {               \
+    return keep_async(#name, rgpu_fwd_##name(dptr, bytesize, stream), dptr, bytesize, stream);           \
   }
 RGPU_ALLOC_ASYNC(cuMemAllocAsync)
 RGPU_ALLOC_ASYNC(cuMemAllocAsync_ptsz)
 #undef RGPU_ALLOC_ASYNC
 
-#define RGPU_ALLOC_FROM_POOL(name)                                                                          \
+#define RGPU_ALLOC_FROM_POOL(name)                                                                            \
   RGPU_EXPORT CUresult CUDAAPI name(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream stream) { \
-    CUresult rc = rgpu_fwd_##name(dptr, bytesize, pool, stream);                                            \
-    if (rc != CUDA_SUCCESS || !dptr) return rc;                                                             \
-    const int server = rgpu::client::server_of(stream);                                                     \
-    return rgpu::client::keep_allocation(#name, dptr, bytesize, server, free_async_on(server, stream));      \
+    return keep_async(#name, rgpu_fwd_##name(dptr, bytesize, pool, stream), dptr, bytesize, stream);          \
   }
 RGPU_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync)
 RGPU_ALLOC_FROM_POOL(cuMemAllocFromPoolAsync_ptsz)

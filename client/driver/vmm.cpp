@@ -159,7 +159,7 @@ RGPU_EXPORT CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemo
 RGPU_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                                 unsigned long long flags) {
   CUresult rc = rgpu_fwd_cuMemAddressReserve(ptr, size, alignment, addr, flags);
-  if (rc != CUDA_SUCCESS || !ptr) return rc;
+  if (rc != CUDA_SUCCESS || !ptr || !rgpu::client::several_servers()) return rc;
   int server = addr ? rgpu::client::pointer_server(addr) : -1;  // where the call went (its routing)
   if (server < 0) server = rgpu::client::current_server();
   return rgpu::client::keep_allocation("cuMemAddressReserve", ptr, size, server, [server, size](CUdeviceptr p) {

@@ -320,14 +320,17 @@ void peer_send(Dispatch& d) {
   if (!proto::wire::read_peer_send(d.args, &a)) return;
   if (!in_session()) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
   const net::Address to{a.host, a.port};
-  const std::string check = "check that the destination's rgpu-server session is still running and that this server (" +
-                            g_in.host + ") can reach " + to.str() + " over TCP (firewalls, routes)";
+  // What to check, said only when the copy fails.
+  auto check = [&] {
+    return "check that the destination's rgpu-server session is still running and that this server (" + g_in.host +
+           ") can reach " + to.str() + " over TCP (firewalls, routes)";
+  };
   std::string why;
   bool dialled = false;
   std::shared_ptr<Link> link = link_for(to, a.ticket, a.fingerprint, &dialled, &why);
   if (!link)
     return refuse_send(d, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
-                       "a copy to the server at " + to.str() + " could not dial its copy link: " + why + "; " + check);
+                       "a copy to the server at " + to.str() + " could not dial its copy link: " + why + "; " + check());
   CUcontext pushed = nullptr;
   CUresult rc = settle(d, a.src, a.has_stream, a.stream, &pushed);
   bool broke = false;
@@ -359,7 +362,7 @@ void peer_send(Dispatch& d) {
     told = "the destination could not be told and fails it when its wait for the bytes runs out";
   return refuse_send(d, rc,
                      "the copy link to the server at " + to.str() + " broke during a copy; the copy failed (" + told +
-                         ") and the next copy dials again; if this repeats, " + check);
+                         ") and the next copy dials again; if this repeats, " + check());
 }
 
 void peer_receive(Dispatch& d) {

@@ -6,7 +6,7 @@ list takes. Two fake servers: `a` with two GPUs, `b` with one, at other addresse
 (RGPU_FAKE_ADDRESS_SLOT=1), as another host's."""
 import pytest
 
-from conftest import BUILD, IMAGE, Server, run_client
+from conftest import BUILD, IMAGE, SHIM_PREAMBLE, Server, run_client
 
 SCRIPT = """import ctypes, os, sys
 cu = ctypes.CDLL(os.environ["SHIM"])
@@ -179,18 +179,9 @@ def test_nvml_shim_lists_every_servers_gpus_as_one_list(two_servers, tmp_path):
 # that name only such a pointer (cuMemsetD8, cuMemcpyDtoH, cuMemAddressFree) reach the second
 # server, where the memory is. Unrecorded, they went to the first server, which has no such
 # address (CUDA_ERROR_INVALID_VALUE).
-ALLOCATORS = """import ctypes, os, sys
-cu = ctypes.CDLL(os.environ["SHIM"])
-def ok(rc, what):
-    if rc != 0:
-        print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
-ok(cu.cuInit(0), "cuInit")
-ctx = []
-for d in (0, 2):
-    c = ctypes.c_void_p()
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain")
-    ctx.append(c)
-ok(cu.cuCtxSetCurrent(ctx[1]), "set current b")
+ALLOCATORS = SHIM_PREAMBLE + """ctx_b = ctypes.c_void_p()  # device 2's, on server b; ctx is device 0's, on a
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx_b), 2), "retain b")
+ok(cu.cuCtxSetCurrent(ctx_b), "set current b")
 s = ctypes.c_void_p()
 ok(cu.cuStreamCreate(ctypes.byref(s), 1), "stream")
 pool = ctypes.c_void_p()
@@ -202,7 +193,7 @@ ok(cu.cuMemAllocFromPoolAsync(ctypes.byref(p_pool), ctypes.c_size_t(4099), pool,
 ok(cu.cuStreamSynchronize(s), "sync")
 ok(cu.cuMemAllocPitch_v2(ctypes.byref(p_pitch), ctypes.byref(pitch), ctypes.c_size_t(1000), ctypes.c_size_t(5), 4), "alloc pitch")
 ok(cu.cuMemAddressReserve(ctypes.byref(p_va), ctypes.c_size_t(2 << 20), ctypes.c_size_t(0), ctypes.c_uint64(0), ctypes.c_ulonglong(0)), "reserve")
-ok(cu.cuCtxSetCurrent(ctx[0]), "set current a")
+ok(cu.cuCtxSetCurrent(ctx), "set current a")
 for name, p in (("async", p_async), ("pool", p_pool), ("pitch", p_pitch)):
     rc = cu.cuMemsetD8_v2(p, 0x3c, ctypes.c_size_t(4099 if name != "pitch" else 1000))
     got = ctypes.create_string_buffer(1000)
