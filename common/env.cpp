@@ -39,6 +39,9 @@ constexpr Variable kVariables[] = {
     {"RGPU_TLS_CERT", "", "none", kShims | kTorch,
      "PEM client certificate for a server started with `--tls-client-ca` (with `RGPU_TLS_KEY`)"},
     {"RGPU_TLS_KEY", "", "none", kShims | kTorch, "PEM private key of `RGPU_TLS_CERT`"},
+    {"RGPU_TLS_THREADS", "", "a quarter of the cores, at most 4", kShims | kServer | kOpserver | kTorch,
+     "threads that encrypt and decrypt a `tls://` connection's bulk data beside its own "
+     "(protocol/tls_records.h); `0`: none"},
     {"CUDA_VISIBLE_DEVICES", "", "all", kClient,
      "which of the server's GPUs the program sees, as with a local driver: indices or UUIDs "
      "(`GPU-...`), up to the first entry that names none"},
@@ -207,6 +210,9 @@ void read_all() {
   s.tls_fingerprint = str("RGPU_TLS_FINGERPRINT");
   s.tls_cert = str("RGPU_TLS_CERT");
   s.tls_key = str("RGPU_TLS_KEY");
+  s.tls_threads = is_set("RGPU_TLS_THREADS") && !str("RGPU_TLS_THREADS").empty()
+                      ? std::clamp(std::atoi(str("RGPU_TLS_THREADS").c_str()), 0, 64)
+                      : -1;
   s.user = str("USER");
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
   s.host_cache_mb = static_cast<size_t>(std::clamp(std::atoll(str("RGPU_HOST_CACHE_MB").c_str()), 0ll, 1ll << 30));

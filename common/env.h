@@ -79,6 +79,7 @@ struct Settings {
   std::string tls_fingerprint;              // RGPU_TLS_FINGERPRINT
   std::string tls_cert;                     // RGPU_TLS_CERT
   std::string tls_key;                      // RGPU_TLS_KEY
+  int tls_threads = -1;                     // RGPU_TLS_THREADS (-1: the default, protocol/tls_records.h)
   std::string user;                         // USER: the identity a connection gives the server
   long long order_wait_ms = 0;              // RGPU_ORDER_WAIT_MS (server/session.cpp)
   size_t host_cache_mb = 1024;              // RGPU_HOST_CACHE_MB (python/rgpu/csrc/runtime/host_cache.cpp)

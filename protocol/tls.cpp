@@ -31,6 +31,7 @@
 #include "common/net.h"
 #include "common/wire.h"
 #include "protocol/frame.h"
+#include "protocol/tls_records.h"
 
 namespace rgpu::proto {
 
@@ -87,15 +88,6 @@ std::string fingerprint_of(X509* cert) {
 
 int bio_write(BIO* b, const char* data, int n) {
   BIO_clear_retry_flags(b);
-  // After the handshake, records are appended to the transport's outgoing buffer (its app data)
-  // and sent many to a send() by TlsTransport::flush_locked; during it, they go out as made.
-  if (auto* out = static_cast<std::vector<uint8_t>*>(BIO_get_app_data(b))) {
-    // As bytes (uint8_t), so that insert copies with memcpy: from `const char*` it copied a byte at
-    // a time, as slow as the AES-GCM that made the record (issue 17).
-    const auto* bytes = reinterpret_cast<const uint8_t*>(data);
-    out->insert(out->end(), bytes, bytes + n);
-    return n;
-  }
   ssize_t r;
   do r = ::send(static_cast<int>(BIO_get_fd(b, nullptr)), data, static_cast<size_t>(n), MSG_NOSIGNAL);
   while (r < 0 && errno == EINTR);
@@ -160,6 +152,49 @@ struct VerifySeen {
 };
 int g_verify_index = -1;
 
+// The two application traffic secrets of a handshake, as OpenSSL's key log gives them (SSL ex
+// data while the handshake runs): the records after it are rgpu's own (protocol/tls_records.h).
+struct TrafficSecrets {
+  uint8_t client[48], server[48];
+  size_t client_len = 0, server_len = 0;
+};
+int g_secrets_index = -1;
+
+int unhex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// OpenSSL's key log callback: "LABEL <client random, hex> <secret, hex>".
+void keylog(const SSL* ssl, const char* line) {
+  auto* sec = static_cast<TrafficSecrets*>(SSL_get_ex_data(ssl, g_secrets_index));
+  if (!sec) return;
+  uint8_t* out;
+  size_t* len;
+  if (std::strncmp(line, "CLIENT_TRAFFIC_SECRET_0 ", 24) == 0) {
+    out = sec->client;
+    len = &sec->client_len;
+  } else if (std::strncmp(line, "SERVER_TRAFFIC_SECRET_0 ", 24) == 0) {
+    out = sec->server;
+    len = &sec->server_len;
+  } else {
+    return;
+  }
+  const char* hexsecret = std::strrchr(line, ' ');
+  if (!hexsecret) return;
+  ++hexsecret;
+  size_t n = std::strlen(hexsecret);
+  if (n % 2 || n / 2 > sizeof sec->client) return;
+  for (size_t i = 0; i < n / 2; ++i) {
+    int hi = unhex(hexsecret[2 * i]), lo = unhex(hexsecret[2 * i + 1]);
+    if (hi < 0 || lo < 0) return;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  *len = n / 2;
+}
+
 int verify_callback(int ok, X509_STORE_CTX* store) {
   SSL* ssl = static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
   auto* seen = ssl ? static_cast<VerifySeen*>(SSL_get_ex_data(ssl, g_verify_index)) : nullptr;
@@ -202,20 +237,22 @@ bool read_clear(int fd, void* dst, size_t n, Clock::time_point deadline) {
 struct TlsTransport::State {
   SSL* ssl = nullptr;
   int fd = -1;
-  std::mutex mu;  // every SSL call, failure, gather, out
+  mutable std::mutex mu;  // failure, and the SSL object (the exporter, the peer's certificate)
   std::atomic<bool> shut{false};
-  // Whether OpenSSL may hold bytes read from the socket and not yet returned (decrypted data, or a
-  // record read ahead); false: a look at the socket alone tells whether a read would find any.
-  std::atomic<bool> buffered{true};
   std::string failure;
-  std::vector<uint8_t> gather;  // write(): small pieces gathered into one record
-  // Records made and not yet handed to send(), and (under send_mu) those being sent. Records go
-  // out many to a send(): one per record cost a system call per 16 KiB, a third of a bulk copy's
-  // bandwidth (issue 17).
-  std::vector<uint8_t> out;
-  std::mutex write_mu;  // one write() at a time, so that each stays whole; taken before mu
-  std::mutex send_mu;   // taken under mu, so that records leave in the order they were made
-  std::vector<uint8_t> sending;
+  // The application traffic secrets, from OpenSSL's key log during the handshake (keylog()).
+  TrafficSecrets secrets;
+
+  // Writing: one write at a time (write_mu), sealed into one buffer while the one before is sent.
+  std::mutex write_mu;  // taken after queue_mu
+  std::unique_ptr<tls13::Sealer> sealer;
+  std::vector<uint8_t> sealed[2];
+  std::atomic<bool> key_update_owed{false};  // the peer's KeyUpdate asked for ours
+
+  // Reading: the one reading thread. Raw bytes from the socket in rbuf[rbeg, rend).
+  std::unique_ptr<tls13::Opener> opener;
+  std::unique_ptr<uint8_t[]> rbuf;
+  size_t rbeg = 0, rend = 0;
 
   // The sealing thread's queue (write_held). queue_mu is taken before write_mu.
   struct Held {
@@ -229,8 +266,20 @@ struct TlsTransport::State {
   size_t queued_bytes = 0;
   bool sealing = false;       // the thread holds an item taken from the queue
   bool seal_failed = false;   // a queued write failed: later writes fail too
-  std::thread sealer;         // started by the first write it takes
+  std::thread sealer_thread;  // started by the first write it takes
+
+  void fail(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failure.empty()) failure = why;
+  }
 };
+
+namespace {
+// Raw bytes read at most at once: many records, opened together (protocol/tls_records.h).
+constexpr size_t kReadRaw = (1u << 20) + tls13::kHeader + tls13::kMaxCipherText;
+// A write is sealed and sent in slices of this much data: one is sent while the next is sealed.
+constexpr size_t kSlice = 256u << 10;
+}  // namespace
 
 struct TlsHandshake {
   static std::unique_ptr<TlsTransport> make(SSL* ssl, int fd, bool owns_fd) {
@@ -239,15 +288,44 @@ struct TlsHandshake {
     t->s_->ssl = ssl;
     t->s_->fd = fd;
     t->owns_fd_ = owns_fd;
+    SSL_set_ex_data(ssl, g_secrets_index, &t->s_->secrets);
     return t;
   }
-  // Once the handshake is done, records collect in the transport's buffer (bio_write).
-  static void buffer_records(TlsTransport& t) { BIO_set_app_data(SSL_get_wbio(t.s_->ssl), &t.s_->out); }
+  // Once the handshake is done, rgpu seals and opens the records itself (protocol/tls_records.h)
+  // with the traffic secrets OpenSSL logged. False (with *err) when they are missing or OpenSSL
+  // read past its Finished.
+  static bool take_records(TlsTransport& t, bool server, std::string* err) {
+    TlsTransport::State& st = *t.s_;
+    SSL_set_ex_data(st.ssl, g_secrets_index, nullptr);
+    TrafficSecrets& sec = st.secrets;
+    tls13::Suite suite;
+    const SSL_CIPHER* cipher = SSL_get_current_cipher(st.ssl);
+    tls13::TrafficKey wkey, rkey;
+    const bool ok = cipher && tls13::suite_of(SSL_CIPHER_get_protocol_id(cipher), &suite) && sec.client_len &&
+                    sec.server_len && SSL_has_pending(st.ssl) == 0 &&
+                    wkey.init(suite, server ? sec.server : sec.client, server ? sec.server_len : sec.client_len) &&
+                    rkey.init(suite, server ? sec.client : sec.server, server ? sec.client_len : sec.server_len);
+    OPENSSL_cleanse(&sec, sizeof sec);
+    if (!ok) {
+      *err = "the TLS connection could not be set up after its handshake (" +
+             std::string(cipher ? SSL_CIPHER_get_name(cipher) : "no cipher") + "): " + ssl_errors();
+      return false;
+    }
+    st.sealer = std::make_unique<tls13::Sealer>(std::move(wkey));
+    st.opener = std::make_unique<tls13::Opener>(std::move(rkey));
+    st.rbuf.reset(new uint8_t[kReadRaw]);
+    return true;
+  }
 };
+
+void TlsTransport::set_records_per_key(uint64_t n) {
+  std::lock_guard<std::mutex> whole(s_->write_mu);
+  s_->sealer->set_records_per_key(n);
+}
 
 TlsTransport::~TlsTransport() {
   if (!s_) return;
-  if (s_->sealer.joinable()) {
+  if (s_->sealer_thread.joinable()) {
     {
       // What is queued still goes (a last reply written just before the session ends), unless
       // the peer takes more than a moment to read it.
@@ -258,29 +336,17 @@ TlsTransport::~TlsTransport() {
       s_->shut = true;
     }
     s_->queue_cv.notify_all();
-    s_->sealer.join();
+    s_->sealer_thread.join();
   }
   if (s_->ssl) SSL_free(s_->ssl);
   if (owns_fd_) ::close(s_->fd);
 }
 
-bool TlsTransport::flush_locked(std::unique_lock<std::mutex>& lock, bool may_wait) {
-  if (s_->out.empty()) return true;
-  std::unique_lock<std::mutex> sending(s_->send_mu, std::defer_lock);
-  if (may_wait)
-    sending.lock();
-  else if (!sending.try_lock())
-    return true;  // a writer is sending; its next flush takes these records too
-  s_->sending.swap(s_->out);
-  lock.unlock();  // the reader decrypts while this thread waits for the socket
-  const uint8_t* p = s_->sending.data();
-  size_t n = s_->sending.size();
-  bool ok = true;
-  while (n && ok) {
-    if (s_->shut) {
-      ok = false;
-      break;
-    }
+bool TlsTransport::send_all(const std::vector<uint8_t>& bytes) {
+  const uint8_t* p = bytes.data();
+  size_t n = bytes.size();
+  while (n) {
+    if (s_->shut) return false;
     ssize_t r = ::send(s_->fd, p, n, MSG_NOSIGNAL);
     if (r > 0) {
       p += r;
@@ -291,13 +357,11 @@ bool TlsTransport::flush_locked(std::unique_lock<std::mutex>& lock, bool may_wai
       // In slices, so that a shutdown (the destructor stopping the sealing thread) is seen.
       wait_fd(s_->fd, true, Clock::now() + std::chrono::milliseconds(100));
     } else {
-      ok = false;
+      s_->fail(r < 0 ? std::string("sending failed: ") + std::strerror(errno) : "sending failed");
+      return false;
     }
   }
-  s_->sending.clear();
-  sending.unlock();
-  lock.lock();
-  return ok;
+  return true;
 }
 
 bool TlsTransport::write(const iovec* iov, int count) {
@@ -329,7 +393,7 @@ bool TlsTransport::write_held(const iovec* iov, int count, std::shared_ptr<const
   if (bytes >= kSealAhead)
     s_->queue_cv.wait(q, [&] { return s_->queued_bytes < kMaxQueued || s_->seal_failed || s_->shut; });
   if (s_->seal_failed || s_->shut) return false;
-  if (!s_->sealer.joinable()) s_->sealer = std::thread([this] { seal_loop(); });
+  if (!s_->sealer_thread.joinable()) s_->sealer_thread = std::thread([this] { seal_loop(); });
   s_->queue.push_back({std::vector<iovec>(iov, iov + count), std::move(keep), bytes});
   s_->queued_bytes += bytes;
   s_->queue_cv.notify_all();
@@ -370,86 +434,83 @@ void TlsTransport::seal_loop() {
 }
 
 bool TlsTransport::write_now(const iovec* iov, int count) {
-  // Pieces up to 16 KiB are gathered (a frame's header with its payload: one record); larger ones
-  // are encrypted as they are. The records go out about 256 KiB to a send().
-  constexpr size_t kGather = 16 << 10, kSendAt = 256 << 10;
-  std::unique_lock<std::mutex> lock(s_->mu);
-  auto encrypt = [&](const uint8_t* p, size_t n) {
-    while (n) {
-      if (s_->shut) return false;
-      const size_t chunk = std::min(n, kSendAt);
-      size_t done = 0;
-      if (SSL_write_ex(s_->ssl, p, chunk, &done) != 1) {
-        std::string why = ssl_errors();
-        if (s_->failure.empty() && !why.empty()) s_->failure = why;
-        return false;
-      }
-      traffic().written.fetch_add(done, std::memory_order_relaxed);
-      p += done;
-      n -= done;
-      if (s_->out.size() >= kSendAt && !flush_locked(lock, true)) return false;
-    }
-    return true;
+  // In slices of kSlice bytes: the first is sealed here; while each is sent, the next is sealed
+  // (its records by several threads at once: protocol/tls_records.h). A small write is one record,
+  // sealed and sent by this thread.
+  tls13::Sealer& sealer = *s_->sealer;
+  if (s_->key_update_owed.exchange(false)) sealer.owe_key_update();
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+  auto seal_slice = [&](size_t from, std::vector<uint8_t>& out) {
+    const size_t n = std::min(kSlice, total - from);
+    out.resize(sealer.key_update_size((n + tls13::kMaxPlain - 1) / tls13::kMaxPlain) + tls13::Sealer::sealed_size(n));
+    return sealer.seal(iov, count, from, n, out.data(), true);
   };
-  std::vector<uint8_t>& g = s_->gather;
-  g.clear();
-  for (int i = 0; i < count; ++i) {
-    const auto* p = static_cast<const uint8_t*>(iov[i].iov_base);
-    size_t n = iov[i].iov_len;
-    if (n <= kGather - std::min(kGather, g.size()) || n < 512) {
-      g.insert(g.end(), p, p + n);
-      if (g.size() >= kGather) {
-        if (!encrypt(g.data(), g.size())) return false;
-        g.clear();
-      }
-      continue;
-    }
-    if (!g.empty()) {
-      if (!encrypt(g.data(), g.size())) return false;
-      g.clear();
-    }
-    if (!encrypt(p, n)) return false;
+  std::vector<uint8_t>* now = &s_->sealed[0];
+  std::vector<uint8_t>* next = &s_->sealed[1];
+  if (!seal_slice(0, *now)) {
+    s_->fail("sealing a TLS record failed: " + ssl_errors());
+    return false;
   }
-  if (!g.empty() && !encrypt(g.data(), g.size())) return false;
-  return flush_locked(lock, true);
+  for (size_t from = std::min(kSlice, total);; from += std::min(kSlice, total - from)) {
+    bool next_ok = true;
+    std::unique_ptr<tls13::ParallelRun> ahead;
+    if (from < total) ahead = tls13::parallel_start(1, [&](size_t) { next_ok = seal_slice(from, *next); });
+    const bool sent = send_all(*now);
+    if (ahead) ahead->wait();
+    if (!sent) return false;
+    if (!ahead) break;
+    if (!next_ok) {
+      s_->fail("sealing a TLS record failed: " + ssl_errors());
+      return false;
+    }
+    std::swap(now, next);
+  }
+  traffic().written.fetch_add(total, std::memory_order_relaxed);
+  return true;
 }
 
 ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds timeout) {
   const auto deadline = timeout == kForever ? Clock::time_point::max() : Clock::now() + timeout;
-  if (!s_->buffered.load(std::memory_order_acquire) && !s_->shut) {
-    // Nothing decrypted or read ahead: wait for the socket first, outside the lock, so that
-    // SSL_read then finds its record at once. A spinning reader's look (timeout 0) is one poll()
-    // and no lock, where SSL_read took the lock a writer needs and made two system calls, and a
-    // blocking read is poll and recv, where it was recv, poll and recv again (a small call over
-    // TLS was 1.44x plain TCP on the H100 once the plain reader spun).
-    if (!wait_fd(s_->fd, false, deadline)) return kTimedOut;
-  }
+  State& st = *s_;
   for (;;) {
-    if (s_->shut) return kBroken;
-    size_t got = 0;
-    int r, e;
-    {
-      std::unique_lock<std::mutex> lock(s_->mu);
-      r = SSL_read_ex(s_->ssl, buf, n, &got);
-      e = r == 1 ? SSL_ERROR_NONE : SSL_get_error(s_->ssl, r);
-      s_->buffered.store(SSL_has_pending(s_->ssl) == 1, std::memory_order_release);
-      if (e == SSL_ERROR_SSL || e == SSL_ERROR_SYSCALL) {
-        std::string why = ssl_errors();
-        if (s_->failure.empty() && !why.empty()) s_->failure = why;
+    if (st.shut) return kBroken;
+    if (st.rend > st.rbeg || st.opener->pending()) {
+      auto o = st.opener->open(st.rbuf.get() + st.rbeg, st.rend - st.rbeg, static_cast<uint8_t*>(buf), n, true);
+      st.rbeg += o.consumed;
+      if (o.update_requested) st.key_update_owed = true;
+      if (o.produced) {
+        traffic().read.fetch_add(o.produced, std::memory_order_relaxed);
+        return static_cast<ssize_t>(o.produced);
       }
-      // Records a read made (an answer to a key update, an alert) go now unless a writer is
-      // sending, whose next flush takes them.
-      flush_locked(lock, false);
+      if (o.status == tls13::Opener::Status::kClosed) return kBroken;
+      if (o.status == tls13::Opener::Status::kFailed) {
+        st.fail(st.opener->why());
+        return kBroken;
+      }
+      if (o.consumed) continue;  // a KeyUpdate, taken
     }
-    if (r == 1) {
-      traffic().read.fetch_add(got, std::memory_order_relaxed);
-      return static_cast<ssize_t>(got);
+    // No whole record: read more, after the part of one already here.
+    if (st.rbeg == st.rend) {
+      st.rbeg = st.rend = 0;
+    } else if (st.rbeg > 0 && kReadRaw - st.rend < tls13::kHeader + tls13::kMaxCipherText) {
+      std::memmove(st.rbuf.get(), st.rbuf.get() + st.rbeg, st.rend - st.rbeg);
+      st.rend -= st.rbeg;
+      st.rbeg = 0;
     }
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      if (!wait_fd(s_->fd, e == SSL_ERROR_WANT_WRITE, deadline)) return kTimedOut;
+    ssize_t r = ::recv(st.fd, st.rbuf.get() + st.rend, kReadRaw - st.rend, MSG_DONTWAIT);
+    if (r > 0) {
+      st.rend += static_cast<size_t>(r);
       continue;
     }
-    return kBroken;  // close_notify, an alert, or the socket's end
+    if (r == 0) return kBroken;  // the peer's end, without close_notify
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      st.fail(std::string("reading failed: ") + std::strerror(errno));
+      return kBroken;
+    }
+    // A spinning reader's look (timeout 0) is this one recv.
+    if (timeout.count() == 0 || !wait_fd(st.fd, false, deadline)) return kTimedOut;
   }
 }
 
@@ -489,7 +550,10 @@ namespace {
 
 SSL_CTX* new_ctx(bool server, std::string* err) {
   static std::once_flag once;
-  std::call_once(once, [] { g_verify_index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr); });
+  std::call_once(once, [] {
+    g_verify_index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+    g_secrets_index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  });
   SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   if (!ctx) {
     *err = "cannot set up TLS: " + ssl_errors();
@@ -501,13 +565,11 @@ SSL_CTX* new_ctx(bool server, std::string* err) {
   SSL_CTX_set_num_tickets(ctx, 0);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_mode(ctx, SSL_MODE_AUTO_RETRY);
-  // Throughput (channel_bench BM_OneWayChannel/1): AES-128-GCM first (AES-NI makes both AES
-  // suites fast; 128 is the faster), and reads that take whatever the socket holds, up to 16
-  // records, in one recv, instead of two recvs (header, body) per 16 KiB record. Reading ahead is
-  // safe here: every wait for the socket comes after an SSL_read that needed more bytes.
+  // AES-128-GCM first: with AES-NI both AES suites are fast, and 128 is the faster. OpenSSL reads
+  // no further than its Finished (no read-ahead): the records after it are rgpu's own
+  // (protocol/tls_records.h), keyed with the traffic secrets its key log hands over.
   SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256");
-  SSL_CTX_set_read_ahead(ctx, 1);
-  SSL_CTX_set_default_read_buffer_len(ctx, 16 * (SSL3_RT_MAX_PLAIN_LENGTH + SSL3_RT_MAX_ENCRYPTED_OVERHEAD));
+  SSL_CTX_set_keylog_callback(ctx, keylog);
   return ctx;
 }
 
@@ -689,9 +751,9 @@ std::unique_ptr<TlsTransport> tls_connect(const std::shared_ptr<TlsContext>& ctx
     }
   }
   SSL_set_ex_data(ssl, g_verify_index, nullptr);
+  if (!TlsHandshake::take_records(*t, false, err)) return nullptr;
   *failure = TlsFailure::kNone;
   if (owns_fd) t->own_fd();
-  TlsHandshake::buffer_records(*t);
   return t;
 }
 
@@ -708,8 +770,8 @@ std::unique_ptr<TlsTransport> tls_accept(const std::shared_ptr<TlsContext>& ctx,
   for (;;) {
     int r = SSL_do_handshake(ssl);
     if (r == 1) {
+      if (!TlsHandshake::take_records(*t, true, err)) return nullptr;
       if (owns_fd) t->own_fd();
-      TlsHandshake::buffer_records(*t);
       return t;
     }
     int e = SSL_get_error(ssl, r);

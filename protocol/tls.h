@@ -12,10 +12,11 @@
 // A certificate that does not verify is refused with its fingerprint and how to pin it. A client
 // certificate (RGPU_TLS_CERT, RGPU_TLS_KEY) is sent when the server asks (--tls-client-ca).
 //
-// The stream: one SSL object on a non-blocking socket, every OpenSSL call made under one lock
-// (one reader and one writer may use a Transport at once; OpenSSL allows neither concurrently),
-// waits made in poll() outside it. Writes go through a socket BIO of our own that sends with
-// MSG_NOSIGNAL, so a peer gone mid-write is an error, never SIGPIPE in a client's process.
+// The stream: OpenSSL runs the handshake on a non-blocking socket (through a socket BIO of our own
+// that sends with MSG_NOSIGNAL, so a peer gone mid-write is an error, never SIGPIPE in a client's
+// process); the records after it are sealed and opened by protocol/tls_records.h, the writing
+// and the reading side each with its own key, so one reader and one writer never wait for each
+// other.
 //
 // Bulk is pipelined (issue 17): a write_held() of kSealAhead bytes or more goes to the
 // transport's sealing thread, which encrypts and sends it while the caller copies the next chunk
@@ -82,14 +83,15 @@ class TlsTransport : public Transport {
   std::string peer_fingerprint() const;
   // A transport made over a borrowed socket (owns_fd false) takes it from now on: it closes it.
   void own_fd() { owns_fd_ = true; }
+  // For tests: this side's key is updated after n records (protocol/tls_records.h kRecordsPerKey).
+  void set_records_per_key(uint64_t n);
 
  private:
   friend struct TlsHandshake;
   TlsTransport() = default;
-  // Sends the records made so far (State::out), mu held by `lock` and let go while sending.
-  // may_wait false: leaves them when another thread is sending. False when the socket failed.
-  bool flush_locked(std::unique_lock<std::mutex>& lock, bool may_wait);
-  // Encrypts and sends iov, write_mu held.
+  // Sends sealed records, write_mu held. False when the socket failed or the transport shut.
+  bool send_all(const std::vector<uint8_t>& bytes);
+  // Seals and sends iov, write_mu held.
   bool write_now(const iovec* iov, int count);
   // The sealing thread: writes what write_held queued, in order, until shutdown.
   void seal_loop();
