@@ -86,6 +86,7 @@ declare -A DECODER=(
   [mapped_fuzz]="server/mapped_memory.cpp: kOpMapped*, kOpManagedAlloc, with the copies and syncs that drive its updates"
   [client_frames_fuzz]="client/connection.cpp: every frame the CUDA shim reads from its server (callbacks, async data, printf output, mapped updates, notices, the reply and its sink), then the reply as the shim reads it"
   [tls_opening_fuzz]="protocol/tls.h: a TLS listener's clear preamble (read_tls_opening) and TLS handshake (tls_accept), a TLS client's first read (a clear refusal, or the server's first flight)"
+  [tls_records_fuzz]="protocol/tls_records.h Opener: the TLS 1.3 records a tls:// connection reads after the handshake (headers, lengths, forgeries; authentic KeyUpdates, alerts, padding, handshake messages)"
   [http_request_fuzz]="common/http_server.h parse_request (the metrics endpoint's requests, --metrics-listen)"
   [cuda_image_fuzz]="common/cuda_image.h (cubin, fatbin, compressed fatbin, PTX images clients load)"
   [torch_wire_fuzz]="opserver/session.h: whole rgpu-opserver frames (protocol/torch_wire.h ops, values, storage changes); needs torch"
@@ -103,7 +104,7 @@ declare -A EXTRA=(
 )
 TARGETS=(snapshot_fuzz handshake_fuzz channel_fuzz wire_graph_fuzz wire_launch_fuzz wire_copy_fuzz wire_module_fuzz
   wire_mapped_fuzz wire_occupancy_fuzz wire_control_fuzz wire_nccl_fuzz wire_rest_fuzz torch_wire_codec_fuzz dispatch_fuzz
-  nvml_fuzz mapped_fuzz cuda_image_fuzz http_request_fuzz client_frames_fuzz tls_opening_fuzz)
+  nvml_fuzz mapped_fuzz cuda_image_fuzz http_request_fuzz client_frames_fuzz tls_opening_fuzz tls_records_fuzz)
 [ -n "${RGPU_TORCH_PYTHON:-}" ] && TARGETS+=(torch_wire_fuzz)
 ((${#only[@]})) && TARGETS=("${only[@]}")
 for t in "${TARGETS[@]}"; do

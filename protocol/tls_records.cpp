@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,25 +75,43 @@ bool expand_label(Suite suite, const uint8_t* secret, size_t secret_len, const c
 }
 
 // A cipher context per thread and direction, set up with the key it last used: a record costs
-// its nonce's set-up, not the key schedule, while one key is in use.
+// its nonce's set-up, not the key schedule, while one key is in use. Held through a plain
+// thread_local pointer and freed by a pthread key's destructor when the thread ends: a
+// thread_local object with a destructor is destroyed at exit() before the atexit handlers run,
+// and the CUDA shim says goodbye to its servers from one (over TLS: sealing a record).
+struct Contexts {
+  EVP_CIPHER_CTX* ctx[2] = {};
+  uint64_t serial[2] = {};
+};
+
+void free_contexts(void* p) {
+  auto* c = static_cast<Contexts*>(p);
+  EVP_CIPHER_CTX_free(c->ctx[0]);
+  EVP_CIPHER_CTX_free(c->ctx[1]);
+  delete c;
+}
+
 EVP_CIPHER_CTX* context_for(const TrafficKey& k, bool encrypt) {
-  struct Slot {
-    EVP_CIPHER_CTX* ctx = nullptr;
-    uint64_t serial = 0;
-    ~Slot() { EVP_CIPHER_CTX_free(ctx); }
-  };
-  thread_local Slot slots[2];
-  Slot& s = slots[encrypt ? 1 : 0];
-  if (!s.ctx) s.ctx = EVP_CIPHER_CTX_new();
-  if (!s.ctx) return nullptr;
-  if (s.serial != k.serial) {
-    if (EVP_CipherInit_ex(s.ctx, cipher_of(k.suite), nullptr, k.key, nullptr, encrypt ? 1 : 0) != 1) {
-      s.serial = 0;
+  static pthread_key_t key = [] {
+    pthread_key_t kk;
+    pthread_key_create(&kk, free_contexts);
+    return kk;
+  }();
+  thread_local Contexts* t = nullptr;
+  if (!t) {
+    t = new Contexts;
+    pthread_setspecific(key, t);
+  }
+  const int d = encrypt ? 1 : 0;
+  if (!t->ctx[d] && !(t->ctx[d] = EVP_CIPHER_CTX_new())) return nullptr;
+  if (t->serial[d] != k.serial) {
+    if (EVP_CipherInit_ex(t->ctx[d], cipher_of(k.suite), nullptr, k.key, nullptr, d) != 1) {
+      t->serial[d] = 0;
       return nullptr;
     }
-    s.serial = k.serial;
+    t->serial[d] = k.serial;
   }
-  return s.ctx;
+  return t->ctx[d];
 }
 
 // The record header for a ciphertext of `len` bytes (data, content type, tag).
@@ -350,6 +369,11 @@ int parallel_threads() { return pool().threads(); }
 
 // ---- Sealing ----
 
+bool seal_inner(TrafficKey& k, const uint8_t* inner, size_t n, uint8_t* out) {
+  iovec v{const_cast<uint8_t*>(inner), n - 1};
+  return n >= 1 && seal_record(k, k.seq++, inner[n - 1], &v, 1, 0, n - 1, out);
+}
+
 size_t Sealer::key_update_size(size_t records) const {
   return owed_ || (key_.seq > 0 && key_.seq + records > records_per_key_) ? kKeyUpdateRecord : 0;
 }
@@ -474,10 +498,8 @@ Opener::Outcome Opener::open(const uint8_t* in, size_t n, uint8_t* dst, size_t c
   }
   // The records whose data fits in dst (taking each as application data without padding, as
   // rgpu sends them; one that is not is opened again on its own below).
-  struct Rec {
-    size_t at, len, out;
-  };
-  std::vector<Rec> recs;
+  std::vector<Rec>& recs = recs_;
+  recs.clear();
   size_t at = 0, out = 0;
   while (n - at >= kHeader) {
     const uint8_t* h = in + at;
@@ -514,7 +536,8 @@ Opener::Outcome Opener::open(const uint8_t* in, size_t n, uint8_t* dst, size_t c
   }
   // Opened straight into dst; a record is good when it authenticates as application data of at
   // most 16 KiB without padding (last byte 23).
-  std::vector<uint8_t> good(recs.size(), 0);
+  std::vector<uint8_t>& good = good_;
+  good.assign(recs.size(), 0);
   const uint64_t first = key_.seq;
   auto one = [&](size_t i) {
     uint8_t last[2];

@@ -81,6 +81,11 @@ std::unique_ptr<ParallelRun> parallel_start(size_t n, std::function<void(size_t)
 // How many threads parallel_for uses beside the caller's.
 int parallel_threads();
 
+// Seals one record whose inner plaintext (data, content type, padding zeros) is given whole, n >= 1
+// bytes, as record k.seq (which it advances), into out (n + kHeader + kTag bytes): the fuzz
+// target's way to make records of every kind that authenticate.
+bool seal_inner(TrafficKey& k, const uint8_t* inner, size_t n, uint8_t* out);
+
 // The sending direction.
 class Sealer {
  public:
@@ -143,6 +148,11 @@ class Opener {
     return Status::kFailed;
   }
   TrafficKey key_;
+  struct Rec {
+    size_t at, len, out;  // where in the input, its ciphertext's length, where its data goes in dst
+  };
+  std::vector<Rec> recs_;       // open()'s records, kept to save an allocation a call
+  std::vector<uint8_t> good_;   // ... and whether each opened as plain data
   std::vector<uint8_t> plain_;  // a record opened whole: its data given in parts
   size_t pbeg_ = 0, pend_ = 0;
   std::string why_;

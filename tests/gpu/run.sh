@@ -241,6 +241,13 @@ if want tls; then
   step "driver path over TLS 1.3 against plain TCP, A B A B (bench/pair_driver_bench.sh --tls-new)"
   bench/pair_driver_bench.sh build build "$RESULTS/tlsbench" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" $QUICK --tls-new ||
     status=1
+  step "the channel over TLS 1.3 against plain TCP, without a GPU: round trip and 1 MiB bulk (bench/channel_bench.cpp), and this host's AEAD speed"
+  { lscpu | grep -E 'Model name|^CPU\(s\)'; for c in aes-128-gcm chacha20-poly1305; do openssl speed -seconds 1 -bytes 16384 -evp $c 2>/dev/null | tail -1; done; } |
+    tee "$OUT/tls_host.log"
+  if [ -x build/bin/channel_bench ]; then
+    build/bin/channel_bench --benchmark_filter='RoundTripChannel|BulkChannel' --benchmark_out="$RESULTS/channel_tls.json" \
+      --benchmark_out_format=json 2>&1 | grep -E '_median|_mean' | tee -a "$OUT/tls_host.log"
+  fi
 fi
 
 if want multiserver; then
