@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -91,6 +93,14 @@ std::vector<uint8_t> joined(const std::vector<std::vector<uint8_t>>& writes) {
   std::vector<uint8_t> all;
   for (const auto& w : writes) all.insert(all.end(), w.begin(), w.end());
   return all;
+}
+
+TEST(TlsRecords, TheThreadsAreThoseAskedFor) {
+  // ctest sets RGPU_TLS_THREADS=3 (protocol/CMakeLists.txt), so that the many-threads path runs.
+  if (const char* n = std::getenv("RGPU_TLS_THREADS")) EXPECT_EQ(tls13::parallel_threads(), std::atoi(n));
+  std::vector<std::atomic<int>> hits(1000);
+  tls13::parallel_for(hits.size(), [&](size_t i) { hits[i]++; });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
 }
 
 TEST(TlsRecords, EverySizeComesBackWholeReadInAnyPieces) {
