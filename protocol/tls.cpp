@@ -253,6 +253,7 @@ struct TlsTransport::State {
   std::unique_ptr<tls13::Opener> opener;
   std::unique_ptr<uint8_t[]> rbuf;
   size_t rbeg = 0, rend = 0;
+  std::chrono::milliseconds timeout{-2};  // the socket's SO_RCVTIMEO (-2: never set)
 
   // The sealing thread's queue (write_held). queue_mu is taken before write_mu.
   struct Held {
@@ -314,6 +315,8 @@ struct TlsHandshake {
     st.sealer = std::make_unique<tls13::Sealer>(std::move(wkey));
     st.opener = std::make_unique<tls13::Opener>(std::move(rkey));
     st.rbuf.reset(new uint8_t[kReadRaw]);
+    // Blocking from now on: reads wait in recv (read_some), sends never block (MSG_DONTWAIT).
+    fcntl(st.fd, F_SETFL, fcntl(st.fd, F_GETFL) & ~O_NONBLOCK);
     return true;
   }
 };
@@ -347,7 +350,7 @@ bool TlsTransport::send_all(const std::vector<uint8_t>& bytes) {
   size_t n = bytes.size();
   while (n) {
     if (s_->shut) return false;
-    ssize_t r = ::send(s_->fd, p, n, MSG_NOSIGNAL);
+    ssize_t r = ::send(s_->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r > 0) {
       p += r;
       n -= static_cast<size_t>(r);
@@ -471,8 +474,21 @@ bool TlsTransport::write_now(const iovec* iov, int count) {
 }
 
 ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds timeout) {
-  const auto deadline = timeout == kForever ? Clock::time_point::max() : Clock::now() + timeout;
+  // As the plain socket's (protocol/transport.cpp): a zero timeout is a look, one recv that does
+  // not block; otherwise recv blocks, for at most the timeout (SO_RCVTIMEO, set when it changes),
+  // one system call where a look, a poll and a recv were three.
   State& st = *s_;
+  const bool look = timeout.count() == 0;
+  if (!look && timeout != st.timeout) {
+    timeval tv{};
+    if (timeout != kForever) {
+      const auto ms = std::max<long long>(timeout.count(), 1);
+      tv.tv_sec = ms / 1000;
+      tv.tv_usec = (ms % 1000) * 1000;
+    }
+    ::setsockopt(st.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    st.timeout = timeout;
+  }
   for (;;) {
     if (st.shut) return kBroken;
     if (st.rend > st.rbeg || st.opener->pending()) {
@@ -498,7 +514,7 @@ ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds t
       st.rend -= st.rbeg;
       st.rbeg = 0;
     }
-    ssize_t r = ::recv(st.fd, st.rbuf.get() + st.rend, kReadRaw - st.rend, MSG_DONTWAIT);
+    ssize_t r = ::recv(st.fd, st.rbuf.get() + st.rend, kReadRaw - st.rend, look ? MSG_DONTWAIT : 0);
     if (r > 0) {
       st.rend += static_cast<size_t>(r);
       continue;
@@ -509,8 +525,7 @@ ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds t
       st.fail(std::string("reading failed: ") + std::strerror(errno));
       return kBroken;
     }
-    // A spinning reader's look (timeout 0) is this one recv.
-    if (timeout.count() == 0 || !wait_fd(st.fd, false, deadline)) return kTimedOut;
+    return kTimedOut;  // a look found nothing, or the timeout passed
   }
 }
 
