@@ -210,9 +210,8 @@ void read_all() {
   s.tls_fingerprint = str("RGPU_TLS_FINGERPRINT");
   s.tls_cert = str("RGPU_TLS_CERT");
   s.tls_key = str("RGPU_TLS_KEY");
-  s.tls_threads = is_set("RGPU_TLS_THREADS") && !str("RGPU_TLS_THREADS").empty()
-                      ? std::clamp(std::atoi(str("RGPU_TLS_THREADS").c_str()), 0, 64)
-                      : -1;
+  const std::string tls_threads = str("RGPU_TLS_THREADS");
+  s.tls_threads = tls_threads.empty() ? -1 : std::clamp(std::atoi(tls_threads.c_str()), 0, 64);
   s.user = str("USER");
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
   s.host_cache_mb = static_cast<size_t>(std::clamp(std::atoll(str("RGPU_HOST_CACHE_MB").c_str()), 0ll, 1ll << 30));

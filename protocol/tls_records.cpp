@@ -547,15 +547,7 @@ Opener::Outcome Opener::open(const uint8_t* in, size_t n, uint8_t* dst, size_t c
   }
   if (recs.empty()) {
     if (!whole_record(in, n)) return o;  // more input first
-    // A record larger than dst: opened whole, given in parts.
-    if (!open_one(in, &o)) {
-      failed_ = true;
-      return o;
-    }
-    o.produced = std::min(cap, pend_);
-    std::memcpy(dst, plain_.data(), o.produced);
-    pbeg_ = o.produced;
-    return o;
+    return give_whole(in, dst, cap, o);    // a record larger than dst
   }
   // Opened straight into dst; a record is good when it authenticates as application data of at
   // most 16 KiB without padding (last byte 23).
@@ -591,6 +583,10 @@ Opener::Outcome Opener::open(const uint8_t* in, size_t n, uint8_t* dst, size_t c
   o.produced = recs[ok].out;
   if (ok > 0) return o;  // the odd record is the next call's
   // The first record is not plain data: a KeyUpdate, an alert, padding, or a forgery.
+  return give_whole(in, dst, cap, o);
+}
+
+Opener::Outcome Opener::give_whole(const uint8_t* in, uint8_t* dst, size_t cap, Outcome o) {
   if (!open_one(in, &o)) {
     failed_ = true;
     return o;

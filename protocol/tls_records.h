@@ -143,6 +143,8 @@ class Opener {
  private:
   // Opens one record (its header at in) into the kept buffer; false (with why_) when it fails.
   bool open_one(const uint8_t* in, Outcome* o);
+  // open_one, then as much of its data as dst holds (the rest is kept for the next call).
+  Outcome give_whole(const uint8_t* in, uint8_t* dst, size_t cap, Outcome o);
   Status fail(std::string why) {
     why_ = std::move(why);
     return Status::kFailed;

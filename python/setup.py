@@ -132,7 +132,8 @@ def _source_arguments():
     sources = sorted(glob.glob(os.path.join(HERE, "rgpu", "csrc", "*", "*.cpp"))) + [
         os.path.join(ROOT, "common", f) for f in ("log.cpp", "env.cpp", "net.cpp", "crypto.cpp", "spin_policy.cpp")
     ] + [os.path.join(ROOT, "protocol", f) for f in ("frame.cpp", "handshake.cpp", "transport.cpp", "channel.cpp",
-                                                  "client_session.cpp", "drain.cpp", "tls.cpp")]
+                                                  "client_session.cpp", "drain.cpp", "tls.cpp",
+                                                  "tls_records.cpp")]
     return {
         "install_requires": ["torch"],
         "ext_modules": [
