@@ -132,6 +132,9 @@ class Opener {
   // out or at a record that is not application data (a KeyUpdate is taken and the next call goes
   // on). Data of a record that does not fit in dst is kept and given first by the next call.
   // Records straight into dst; `parallel` lets many records be opened at once (parallel_for).
+  // Only data of records that authenticated is counted in `produced`: a record that does not may
+  // leave bytes past it in dst, and the stream has failed (the channel then reads the frame again
+  // on a new connection, over them).
   Outcome open(const uint8_t* in, size_t n, uint8_t* dst, size_t cap, bool parallel);
   // Bytes kept from a record that did not fit (given by the next open(), before any input).
   size_t pending() const { return pend_ - pbeg_; }
