@@ -30,6 +30,9 @@ constexpr uint8_t kKeyUpdate = 24, kNewSessionTicket = 4;
 std::atomic<uint64_t> g_serial{0};
 // Records smaller than this are gathered and sealed in one EVP call.
 constexpr size_t kGatherBelow = 2048;
+// Records opened by several threads only when this many are at hand (512 KiB: bulk); fewer are
+// opened by the reader alone, whose latency waking the threads would cost.
+constexpr size_t kParallelRecords = 32;
 
 uint16_t be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 
@@ -556,7 +559,7 @@ Opener::Outcome Opener::open(const uint8_t* in, size_t n, uint8_t* dst, size_t c
   const uint64_t first = key_.seq;
   // In parallel, a record must not write its type byte where the next one's data begins; one
   // after the other, it may (the next overwrites it), when dst has the byte to spare.
-  const bool many = parallel && recs.size() >= 4;
+  const bool many = parallel && recs.size() >= kParallelRecords;
   auto one = [&](size_t i) {
     uint8_t last[2];
     const bool room = !many && recs[i].out + recs[i].len - kTag <= cap;
