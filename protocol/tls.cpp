@@ -253,7 +253,7 @@ struct TlsTransport::State {
   std::unique_ptr<tls13::Opener> opener;
   std::unique_ptr<uint8_t[]> rbuf;
   size_t rbeg = 0, rend = 0;
-  std::chrono::milliseconds timeout{-2};  // the socket's SO_RCVTIMEO (-2: never set)
+  std::chrono::milliseconds timeout = kForever;  // the socket's SO_RCVTIMEO (prepare_read_timeout)
 
   // The sealing thread's queue (write_held). queue_mu is taken before write_mu.
   struct Held {
@@ -486,17 +486,7 @@ ssize_t TlsTransport::read_some(void* buf, size_t n, std::chrono::milliseconds t
   // not block; otherwise recv blocks, for at most the timeout (SO_RCVTIMEO, set when it changes),
   // one system call where a look, a poll and a recv were three.
   State& st = *s_;
-  const bool look = timeout.count() == 0;
-  if (!look && timeout != st.timeout) {
-    timeval tv{};
-    if (timeout != kForever) {
-      const auto ms = std::max<long long>(timeout.count(), 1);
-      tv.tv_sec = ms / 1000;
-      tv.tv_usec = (ms % 1000) * 1000;
-    }
-    ::setsockopt(st.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    st.timeout = timeout;
-  }
+  const bool look = prepare_read_timeout(st.fd, timeout, &st.timeout);
   for (;;) {
     if (st.shut) return kBroken;
     if (st.rend > st.rbeg || st.opener->pending()) {

@@ -29,6 +29,21 @@ Traffic& traffic() {
   return *t;
 }
 
+bool prepare_read_timeout(int fd, std::chrono::milliseconds timeout, std::chrono::milliseconds* current) {
+  if (timeout.count() == 0) return true;
+  if (timeout != *current) {
+    timeval tv{};
+    if (timeout != kForever) {
+      auto ms = std::max<long long>(timeout.count(), 1);
+      tv.tv_sec = ms / 1000;
+      tv.tv_usec = (ms % 1000) * 1000;
+    }
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    *current = timeout;
+  }
+  return false;
+}
+
 namespace {
 
 class SocketTransport : public Transport {
@@ -56,19 +71,9 @@ class SocketTransport : public Transport {
     // A zero timeout is a look (a spinning reader, common/spin_policy.h): one recv that does not
     // block, and the socket's timeout left as it is. SO_RCVTIMEO rounds zero up to a millisecond
     // of blocking, which made every "spin" a sleep in the kernel (issue 16: the H100's small call).
-    const bool look = timeout.count() == 0;
     // Otherwise one blocking recv per read: the timeout is a socket option, set only when it changes
     // (the channel asks for the same heartbeat interval again and again), so a read costs one syscall.
-    if (!look && timeout != timeout_) {
-      timeval tv{};
-      if (timeout != kForever) {
-        auto ms = std::max<long long>(timeout.count(), 1);
-        tv.tv_sec = ms / 1000;
-        tv.tv_usec = (ms % 1000) * 1000;
-      }
-      ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      timeout_ = timeout;
-    }
+    const bool look = prepare_read_timeout(fd_, timeout, &timeout_);
     for (;;) {
       ssize_t r = ::recv(fd_, buf, n, look ? MSG_DONTWAIT : 0);
       if (r > 0) {

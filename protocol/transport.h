@@ -33,6 +33,13 @@ struct Traffic {
 };
 Traffic& traffic();
 
+// How a socket transport's read waits (the plain socket's and the TLS stream's): a zero timeout is
+// a look, one recv with MSG_DONTWAIT, and leaves the socket as it is (SO_RCVTIMEO would round zero
+// up to a millisecond of blocking); any other sets SO_RCVTIMEO to it (kForever: none) when it
+// differs from *current (the socket's, kForever for a fresh one), so that a read is one blocking
+// recv. True for a look.
+bool prepare_read_timeout(int fd, std::chrono::milliseconds timeout, std::chrono::milliseconds* current);
+
 // A byte stream between two peers. write() may be called by one thread while another is in
 // read_some(); shutdown() from any thread at any time.
 class Transport {
