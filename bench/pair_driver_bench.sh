@@ -6,6 +6,10 @@
 # OUT/pairs.json (per pair and the medians: the small synchronous call, launch, launch + sync,
 # 8-byte copies, bulk bandwidth, and new/base).
 #   bench/pair_driver_bench.sh BASE_BUILD NEW_BUILD OUT [--driver PATH|fake] [--pairs N] [--quick] [--tls-new|--tls]
+#                              [--pin SERVER_CPUS:CLIENT_CPUS]
+# --pin: both sides' servers run on SERVER_CPUS and clients on CLIENT_CPUS (taskset lists, e.g.
+# 2-5:6-9), so that a pair's two runs differ in what is measured, not in where the scheduler put
+# them (unpinned, one small call's pair ratios on the H100 host ranged 0.80x to 1.28x).
 # --tls-new: the new side's server runs with `--tls auto` and its client dials tls:// with the
 # fingerprint pinned (issue 17: TLS against plain TCP, one build given twice); --tls: both sides.
 # RGPU_PAIR_BASE_ENV, RGPU_PAIR_NEW_ENV: VAR=VALUE words for that side's rgpu-server (one build
@@ -15,7 +19,7 @@
 set -uo pipefail
 BASE=$1 NEW=$2 OUT=$3
 shift 3
-DRIVER=fake PAIRS=4 QUICK="" TLS_NEW=0 TLS_BASE=0
+DRIVER=fake PAIRS=4 QUICK="" TLS_NEW=0 TLS_BASE=0 PIN_SERVER=() PIN_CLIENT=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --driver) DRIVER=$2; shift 2 ;;
@@ -23,6 +27,7 @@ while [[ $# -gt 0 ]]; do
     --quick) QUICK=--quick; shift ;;
     --tls-new) TLS_NEW=1; shift ;;
     --tls) TLS_NEW=1 TLS_BASE=1; shift ;;
+    --pin) PIN_SERVER=(taskset -c "${2%%:*}") PIN_CLIENT=(taskset -c "${2#*:}"); shift 2 ;;
     *) echo "pair_driver_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -38,7 +43,7 @@ one() {  # one SIDE BUILD PAIR
   [ "$1" = base ] && [ $TLS_BASE = 1 ] && tls=1 && extra+=(--tls auto --state-dir "$rt/state")
   local server_env
   [ "$1" = base ] && read -ra server_env <<<"${RGPU_PAIR_BASE_ENV:-}" || read -ra server_env <<<"${RGPU_PAIR_NEW_ENV:-}"
-  env "${server_env[@]}" "$2/bin/rgpu-server" --listen 127.0.0.1:$port --driver "$DRIVER" --cache-dir none "${extra[@]}" \
+  "${PIN_SERVER[@]}" env "${server_env[@]}" "$2/bin/rgpu-server" --listen 127.0.0.1:$port --driver "$DRIVER" --cache-dir none "${extra[@]}" \
     >"$OUT/server-$1-$3.log" 2>&1 &
   local sp=$!
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
@@ -46,13 +51,13 @@ one() {  # one SIDE BUILD PAIR
     client=(RGPU_SERVER=tls://127.0.0.1:$port
       RGPU_TLS_FINGERPRINT="$(grep -o 'fingerprint sha256:[0-9a-f]*' "$OUT/server-$1-$3.log" | head -1 | cut -d' ' -f2)")
   fi
-  env LD_LIBRARY_PATH=$2/lib "${client[@]}" RGPU_ANSWER_CACHE=none \
+  "${PIN_CLIENT[@]}" env LD_LIBRARY_PATH=$2/lib "${client[@]}" RGPU_ANSWER_CACHE=none \
     "$2/bin/driver_bench" "$IMAGE" "$OUT/$1-$3.json" $QUICK >"$OUT/$1-$3.txt" 2>&1 || echo "$1 pair $3: driver_bench failed"
   kill $sp; wait $sp 2>/dev/null
   rm -rf "$rt"
 }
 for p in $(seq "$PAIRS"); do
-  "$NEW/bin/tcp_baseline" "$OUT/tcp-$p.json" $QUICK >/dev/null 2>&1
+  "${PIN_CLIENT[@]}" "$NEW/bin/tcp_baseline" "$OUT/tcp-$p.json" $QUICK >/dev/null 2>&1
   # Alternate which side goes first, so neither always runs on a machine the other just warmed.
   if ((p % 2)); then one base "$BASE" $p; one new "$NEW" $p; else one new "$NEW" $p; one base "$BASE" $p; fi
 done
@@ -75,13 +80,18 @@ med = {}
 for k in keys:
     bs = [r[k]["base"] for r in rows if r[k]["base"] is not None]
     ns = [r[k]["new"] for r in rows if r[k]["new"] is not None]
+    ratios = [r[k]["new"] / r[k]["base"] for r in rows if r[k]["base"] and r[k]["new"] is not None]
     if bs and ns:
+        # new_over_base: the ratio of the medians; pair_ratio_median: the median of each pair's ratio.
         med[k] = {"base": statistics.median(bs), "new": statistics.median(ns),
-                  "new_over_base": statistics.median(ns) / statistics.median(bs)}
+                  "new_over_base": statistics.median(ns) / statistics.median(bs),
+                  "pair_ratio_median": statistics.median(ratios) if ratios else None}
 tcp = [r["tcp_rtt_us"] for r in rows if r["tcp_rtt_us"]]
 res = {"pairs": rows, "medians": med, "tcp_rtt_us_median": statistics.median(tcp) if tcp else None}
 json.dump(res, open(f"{out}/pairs.json", "w"), indent=1)
 print(f"{len(rows)} pairs; raw TCP round trip {res['tcp_rtt_us_median']} us (median)")
 for k, v in med.items():
-    print(f"  {k:24s} base {v['base']:9.3f}  new {v['new']:9.3f}  new/base {v['new_over_base']:.3f}")
+    pr = v["pair_ratio_median"]
+    print(f"  {k:24s} base {v['base']:9.3f}  new {v['new']:9.3f}  new/base {v['new_over_base']:.3f}"
+          + (f"  (per pair, median {pr:.3f})" if pr is not None else ""))
 EOF

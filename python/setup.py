@@ -123,6 +123,17 @@ def _prebuilt_arguments():
     return {"install_requires": [f"torch=={release}.*"], "distclass": BinaryDistribution}
 
 
+def _nettle():
+    """Nettle's header directory (RGPU_NETTLE_INCLUDE or the system's) and library, or None."""
+    include = next((d for d in (os.environ.get("RGPU_NETTLE_INCLUDE"), "/usr/include", "/usr/local/include")
+                    if d and os.path.exists(os.path.join(d, "nettle", "gcm.h"))), None)
+    # libnettle.so comes with the headers; where only the runtime library is installed, its soname.
+    lib = next((p for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+                for p in (os.path.join(d, "libnettle.so"), os.path.join(d, "libnettle.so.8")) if os.path.exists(p)),
+               None)
+    return (include, lib) if include and lib else None
+
+
 def _source_arguments():
     torch, e = _try_import_torch()
     if torch is None:
@@ -134,6 +145,9 @@ def _source_arguments():
     ] + [os.path.join(ROOT, "protocol", f) for f in ("frame.cpp", "handshake.cpp", "transport.cpp", "channel.cpp",
                                                   "client_session.cpp", "drain.cpp", "tls.cpp",
                                                   "tls_records.cpp")]
+    # Nettle seals small TLS records faster than OpenSSL (protocol/tls_records.cpp), where its
+    # headers are installed (nettle-dev); without them every record goes through OpenSSL.
+    nettle = _nettle()
     return {
         "install_requires": ["torch"],
         "ext_modules": [
@@ -141,8 +155,10 @@ def _source_arguments():
                 "rgpu._C",
                 # setuptools wants paths relative to this directory.
                 [os.path.relpath(p, HERE) for p in sources],
-                include_dirs=[ROOT, os.path.join(HERE, "rgpu", "csrc")],
+                include_dirs=[ROOT, os.path.join(HERE, "rgpu", "csrc")] + ([nettle[0]] if nettle else []),
                 libraries=["ssl", "crypto"],
+                extra_objects=[nettle[1]] if nettle else [],
+                define_macros=[("RGPU_HAVE_NETTLE", "1")] if nettle else [],
                 extra_compile_args=["-std=c++20", "-O2"],
             )
         ],

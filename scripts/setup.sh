@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 need_pkgs=()
 # systemd brings systemd-analyze, which checks deploy/systemd's units offline (no running systemd
 # needed, ctest deploy_systemd_units).
-for p in cmake ninja-build ccache g++ libssl-dev libgtest-dev libcli11-dev liblz4-dev libzstd-dev python3-pip python3-venv openssh-server openssh-client systemd; do
+for p in cmake ninja-build ccache g++ libssl-dev nettle-dev libgtest-dev libcli11-dev liblz4-dev libzstd-dev python3-pip python3-venv openssh-server openssh-client systemd; do
   case $p in
     cmake | g++) command -v "$p" >/dev/null && continue ;;
     ninja-build) command -v ninja >/dev/null && continue ;;

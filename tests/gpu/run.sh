@@ -21,6 +21,9 @@
 #   RGPU_GPU_SAMPLES=REGEX         runs only the samples matching REGEX
 #   RGPU_GPU_TRACE_SAMPLES=REGEX   also runs the samples matching REGEX through rgpu with RGPU_TRACE=2
 #                                  (logs in samples_trace.tsv.logs/), to see which call fails
+# Nettle (small TLS records, protocol/tls_records.cpp): the test machine has the library but not
+# its headers; carry them in .deps/include (cp -r /usr/include/nettle .deps/include/ on a machine
+# with nettle-dev; .deps is ignored by git) and the build finds them there.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-results}
@@ -39,6 +42,9 @@ want() { [[ $STEPS == *",$1,"* ]]; }
 
 step "build"
 nproc_=$(nproc)
+if [ ! -e /usr/include/nettle/gcm.h ] && [ -e .deps/include/nettle/gcm.h ]; then
+  export RGPU_NETTLE_INCLUDE=$PWD/.deps/include
+fi
 { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build -j"$nproc_"; } >"$OUT/build.log" 2>&1 ||
   { tail -50 "$OUT/build.log"; exit 1; }
 echo "built"
@@ -238,9 +244,17 @@ if want tls; then
   step "over TLS 1.3: the driver-API program, and PyTorch CUDA training against plain TCP (tests/gpu/tls.sh)"
   tests/gpu/tls.sh "$OUT" "$REAL" "${RGPU_TORCH_PYTHON:-python3}" 2>&1 | tee "$OUT/tls.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "rgpu's TLS records against OpenSSL's on this host (protocol/tls_records_test; Nettle: $(grep -q RGPU_HAVE_NETTLE build/build.ninja && echo used || echo not found))"
+  build/bin/tls_records_test 2>&1 | tee "$OUT/tls_records_test.log" | tail -2
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
   step "driver path over TLS 1.3 against plain TCP, A B A B (bench/pair_driver_bench.sh --tls-new)"
   bench/pair_driver_bench.sh build build "$RESULTS/tlsbench" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" $QUICK --tls-new ||
     status=1
+  if [ "$nproc_" -ge 10 ]; then
+    step "the same with servers on CPUs 2-5 and clients on 6-9, both sides (--pin): where the scheduler puts them aside"
+    bench/pair_driver_bench.sh build build "$RESULTS/tlsbench_pinned" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" $QUICK \
+      --tls-new --pin 2-5:6-9 || status=1
+  fi
   step "the channel over TLS 1.3 against plain TCP, without a GPU: round trip and 1 MiB bulk (bench/channel_bench.cpp), and this host's AEAD speed"
   { lscpu | grep -E 'Model name|^CPU\(s\)'; for c in aes-128-gcm chacha20-poly1305; do openssl speed -seconds 1 -bytes 16384 -evp $c 2>/dev/null | tail -1; done; } |
     tee "$OUT/tls_host.log"
