@@ -124,9 +124,9 @@ def _prebuilt_arguments():
 
 
 def _nettle():
-    """Nettle's header directory (RGPU_NETTLE_INCLUDE or the system's) and library, or None."""
-    include = next((d for d in (os.environ.get("RGPU_NETTLE_INCLUDE"), "/usr/include", "/usr/local/include")
-                    if d and os.path.exists(os.path.join(d, "nettle", "gcm.h"))), None)
+    """Nettle's header directory and library, or None."""
+    include = next((d for d in ("/usr/include", "/usr/local/include")
+                    if os.path.exists(os.path.join(d, "nettle", "gcm.h"))), None)
     # libnettle.so comes with the headers; where only the runtime library is installed, its soname.
     lib = next((p for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
                 for p in (os.path.join(d, "libnettle.so"), os.path.join(d, "libnettle.so.8")) if os.path.exists(p)),

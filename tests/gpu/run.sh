@@ -43,7 +43,7 @@ want() { [[ $STEPS == *",$1,"* ]]; }
 step "build"
 nproc_=$(nproc)
 if [ ! -e /usr/include/nettle/gcm.h ] && [ -e .deps/include/nettle/gcm.h ]; then
-  export RGPU_NETTLE_INCLUDE=$PWD/.deps/include
+  export CMAKE_INCLUDE_PATH=$PWD/.deps/include
 fi
 { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build -j"$nproc_"; } >"$OUT/build.log" 2>&1 ||
   { tail -50 "$OUT/build.log"; exit 1; }
