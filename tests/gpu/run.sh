@@ -8,6 +8,8 @@
 #   tests/gpu/run.sh [--quick]       RGPU_GPU_CTEST=1 also runs ctest there; RGPU_GPU_BENCH=0 skips the benchmark
 #   RGPU_GPU_STEPS=core,runtime,conformance,corpus,samples,nvml,suspend,multiserver,nccl,multigpu,package,reconnect,tls,torch,torchdev,torchstep,bench,abbench,startup,train
 #                                  the steps to run (default: all but abbench)
+#   RGPU_AB_PAIRS=N                abbench and tls: A B pairs of bench/pair_driver_bench.sh (default 3)
+#   RGPU_SAME_PAIRS=N              tls: programs timing the small call over TLS and plain TCP at once (default 9)
 #   RGPU_AB_SPIN=1                 abbench: a second A B A B with RGPU_SPIN=1 (common/spin_policy.h)
 #   RGPU_GPU_BASE_TREE=DIR         abbench: the source tree of the commit to compare against (e.g. from
 #                                  `git archive BASE | tar -x -C DIR`); it is built in DIR/build-base and its
@@ -250,11 +252,9 @@ if want tls; then
   step "driver path over TLS 1.3 against plain TCP, A B A B (bench/pair_driver_bench.sh --tls-new)"
   bench/pair_driver_bench.sh build build "$RESULTS/tlsbench" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" $QUICK --tls-new ||
     status=1
-  if [ "$nproc_" -ge 10 ]; then
-    step "the same with servers on CPUs 2-5 and clients on 6-9, both sides (--pin): where the scheduler puts them aside"
-    bench/pair_driver_bench.sh build build "$RESULTS/tlsbench_pinned" --driver "$REAL" --pairs "${RGPU_AB_PAIRS:-3}" $QUICK \
-      --tls-new --pin 2-5:6-9 || status=1
-  fi
+  step "the small synchronous call over TLS 1.3 and plain TCP in one program, alternating rounds (pair_driver_bench.sh --same-process)"
+  bench/pair_driver_bench.sh build build "$RESULTS/tlsbench_same" --driver "$REAL" --pairs "${RGPU_SAME_PAIRS:-9}" --tls-new \
+    --same-process 21 || status=1
   step "the channel over TLS 1.3 against plain TCP, without a GPU: round trip and 1 MiB bulk (bench/channel_bench.cpp), and this host's AEAD speed"
   { lscpu | grep -E 'Model name|^CPU\(s\)'; for c in aes-128-gcm chacha20-poly1305; do openssl speed -seconds 1 -bytes 16384 -evp $c 2>/dev/null | tail -1; done; } |
     tee "$OUT/tls_host.log"
