@@ -39,8 +39,9 @@ constexpr size_t kGatherBelow = 2048;
 // calls cost more than the cipher on a record this small: a nonce's set-up and the tag go through
 // OSSL_PARAM look-ups, about 2,000 of the 3,000 instructions of a 100-byte record (callgrind);
 // Nettle's are plain calls, about 1,000 in all. A small call's round trip opens two records and
-// seals two. Debian 12's Nettle (3.8) computes GHASH with tables, slower than OpenSSL's
-// carry-less multiply per byte, so larger records, bulk above all, stay with EVP.
+// seals two. Per byte Nettle is the slower (OpenSSL's AES-GCM is one stitched pass over the
+// data, Nettle's two: counter mode, then GHASH): from about 1 KiB a record costs more with it, so
+// larger records, bulk above all, stay with EVP.
 constexpr size_t kSmallInner = 512;
 // Records opened by several threads only when this many are at hand (512 KiB: bulk); fewer are
 // opened by the reader alone, whose latency waking the threads would cost.
