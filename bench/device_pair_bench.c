@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "bench_clock.h"
 
 #define CU(call)                                                                                    \
   do {                                                                                              \
@@ -25,33 +26,17 @@
     }                                                                                               \
   } while (0)
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* The median of `calls` timed cuMemGetInfo calls in context c. */
 static double small_call_us(CUcontext c, double* t, int calls) {
   size_t free_b, total_b;
   CU(cuCtxSetCurrent(c));
   for (int i = 0; i < 50; ++i) CU(cuMemGetInfo(&free_b, &total_b));  // warm, after the switch
   for (int i = 0; i < calls; ++i) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     CU(cuMemGetInfo(&free_b, &total_b));
-    t[i] = now_us() - t0;
+    t[i] = bench_now_us() - t0;
   }
-  return median(t, calls);
+  return bench_quantile(t, calls, 0.5);
 }
 
 int main(int argc, char** argv) {
@@ -94,7 +79,8 @@ int main(int argc, char** argv) {
     fprintf(f, "%s\n    {\"device0_us\": %.3f, \"device1_us\": %.3f, \"device1_over_device0\": %.4f}", r ? "," : "",
             us[0][r], us[1][r], ratio[r]);
   }
-  const double m0 = median(us[0], rounds), m1 = median(us[1], rounds), mr = median(ratio, rounds);
+  const double m0 = bench_quantile(us[0], rounds, 0.5), m1 = bench_quantile(us[1], rounds, 0.5);
+  const double mr = bench_quantile(ratio, rounds, 0.5);
   fprintf(f, "\n  ],\n  \"device0_us\": %.3f,\n  \"device1_us\": %.3f,\n  \"device1_over_device0\": %.4f\n}\n", m0, m1,
           mr);
   fclose(f);

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_clock.h"
+
 static const char* err_name(CUresult rc) {
   const char* s = NULL;
   cuGetErrorName(rc, &s);
@@ -37,34 +39,14 @@ static const char* err_name(CUresult rc) {
     }                                                                                          \
   } while (0)
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
-/* Sorts v in place; q in [0, 1], nearest-rank. */
-static double quantile(double* v, int n, double q) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  int i = (int)(q * n + 0.5) - 1;
-  if (i < 0) i = 0;
-  if (i >= n) i = n - 1;
-  return v[i];
-}
-
 typedef struct {
   double median, p99;
 } Dist;
 
 static Dist dist(double* v, int n) {
   Dist d;
-  d.p99 = quantile(v, n, 0.99);
-  d.median = quantile(v, n, 0.50);
+  d.p99 = bench_quantile(v, n, 0.99);
+  d.median = bench_quantile(v, n, 0.50);
   return d;
 }
 
@@ -136,13 +118,13 @@ static void bench_launch(const Plan* p, CUfunction fn, Results* r) {
 
   double* per = malloc(sizeof(double) * (size_t)p->launch_reps);
   for (int rep = 0; rep < p->launch_reps; ++rep) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     for (int i = 0; i < p->launch_n; ++i) CU(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
     CU(cuStreamSynchronize(NULL));
-    per[rep] = (now_us() - t0) / p->launch_n;
+    per[rep] = (bench_now_us() - t0) / p->launch_n;
   }
-  r->launch_us = quantile(per, p->launch_reps, 0.5);
-  r->launch_best_us = per[0]; /* sorted by quantile() */
+  r->launch_us = bench_quantile(per, p->launch_reps, 0.5);
+  r->launch_best_us = per[0]; /* sorted by bench_quantile() */
   free(per);
 
   double* t = malloc(sizeof(double) * (size_t)p->launch_sync_n);
@@ -151,10 +133,10 @@ static void bench_launch(const Plan* p, CUfunction fn, Results* r) {
     CU(cuStreamSynchronize(NULL));
   }
   for (int i = 0; i < p->launch_sync_n; ++i) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     CU(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
     CU(cuStreamSynchronize(NULL));
-    t[i] = now_us() - t0;
+    t[i] = bench_now_us() - t0;
   }
   r->launch_sync = dist(t, p->launch_sync_n);
   free(t);
@@ -165,9 +147,9 @@ static void bench_small_call(const Plan* p, Results* r) {
   for (int i = 0; i < 200; ++i) CU(cuMemGetInfo(&free_b, &total_b));
   double* t = malloc(sizeof(double) * (size_t)p->small_n);
   for (int i = 0; i < p->small_n; ++i) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     CU(cuMemGetInfo(&free_b, &total_b));
-    t[i] = now_us() - t0;
+    t[i] = bench_now_us() - t0;
   }
   r->small_call = dist(t, p->small_n);
   free(t);
@@ -180,16 +162,16 @@ static void bench_memcpy_8b(const Plan* p, Results* r) {
   double* t = malloc(sizeof(double) * (size_t)p->memcpy8_n);
   for (int i = 0; i < 200; ++i) CU(cuMemcpyHtoD(d, &h, 8));
   for (int i = 0; i < p->memcpy8_n; ++i) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     CU(cuMemcpyHtoD(d, &h, 8));
-    t[i] = now_us() - t0;
+    t[i] = bench_now_us() - t0;
   }
   r->htod8 = dist(t, p->memcpy8_n);
   for (int i = 0; i < 200; ++i) CU(cuMemcpyDtoH(&back, d, 8));
   for (int i = 0; i < p->memcpy8_n; ++i) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     CU(cuMemcpyDtoH(&back, d, 8));
-    t[i] = now_us() - t0;
+    t[i] = bench_now_us() - t0;
   }
   r->dtoh8 = dist(t, p->memcpy8_n);
   if (back != h) {
@@ -216,11 +198,11 @@ static void bench_bulk(const Plan* p, Results* r) {
   CU(cuMemcpyDtoH(h, d, n));
   double best_htod = 1e300, best_dtoh = 1e300;
   for (int rep = 0; rep < p->bulk_reps; ++rep) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     CU(cuMemcpyHtoD(d, h, n));
-    double t1 = now_us();
+    double t1 = bench_now_us();
     CU(cuMemcpyDtoH(h, d, n));
-    double t2 = now_us();
+    double t2 = bench_now_us();
     if (t1 - t0 < best_htod) best_htod = t1 - t0;
     if (t2 - t1 < best_dtoh) best_dtoh = t2 - t1;
   }
@@ -265,9 +247,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  double t_init = now_us();
+  double t_init = bench_now_us();
   CU(cuInit(0));
-  t_init = now_us() - t_init;
+  t_init = bench_now_us() - t_init;
   CUdevice dev;
   CUcontext ctx;
   char name[256] = {0};

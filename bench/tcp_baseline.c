@@ -20,23 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_clock.h"
+
 enum { kMsg = 64, kWarmup = 2000, kRoundTrips = 20000, kBulkReps = 3 };
 static const size_t kChunk = 8u << 20;
 
 static void die(const char* what) {
   perror(what);
   exit(1);
-}
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
 }
 
 static void write_all(int fd, const void* p, size_t n) {
@@ -150,13 +141,13 @@ int main(int argc, char** argv) {
   memset(msg, 0x42, sizeof msg);
   double* rtt = malloc(sizeof(double) * kRoundTrips);
   for (int i = 0; i < kWarmup + kRoundTrips; ++i) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     write_all(fd, msg, kMsg);
     read_all(fd, msg, kMsg);
-    if (i >= kWarmup) rtt[i - kWarmup] = now_us() - t0;
+    if (i >= kWarmup) rtt[i - kWarmup] = bench_now_us() - t0;
   }
   close(fd);
-  qsort(rtt, kRoundTrips, sizeof *rtt, cmp_double);
+  qsort(rtt, kRoundTrips, sizeof *rtt, bench_cmp_double);
   double rtt_p50 = rtt[kRoundTrips / 2 - 1], rtt_p99 = rtt[(int)(kRoundTrips * 0.99) - 1];
 
   /* Bulk: one warm-up transfer, then best of kBulkReps. */
@@ -166,14 +157,14 @@ int main(int argc, char** argv) {
   double best_us = 1e300;
   for (int rep = 0; rep < kBulkReps + 1; ++rep) {
     fd = connect_to(port);
-    double t0 = now_us();
+    double t0 = bench_now_us();
     for (size_t sent = 0; sent < peer.bulk_bytes; sent += kChunk) {
       size_t n = peer.bulk_bytes - sent < kChunk ? peer.bulk_bytes - sent : kChunk;
       write_all(fd, buf, n);
     }
     char ack = 0;
     read_all(fd, &ack, 1);
-    double us = now_us() - t0;
+    double us = bench_now_us() - t0;
     close(fd);
     if (rep > 0 && us < best_us) best_us = us;
   }
