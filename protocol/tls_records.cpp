@@ -92,11 +92,6 @@ bool expand_label(Suite suite, const uint8_t* secret, size_t secret_len, const c
   return ok;
 }
 
-// A cipher context per thread and direction, set up with the key it last used: a record costs
-// its nonce's set-up, not the key schedule, while one key is in use. Held through a plain
-// thread_local pointer and freed by a pthread key's destructor when the thread ends: a
-// thread_local object with a destructor is destroyed at exit() before the atexit handlers run,
-// and the CUDA shim says goodbye to its servers from one (over TLS: sealing a record).
 #if RGPU_HAVE_NETTLE
 // One direction's Nettle AES-GCM state: the key schedule and GHASH table of one traffic key, and
 // the record in progress.
@@ -112,6 +107,12 @@ struct SmallGcm {
 };
 #endif
 
+// A cipher context per thread and direction (EVP's, and Nettle's for small records), set up with
+// the key it last used: a record costs its nonce's set-up, not the key schedule, while one key is
+// in use. Held through a plain thread_local pointer and freed by a pthread key's destructor when
+// the thread ends: a thread_local object with a destructor is destroyed at exit() before the
+// atexit handlers run, and the CUDA shim says goodbye to its servers from one (over TLS: sealing
+// a record).
 struct Contexts {
   EVP_CIPHER_CTX* ctx[2] = {};
   uint64_t serial[2] = {};
