@@ -34,6 +34,10 @@ while [[ $# -gt 0 ]]; do
     *) echo "pair_driver_bench: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+if [ -n "$SAME_ROUNDS" ] && [ $TLS_BASE = 1 ]; then
+  echo "pair_driver_bench: --same-process cannot take --tls: one program pins one server's fingerprint (use --tls-new)" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
 IMAGE=$NEW/tests/kernels/test_kernels.fatbin
 # Starts SIDE's rgpu-server from BUILD for pair PAIR; sets SERVER_PID, SERVER_RT (its runtime
