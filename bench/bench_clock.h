@@ -1,5 +1,6 @@
-/* What the plain-C benchmarks (driver_bench, device_pair_bench, tcp_baseline) share: a
- * microsecond clock and nearest-rank quantiles. Header-only: each benchmark is one C file. */
+/* What the plain-C benchmarks (driver_bench, device_pair_bench, tcp_baseline, tests/gpu's
+ * cross_copy_bench and nccl_bench) share: a monotonic clock and nearest-rank quantiles.
+ * Header-only: each benchmark is one C file. */
 #pragma once
 
 #include <stdlib.h>
@@ -10,6 +11,8 @@ static inline double bench_now_us(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
+
+static inline double bench_now_s(void) { return bench_now_us() / 1e6; }
 
 static inline int bench_cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;

@@ -14,17 +14,8 @@
 #include <string.h>
 
 #include "bench_clock.h"
-
-#define CU(call)                                                                                    \
-  do {                                                                                              \
-    CUresult rc_ = (call);                                                                          \
-    if (rc_ != CUDA_SUCCESS) {                                                                      \
-      const char* s_ = NULL;                                                                        \
-      cuGetErrorName(rc_, &s_);                                                                     \
-      fprintf(stderr, "device_pair_bench: %s failed: %s (%d)\n", #call, s_ ? s_ : "?", (int)rc_); \
-      exit(1);                                                                                      \
-    }                                                                                               \
-  } while (0)
+#define BENCH_NAME "device_pair_bench"
+#include "bench_cu.h"
 
 /* The median of `calls` timed cuMemGetInfo calls in context c. */
 static double small_call_us(CUcontext c, double* t, int calls) {

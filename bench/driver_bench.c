@@ -21,23 +21,8 @@
 #include <time.h>
 
 #include "bench_clock.h"
-
-static const char* err_name(CUresult rc) {
-  const char* s = NULL;
-  cuGetErrorName(rc, &s);
-  return s ? s : "?";
-}
-
-/* A benchmark that keeps going after a failed call measures nothing: stop with the reason. */
-#define CU(call)                                                                               \
-  do {                                                                                         \
-    CUresult rc_ = (call);                                                                     \
-    if (rc_ != CUDA_SUCCESS) {                                                                 \
-      fprintf(stderr, "driver_bench: %s failed: %s (%d) at %s:%d\n", #call, err_name(rc_),     \
-              (int)rc_, __FILE__, __LINE__);                                                   \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
+#define BENCH_NAME "driver_bench"
+#include "bench_cu.h"
 
 typedef struct {
   double median, p99;

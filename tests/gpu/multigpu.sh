@@ -62,7 +62,7 @@ status=0
 runs=()
 
 # The copy program, against cuda.h, linked to the shim's libcuda.so (the loader picks the library).
-cc -O2 -I"${RGPU_CUDA_INCLUDE:-/usr/local/cuda/include}" tests/gpu/cross_copy_bench.c -L"$BUILD/lib" -lcuda \
+cc -O2 -I"${RGPU_CUDA_INCLUDE:-/usr/local/cuda/include}" -Ibench tests/gpu/cross_copy_bench.c -L"$BUILD/lib" -lcuda \
   -o "$OUT/cross_copy_bench" 2>"$OUT/cross_copy_bench_cc.log" || { echo "cross_copy_bench: does not compile"; cat "$OUT/cross_copy_bench_cc.log"; exit 1; }
 
 # server PORT NAME [VAR=VALUE...]: an rgpu-server on the real driver and NVIDIA's NCCL (or the fakes).

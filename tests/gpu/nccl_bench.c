@@ -16,65 +16,50 @@
 
 #include "protocol/nccl.h"
 
-#define DIE(...)                      \
-  do {                                \
-    fprintf(stderr, "nccl_bench: ");  \
-    fprintf(stderr, __VA_ARGS__);     \
-    fprintf(stderr, "\n");            \
-    exit(1);                          \
-  } while (0)
-#define CUX(call)                                                        \
-  do {                                                                   \
-    CUresult r_ = (call);                                                \
-    if (r_ != CUDA_SUCCESS) DIE("%s failed: CUDA error %d", #call, r_); \
-  } while (0)
+#define BENCH_NAME "nccl_bench"
+#include "bench_clock.h"
+#include "bench_cu.h"
 #define NCX(call)                                                                                   \
   do {                                                                                              \
     ncclResult_t r_ = (call);                                                                       \
-    if (r_ != ncclSuccess) DIE("%s failed: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
+    if (r_ != ncclSuccess) BENCH_DIE("%s failed: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
   } while (0)
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int run_rank(int rank, int nranks, size_t max_bytes, int id_in, const int* id_out) {
-  CUX(cuInit(0));
+  CU(cuInit(0));
   int count = 0;
-  CUX(cuDeviceGetCount(&count));
+  CU(cuDeviceGetCount(&count));
   CUcontext ctx;
-  CUX(cuDevicePrimaryCtxRetain(&ctx, rank % count));
-  CUX(cuCtxSetCurrent(ctx));
+  CU(cuDevicePrimaryCtxRetain(&ctx, rank % count));
+  CU(cuCtxSetCurrent(ctx));
   CUstream stream;
-  CUX(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   ncclUniqueId id;
   if (rank == 0) {
     NCX(ncclGetUniqueId(&id));
     for (int r = 1; r < nranks; ++r)
-      if (write(id_out[r], &id, sizeof id) != sizeof id) DIE("cannot pass the unique id");
+      if (write(id_out[r], &id, sizeof id) != sizeof id) BENCH_DIE("cannot pass the unique id");
   } else if (read(id_in, &id, sizeof id) != sizeof id) {
-    DIE("cannot read the unique id");
+    BENCH_DIE("cannot read the unique id");
   }
   ncclComm_t comm;
   NCX(ncclCommInitRank(&comm, nranks, id, rank));
   CUdeviceptr send, recv;
-  CUX(cuMemAlloc(&send, max_bytes));
-  CUX(cuMemAlloc(&recv, max_bytes));
-  CUX(cuMemsetD32(send, 0x3f800000u, max_bytes / 4)); /* 1.0f */
+  CU(cuMemAlloc(&send, max_bytes));
+  CU(cuMemAlloc(&recv, max_bytes));
+  CU(cuMemsetD32(send, 0x3f800000u, max_bytes / 4)); /* 1.0f */
   for (size_t bytes = 8; bytes <= max_bytes; bytes *= 2) {
     const size_t n = bytes / 4;
     const int iters = bytes <= (1u << 20) ? 50 : bytes <= (64u << 20) ? 20 : 5;
     for (int i = 0; i < 3; ++i) NCX(ncclAllReduce((void*)send, (void*)recv, n, ncclFloat, ncclSum, comm, stream));
-    CUX(cuStreamSynchronize(stream));
-    const double t0 = now_s();
+    CU(cuStreamSynchronize(stream));
+    const double t0 = bench_now_s();
     for (int i = 0; i < iters; ++i) NCX(ncclAllReduce((void*)send, (void*)recv, n, ncclFloat, ncclSum, comm, stream));
-    CUX(cuStreamSynchronize(stream));
-    const double t = (now_s() - t0) / iters;
+    CU(cuStreamSynchronize(stream));
+    const double t = (bench_now_s() - t0) / iters;
     float first = 0;
-    CUX(cuMemcpyDtoH(&first, recv, sizeof first));
-    if (first != (float)nranks) DIE("all-reduce of %zu bytes gave %g, not %d", bytes, first, nranks);
+    CU(cuMemcpyDtoH(&first, recv, sizeof first));
+    if (first != (float)nranks) BENCH_DIE("all-reduce of %zu bytes gave %g, not %d", bytes, first, nranks);
     if (rank == 0) {
       const double algbw = bytes / t / 1e9;
       printf("{\"bytes\": %zu, \"us\": %.2f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"ranks\": %d}\n", bytes, t * 1e6,
@@ -83,18 +68,18 @@ static int run_rank(int rank, int nranks, size_t max_bytes, int id_in, const int
     }
   }
   NCX(ncclCommDestroy(comm));
-  CUX(cuMemFree(send));
-  CUX(cuMemFree(recv));
+  CU(cuMemFree(send));
+  CU(cuMemFree(recv));
   return 0;
 }
 
 int main(int argc, char** argv) {
   const int nranks = argc > 1 ? atoi(argv[1]) : 2;
   const size_t max_bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : (size_t)1 << 30;
-  if (nranks < 1 || nranks > 16 || max_bytes < 8) DIE("usage: nccl_bench NRANKS (1..16) [MAX_BYTES]");
+  if (nranks < 1 || nranks > 16 || max_bytes < 8) BENCH_DIE("usage: nccl_bench NRANKS (1..16) [MAX_BYTES]");
   int pipes[16][2], out[16] = {0};
   for (int r = 1; r < nranks; ++r) {
-    if (pipe(pipes[r]) != 0) DIE("pipe");
+    if (pipe(pipes[r]) != 0) BENCH_DIE("pipe");
     out[r] = pipes[r][1];
   }
   for (int r = 1; r < nranks; ++r)
