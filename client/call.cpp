@@ -45,7 +45,7 @@ CUresult Call::invoke() {
     if (!conn) return several_servers() && connection() ? CUDA_ERROR_NOT_SUPPORTED : no_connection_result();
     device_work::note(op_, stream_);
     if (!checked_) device_work::unanswered();
-    if (mapped::active()) mapped::push(thread_id(), op_);
+    if (mapped::active()) mapped::push(*conn, thread_id(), op_);
     if (!conn->send_oneway(op_, thread_id(), args_buf_.data(), args_buf_.size(), attach_, attach_len_))
       return CUDA_ERROR_DEVICE_UNAVAILABLE;
     count_call(op_, false);
@@ -59,7 +59,7 @@ CUresult Call::submit() {
   Connection* conn = route();
   if (!conn) return several_servers() && connection() ? CUDA_ERROR_NOT_SUPPORTED : no_connection_result();
   device_work::note(op_, stream_);
-  if (mapped::active()) mapped::push(thread_id(), op_);
+  if (mapped::active()) mapped::push(*conn, thread_id(), op_);
   slot_.sink = sink_;
   slot_.sink_prefix = sink_ ? sizeof(proto::ReplyPrefix) + sink_prefix_ : 0;
   slot_.sink_cap = sink_cap_;

@@ -340,7 +340,7 @@ bool Connection::read_one(std::chrono::milliseconds timeout, bool* idle) {
       return false;
     }
     MappedUpdateHandler apply = mapped_handler_.load();
-    if (!apply || !apply(payload.data(), payload.size())) {
+    if (!apply || !apply(*this, payload.data(), payload.size())) {
       mark_broken(log::format("the server sent a mapped-memory update outside any mapped buffer (%u bytes)", h.length));
       return false;
     }
@@ -463,7 +463,7 @@ void Connection::callback_loop() {
       ready_.erase(ready_.begin());
       CallbackHandler h = cb_handler_;
       lock.unlock();
-      if (h) h(n.id, n.status, n.run);
+      if (h) h(*this, n.id, n.status, n.run);
       lock.lock();
       continue;
     }

@@ -84,13 +84,14 @@ class Connection {
   // Sends everything queued now.
   bool flush();
 
-  // Host callbacks. The handler runs on the callback thread for each kOpCallback frame.
-  using CallbackHandler = void (*)(uint64_t id, int32_t status, bool run);
+  // Host callbacks. The handler runs on the callback thread for each kOpCallback frame; `from`
+  // is this connection, which the answer (kOpCallbackDone) goes back on.
+  using CallbackHandler = void (*)(Connection& from, uint64_t id, int32_t status, bool run);
   void set_callback_handler(CallbackHandler h);
   // Mapped host memory: the handler applies each kOpMappedUpdate frame on the reading thread and
-  // returns false when the update is out of bounds (the connection then breaks). Without one,
-  // such a frame breaks the connection.
-  using MappedUpdateHandler = bool (*)(const uint8_t* payload, size_t n);
+  // returns false when the update is out of bounds or names a buffer of another server's (the
+  // connection then breaks). Without one, such a frame breaks the connection.
+  using MappedUpdateHandler = bool (*)(const Connection& from, const uint8_t* payload, size_t n);
   void set_mapped_update_handler(MappedUpdateHandler h) { mapped_handler_.store(h); }
   // Async device-to-host data (kOpAsyncData): `dest` gives the buffer registered under the
   // delivery id for n bytes (nullptr: unknown id or wrong length, the connection then breaks);

@@ -170,6 +170,7 @@ struct Range {
   uint8_t* base = nullptr;
   size_t size = 0;
   CUdeviceptr dptr = 0;
+  int server = 0;               // whose copy it is: the server of the context current at map()
   bool managed = false;         // map_managed: ours to munmap when the server says it was freed
   bool tracked = false;         // WriteTracker reports the program's writes; no shadow
   bool fresh = false;           // tracked, and the server has not seen the initial contents yet
@@ -196,12 +197,13 @@ Range* find_locked(uintptr_t p) {
 
 size_t page_span(size_t n) { return (n + kPage - 1) / kPage * kPage; }
 
-// Records [base, base + size) as mirrored by the server's buffer at device pointer d.
-void add_range(void* base, size_t size, CUdeviceptr d, bool managed) {
+// Records [base, base + size) as mirrored by the buffer of `server` at device pointer d.
+void add_range(void* base, size_t size, CUdeviceptr d, bool managed, int server) {
   Range r;
   r.base = static_cast<uint8_t*>(base);
   r.size = size;
   r.dptr = d;
+  r.server = server;
   r.managed = managed;
   WriteTracker* tracker = WriteTracker::get();
   r.tracked = tracker && tracker->track(r.base, page_span(size));
@@ -219,23 +221,43 @@ void add_range(void* base, size_t size, CUdeviceptr d, bool managed) {
 
 std::atomic<int> g_count{0};
 
+// kOpMappedFree of the server copy at `key` (a mapped range's host base, a managed range's
+// address) on `server`: one-way.
+void free_on(int server, uint64_t key) {
+  Call f(proto::kOpMappedFree, kOneWay);
+  f.to_server(server);
+  proto::wire::put_mapped_free(f.args(), key);
+  f.invoke();
+}
+
+// Several servers: records the device pointer of a new range as `server`'s, so that calls naming
+// it go there (client/call.h keep_allocation); one that coincides with another server's memory
+// is freed again and refused.
+CUresult keep(const char* what, CUdeviceptr d, size_t size, int server, uint64_t key) {
+  if (!several_servers()) return CUDA_SUCCESS;
+  return keep_allocation(what, &d, size, server, [server, key](CUdeviceptr) { free_on(server, key); });
+}
+
 CUresult map(void* base, size_t size, unsigned flags, CUdeviceptr* dptr) {
-  if (Connection* conn = connection()) conn->set_mapped_update_handler(apply_update);
   Call c(proto::kOpMappedAlloc, kWaits);
+  const int server = c.server();  // the current context's: its GPU is the one that reads the copy
+  if (Connection* conn = connection(server)) conn->set_mapped_update_handler(apply_update);
   proto::wire::put_mapped_alloc(c.args(), {reinterpret_cast<uintptr_t>(base), size, flags});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
   proto::wire::MappedAllocReply got;  // its server address is for traces
   if (!proto::wire::read_mapped_alloc_reply(c.reply(), &got)) return CUDA_ERROR_UNKNOWN;
   const uint64_t d = got.dptr;
-  add_range(base, size, d, false);
+  if (CUresult k = keep("mapped host memory", d, size, server, reinterpret_cast<uintptr_t>(base))) return k;
+  add_range(base, size, d, false, server);
   *dptr = d;
   return CUDA_SUCCESS;
 }
 
 CUresult map_managed(size_t size, unsigned flags, CUdeviceptr* dptr) {
-  if (Connection* conn = connection()) conn->set_mapped_update_handler(apply_update);
   Call c(proto::kOpManagedAlloc, kWaits);
+  const int server = c.server();
+  if (Connection* conn = connection(server)) conn->set_mapped_update_handler(apply_update);
   proto::wire::put_managed_alloc(c.args(), {size, flags});
   CUresult rc = c.invoke();
   if (rc != CUDA_SUCCESS) return rc;
@@ -250,9 +272,7 @@ CUresult map_managed(size_t size, unsigned flags, CUdeviceptr* dptr) {
   if (p != want) {
     int err = p == MAP_FAILED ? errno : EEXIST;
     if (p != MAP_FAILED) munmap(p, page_span(size));  // a kernel older than 4.17 took it as a hint
-    Call f(proto::kOpMappedFree, kOneWay);
-    proto::wire::put_mapped_free(f.args(), x);
-    f.invoke();
+    free_on(server, x);
     trace_call("cuMemAllocManaged");
     log::error("cuMemAllocManaged is not supported here: the server's driver placed %zu bytes of managed memory at "
                "0x%llx, and this process cannot map its copy there (%s); rgpu needs the same address on both "
@@ -260,23 +280,28 @@ CUresult map_managed(size_t size, unsigned flags, CUdeviceptr* dptr) {
                size, static_cast<unsigned long long>(x), std::strerror(err));
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  add_range(p, size, x, true);
+  if (CUresult k = keep("cuMemAllocManaged", x, size, server, x)) {
+    munmap(p, page_span(size));
+    return k;
+  }
+  add_range(p, size, x, true, server);
   *dptr = x;
   return CUDA_SUCCESS;
 }
 
 bool unmap(void* base) {
+  int server = 0;
   {
     std::lock_guard lk(mu());
     auto it = ranges().find(reinterpret_cast<uintptr_t>(base));
     if (it == ranges().end()) return false;
     if (it->second.tracked) WriteTracker::get()->untrack(it->second.base, page_span(it->second.size));
+    server = it->second.server;
+    forget_allocation(it->second.dptr);
     ranges().erase(it);
     g_count.fetch_sub(1, std::memory_order_relaxed);
   }
-  Call c(proto::kOpMappedFree, kOneWay);
-  proto::wire::put_mapped_free(c.args(), reinterpret_cast<uintptr_t>(base));
-  c.invoke();
+  free_on(server, reinterpret_cast<uintptr_t>(base));
   return true;
 }
 
@@ -303,8 +328,9 @@ bool managed_range(uintptr_t p, uintptr_t* base, size_t* size) {
   return true;
 }
 
-void push(uint32_t thread_id, uint16_t op) {
+void push(Connection& conn, uint32_t thread_id, uint16_t op) {
   if (!op_touches_memory(op)) return;
+  const bool several = several_servers();
   // Runs of changed pages are copied out under the lock and sent after it, so the reading
   // thread (apply_update) never waits behind a blocked send.
   struct Run {
@@ -315,6 +341,7 @@ void push(uint32_t thread_id, uint16_t op) {
   {
     std::lock_guard lk(mu());
     for (auto& [base, r] : ranges()) {
+      if (several && connection(r.server) != &conn) continue;  // another server's GPU reads it
       auto copy_out = [&](size_t at, size_t n) {
         runs.push_back(Run{base, at, std::vector<uint8_t>(r.base + at, r.base + at + n)});
         return true;
@@ -345,16 +372,14 @@ void push(uint32_t thread_id, uint16_t op) {
       r.scan_failed = !ok;
     }
   }
-  Connection* conn = connection();
-  if (!conn) return;
   for (const Run& run : runs) {
     uint8_t head[proto::wire::kMappedBytesHead];
     proto::wire::put_mapped_bytes_head(head, run.base, run.offset);
-    conn->send_oneway(proto::kOpMappedWrite, thread_id, head, sizeof head, run.bytes.data(), run.bytes.size());
+    conn.send_oneway(proto::kOpMappedWrite, thread_id, head, sizeof head, run.bytes.data(), run.bytes.size());
   }
 }
 
-bool apply_update(const uint8_t* payload, size_t n) {
+bool apply_update(const Connection& from, const uint8_t* payload, size_t n) {
   Reader in(payload, n);
   proto::wire::MappedBytes got;
   if (!proto::wire::read_mapped_bytes(in, &got)) return false;
@@ -363,6 +388,8 @@ bool apply_update(const uint8_t* payload, size_t n) {
   const uint8_t* bytes = got.bytes;
   std::lock_guard lk(mu());
   auto it = ranges().find(base);
+  // A server names only its own buffers: one of another server's is that server's to change.
+  if (it != ranges().end() && connection(it->second.server) != &from) return false;
   if (offset == proto::wire::kManagedFreed) {
     // The program freed a managed buffer (cuMemFree_v2): its copy here goes too.
     if (len != 0) return false;
@@ -370,6 +397,7 @@ bool apply_update(const uint8_t* payload, size_t n) {
     Range& r = it->second;
     if (r.tracked) WriteTracker::get()->untrack(r.base, page_span(r.size));
     munmap(r.base, page_span(r.size));
+    forget_allocation(r.dptr);
     ranges().erase(it);
     g_count.fetch_sub(1, std::memory_order_relaxed);
     return true;
@@ -390,6 +418,18 @@ bool apply_update(const uint8_t* payload, size_t n) {
 
 CUresult copy(uint16_t op, bool async, CUdeviceptr device, const void* host, size_t n, uint64_t stream) {
   Call c(proto::kOpMappedCopy, async ? kOneWay : kWaits);
+  if (several_servers()) {
+    // On the server whose copy the host side is; a device side or stream of another server makes
+    // the call name two servers, which invoke() refuses saying so.
+    int server = -1;
+    {
+      std::lock_guard lk(mu());
+      if (Range* r = find_locked(reinterpret_cast<uintptr_t>(host))) server = r->server;
+    }
+    c.to_server(server);
+    c.via_pointer(device);
+    c.to_server(handle_server(stream));
+  }
   proto::wire::put_mapped_copy(c.args(), {op, device, stream, reinterpret_cast<uintptr_t>(host), n});
   return c.invoke();
 }

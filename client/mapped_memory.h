@@ -14,6 +14,11 @@
 // and comes back as a kOpMappedUpdate; a host-to-device copy reads the server's copy after the
 // push that precedes it.
 //
+// Several servers (RGPU_SERVER=a,b): a range's copy lives on the server of the context current when
+// it was made, whose GPUs alone can reach it (a GPU cannot read another host's memory); the
+// program's writes go to that server before its calls that can read memory, and only that server
+// may send the range's updates.
+//
 // Managed memory (cuMemAllocManaged) is a mapped range the other way round: the server's driver
 // picks the address, and this process maps its copy there (map_managed), so the one pointer
 // works as a device pointer in calls and as a host pointer in the program. It ends when the
@@ -25,6 +30,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+
+namespace rgpu::client {
+class Connection;
+}  // namespace rgpu::client
 
 namespace rgpu::client::mapped {
 
@@ -47,13 +56,14 @@ bool managed_range(uintptr_t p, uintptr_t* base, size_t* size);
 
 extern std::atomic<int> g_count;
 inline bool active() { return g_count.load(std::memory_order_relaxed) != 0; }
-// Sends the program's changes to mapped memory, ordered before the call `op` of this thread, if
-// that call can make the GPU read memory (launches, copies, memsets; op_touches_memory).
-void push(uint32_t thread_id, uint16_t op);
+// Sends the program's changes to the mapped memory of conn's server, ordered before the call `op`
+// of this thread on conn, if that call can make the GPU read memory (launches, copies, memsets;
+// op_touches_memory).
+void push(Connection& conn, uint32_t thread_id, uint16_t op);
 // A kOpMappedUpdate payload from the server (reading thread), or its end-of-managed-buffer form
-// (unmaps it here). False when it does not lie inside a mapped range (the server is then
-// misbehaving).
-bool apply_update(const uint8_t* payload, size_t n);
+// (unmaps it here). False when it does not lie inside a mapped range, or names a range of another
+// server's (the server `from` is then misbehaving).
+bool apply_update(const Connection& from, const uint8_t* payload, size_t n);
 // A copy between device memory and host memory inside one mapped range (contains(host, n)), as
 // kOpMappedCopy: `op` is the driver call the program made (cuMemcpyHtoD_v2, cuMemcpyDtoHAsync_v2,
 // their _ptds/_ptsz forms...), `stream` the client handle id for the async ones. Synchronous

@@ -47,9 +47,10 @@ CUdeviceptr g_next = 0;  // the next free address; 0 until first used (device_wi
 constexpr size_t kAlign = 256;
 
 // Managed allocations, placed away from the device window, from heaps and libraries, and from the
-// addresses rgpu gives mapped host memory (0x5a0000000000...).
-constexpr uintptr_t kManagedBase = 0x5c0000000000;
-uintptr_t g_next_managed = kManagedBase;
+// addresses rgpu gives mapped host memory (0x5a0000000000...). Another fake host's
+// (RGPU_FAKE_ADDRESS_SLOT) start 128 GiB further on a slot, as its device addresses differ.
+constexpr uintptr_t kManagedBase = 0x5c0000000000, kManagedSlot = uintptr_t(1) << 37;
+uintptr_t g_next_managed = 0;  // 0 until first used
 
 // The managed range holding p (g_mem_mu held), or null.
 const std::pair<const uintptr_t, Pinned>* find_managed_locked(uintptr_t p) {
@@ -288,6 +289,7 @@ FAKE_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, 
   // Small allocations are packed into shared 2 MiB chunks at 256-byte alignment, as the real
   // driver packs them (an H200 run handed rgpu a managed address off a page boundary).
   constexpr size_t kChunk = size_t(1) << 21;
+  if (!g_next_managed) g_next_managed = kManagedBase + uintptr_t(rgpu::env::get().fake_address_slot) * kManagedSlot;
   static uintptr_t chunk = 0;
   static size_t chunk_used = kChunk;
   if (bytesize < kChunk / 4) {

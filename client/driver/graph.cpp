@@ -910,7 +910,7 @@ RGPU_EXPORT CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph g, C
 // The instance's staged host sides move around the launch, on its stream (the file header).
 RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   if (CUresult rc = move_transfers(handle_id(exec), stream, true)) return rc;
-  rgpu::client::expect_host_callbacks(host_callbacks_of(exec));
+  rgpu::client::expect_host_callbacks(host_callbacks_of(exec), exec);
   if (CUresult rc = rgpu_fwd_cuGraphLaunch(exec, stream)) return rc;
   return move_transfers(handle_id(exec), stream, false);
 }
@@ -918,7 +918,7 @@ RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream stream) {
 RGPU_EXPORT CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   CUstream ordered = stream ? stream : CU_STREAM_PER_THREAD;
   if (CUresult rc = move_transfers(handle_id(exec), ordered, true)) return rc;
-  rgpu::client::expect_host_callbacks(host_callbacks_of(exec));
+  rgpu::client::expect_host_callbacks(host_callbacks_of(exec), exec);
   if (CUresult rc = rgpu_fwd_cuGraphLaunch_ptsz(exec, stream)) return rc;
   return move_transfers(handle_id(exec), ordered, false);
 }

@@ -11,6 +11,8 @@
 // Graph host nodes (client/driver/host_nodes.h, client/driver/graph.cpp) use the same ids and
 // handler, registered as persistent: one id runs at every launch of the graph, so it is never
 // forgotten.
+// Several servers (RGPU_SERVER=a,b): a callback is announced to, and answered on, the connection
+// of the server its stream (or graph) is on; every connection has the handler.
 #include <cuda.h>
 
 #include <atomic>
@@ -41,6 +43,7 @@ struct Callback {
   void* user = nullptr;
   CUstream stream = nullptr;
   bool persistent = false;  // a graph host node (client/driver/host_nodes.h): runs at every launch
+  int server = 0;           // whose stream: the connection that announces it (not for graph nodes)
 };
 
 std::mutex g_mu;
@@ -49,9 +52,10 @@ auto& g_callbacks = *new std::unordered_map<uint64_t, Callback>();
 std::atomic<uint64_t> g_next_id{1};
 auto& g_done_cv = *new std::condition_variable();
 
-// Runs on the connection's callback thread. status: the stream's status (cuStreamAddCallback);
-// run = false: the server could not queue the callback; forget it, run nothing, answer nothing.
-void deliver(uint64_t id, int32_t status, bool run) {
+// Runs on the callback thread of connection `from`. status: the stream's status
+// (cuStreamAddCallback); run = false: the server could not queue the callback; forget it, run
+// nothing, answer nothing.
+void deliver(rgpu::client::Connection& from, uint64_t id, int32_t status, bool run) {
   Callback cb;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -78,13 +82,21 @@ void deliver(uint64_t id, int32_t status, bool run) {
   g_done_cv.notify_all();
   rgpu::Writer ack;
   rgpu::proto::wire::put_callback_done(ack, id);
-  if (auto* conn = rgpu::client::connection())
-    conn->send_control(rgpu::proto::kOpCallbackDone, ack.buf().data(), ack.buf().size());
+  from.send_control(rgpu::proto::kOpCallbackDone, ack.buf().data(), ack.buf().size());
 }
 
-void install_handler(rgpu::client::Connection* conn) {
+// Every server's connection, once: a graph's host nodes run on whichever server launches it.
+void install_handlers() {
   static std::once_flag once;
-  std::call_once(once, [conn] { conn->set_callback_handler(deliver); });
+  std::call_once(once, [] {
+    for (rgpu::client::Connection* conn : rgpu::client::connections())
+      if (conn) conn->set_callback_handler(deliver);
+  });
+}
+
+// The server whose connection announces the callbacks of `handle` (a stream or a graph instance).
+int server_for(const void* handle) {
+  return rgpu::client::several_servers() ? rgpu::client::server_of(handle) : 0;
 }
 
 // A host function queued on a capturing stream becomes a host node of the captured graph: it runs
@@ -99,9 +111,11 @@ CUresult add(uint16_t op, const char* name, CUstream stream, Callback cb, bool w
   rgpu::client::trace_call(name);
   if (!cb.host_fn && !cb.stream_fn) return CUDA_ERROR_INVALID_VALUE;
   if (with_flags && flags != 0) return CUDA_ERROR_INVALID_VALUE;  // reserved, must be 0
-  rgpu::client::Connection* conn = rgpu::client::connection();
-  if (!conn) return CUDA_ERROR_NOT_INITIALIZED;
-  install_handler(conn);
+  if (!rgpu::client::connection()) return CUDA_ERROR_NOT_INITIALIZED;
+  cb.server = server_for(stream);
+  rgpu::client::Connection* conn = rgpu::client::connection(cb.server);
+  if (!conn) return CUDA_ERROR_INVALID_HANDLE;
+  install_handlers();
   if (cb.host_fn) cb.persistent = captured(stream, op == rgpu::op::cuLaunchHostFunc_ptsz);
   uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
   {
@@ -133,25 +147,27 @@ bool host_callbacks_pending() {
 }
 
 void wait_host_callbacks() {
-  Connection* conn = connection();
-  if (!conn) return;
+  if (!connection()) return;
   uint64_t limit = g_next_id.load();
-  conn->flush();  // the callbacks' own calls may still be queued here
+  for (Connection* conn : connections())
+    if (conn) conn->flush();  // the callbacks' own calls may still be queued here
   std::unique_lock<std::mutex> lock(g_mu);
-  // Re-checked every 100 ms as well: a broken connection notifies nobody.
+  // Re-checked every 100 ms as well: a broken connection notifies nobody, and its callbacks are
+  // not waited for.
   while (!g_done_cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
-    if (!connection() || connection()->broken()) return true;
-    for (const auto& [id, cb] : g_callbacks)
-      if (id < limit && !cb.persistent) return false;
+    for (const auto& [id, cb] : g_callbacks) {
+      if (id >= limit || cb.persistent) continue;
+      Connection* conn = connection(cb.server);
+      if (conn && !conn->broken()) return false;
+    }
     return true;
   })) {
   }
 }
 
 uint64_t register_host_node(CUhostFn fn, void* user) {
-  Connection* conn = connection();
-  if (!conn) return 0;
-  install_handler(conn);
+  if (!connection()) return 0;
+  install_handlers();
   uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(g_mu);
   Callback cb;
@@ -176,8 +192,8 @@ bool host_node(uint64_t id, CUhostFn* fn, void** user) {
   return true;
 }
 
-void expect_host_callbacks(uint64_t n) {
-  Connection* conn = connection();
+void expect_host_callbacks(uint64_t n, const void* exec) {
+  Connection* conn = connection(server_for(exec));
   if (!conn) return;
   for (uint64_t i = 0; i < n; ++i) conn->expect_callback();
 }

@@ -16,7 +16,8 @@ uint64_t register_host_node(CUhostFn fn, void* user);
 void forget_host_node(uint64_t id);
 // The function of a registered id; false for an unknown one.
 bool host_node(uint64_t id, CUhostFn* fn, void** user);
-// Announces n host-node callbacks to come (call before sending the launch that causes them).
-void expect_host_callbacks(uint64_t n);
+// Announces n host-node callbacks to come (call before sending the launch that causes them), to
+// the connection of the server that holds graph instance `exec`.
+void expect_host_callbacks(uint64_t n, const void* exec);
 
 }  // namespace rgpu::client

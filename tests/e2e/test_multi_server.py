@@ -219,3 +219,74 @@ def test_memory_of_every_allocator_routes_to_its_server(two_servers, tmp_path):
     for name in ("async", "pool", "pitch"):
         assert f"{name} 0 0 True" in lines, r.stdout
     assert "address free 0" in lines, r.stdout
+
+
+HOST_SIDE = SHIM_PREAMBLE + """n = ctypes.c_int(); ok(cu.cuDeviceGetCount(ctypes.byref(n)), "count")
+FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+SCB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+hits = {}
+host_fn = FN(lambda u: hits.__setitem__(u, hits.get(u, 0) + 1))
+stream_fn = SCB(lambda s, status, u: hits.__setitem__(u, hits.get(u, 0) + 1))
+ctx, mapped, devptr = [], [], []
+cu.cuMemAllocManaged.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, ctypes.c_uint]
+for d in range(n.value):
+    c = ctypes.c_void_p(); ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain"); ok(cu.cuCtxSetCurrent(c), "current")
+    s = ctypes.c_void_p(); ok(cu.cuStreamCreate(ctypes.byref(s), 1), "stream")
+    # Host callbacks on this device's stream, and a graph host node launched twice.
+    ok(cu.cuLaunchHostFunc(s, host_fn, ctypes.c_void_p(100 + d)), "launch host func")
+    ok(cu.cuStreamAddCallback(s, stream_fn, ctypes.c_void_p(200 + d), 0), "stream callback")
+    ok(cu.cuStreamBeginCapture_v2(s, 0), "begin capture")
+    ok(cu.cuLaunchHostFunc(s, host_fn, ctypes.c_void_p(300 + d)), "captured host func")
+    g, e = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuStreamEndCapture(s, ctypes.byref(g)), "end capture")
+    ok(cu.cuGraphInstantiateWithFlags(ctypes.byref(e), g, ctypes.c_ulonglong(0)), "instantiate")
+    ok(cu.cuGraphLaunch(e, s), "graph launch 1"); ok(cu.cuGraphLaunch(e, s), "graph launch 2")
+    ok(cu.cuStreamSynchronize(s), "stream sync")
+    print("callbacks", d, hits.get(100 + d), hits.get(200 + d), hits.get(300 + d))
+    # Mapped host memory: written here, read by this device; written by this device, seen here.
+    p = ctypes.c_void_p(); ok(cu.cuMemHostAlloc(ctypes.byref(p), 8192, 2), "host alloc")
+    want = bytes((i + 17 * d) % 251 for i in range(8000))
+    ctypes.memmove(p, want, 8000)
+    dp = ctypes.c_uint64(); ok(cu.cuMemHostGetDevicePointer_v2(ctypes.byref(dp), p, 0), "device pointer")
+    m = ctypes.c_uint64(); ok(cu.cuMemAlloc_v2(ctypes.byref(m), 8000), "alloc")
+    ok(cu.cuMemcpyDtoD_v2(m, dp, 8000), "dtod")
+    got = ctypes.create_string_buffer(8000); ok(cu.cuMemcpyDtoH_v2(got, m, 8000), "dtoh")
+    ok(cu.cuMemsetD8_v2(dp, 0x40 + d, 100), "memset mapped")
+    ok(cu.cuCtxSynchronize(), "ctx sync")
+    print("mapped", d, got.raw == want, ctypes.string_at(p, 100) == bytes([0x40 + d]) * 100)
+    # Managed memory.
+    mm = ctypes.c_uint64(); ok(cu.cuMemAllocManaged(ctypes.byref(mm), 4096, 1), "managed")
+    ok(cu.cuMemsetD8_v2(mm, 0x50 + d, 4096), "memset managed"); ok(cu.cuCtxSynchronize(), "ctx sync 2")
+    print("managed", d, ctypes.string_at(mm.value, 4096) == bytes([0x50 + d]) * 4096)
+    ctx.append(c); mapped.append(p); devptr.append(dp)
+# With device 0 current, a call naming only the last device's mapped memory goes to its server.
+ok(cu.cuCtxSetCurrent(ctx[0]), "current 0")
+last = n.value - 1
+ctypes.memset(mapped[last], 0, 8192)
+ok(cu.cuMemsetD8_v2(devptr[last], 0x7e, 64), "memset last from 0")
+ok(cu.cuCtxSetCurrent(ctx[last]), "current last"); ok(cu.cuCtxSynchronize(), "sync last")
+print("routed", ctypes.string_at(mapped[last], 64) == b"\\x7e" * 64, ctypes.string_at(mapped[0], 100) == bytes([0x40]) * 100)
+for p in mapped: ok(cu.cuMemFreeHost(p), "free host")
+print("DONE")
+"""
+
+
+def test_host_callbacks_mapped_and_managed_memory_work_on_every_server(two_servers, tmp_path):
+    # The host side of a GPU on a server after the first: host callbacks (cuLaunchHostFunc,
+    # cuStreamAddCallback, a graph's host node) used to hang the stream (the callback was announced
+    # on the first server's connection), and mapped host memory lost the session (its copy was
+    # made on the second server, its updates taken on the first's connection). Each range is the
+    # server's of the context current when it was made; a call naming only its device pointer goes
+    # there whatever context is current.
+    a, b = two_servers
+    script = tmp_path / "host_side.py"
+    script.write_text(HOST_SIDE)
+    r = run_client(["python3", str(script)], f"{a.addr},{b.addr}",
+                   env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1")}, timeout=60)
+    assert "DONE" in r.stdout, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    for d in range(3):
+        assert f"callbacks {d} 1 1 2" in lines, r.stdout
+        assert f"mapped {d} True True" in lines, r.stdout
+        assert f"managed {d} True" in lines, r.stdout
+    assert "routed True True" in lines, r.stdout

@@ -53,7 +53,7 @@ void async_done(uint64_t id, int32_t) {
 }
 // The shim's handler (client/mapped_memory.cpp apply_update) decodes with read_mapped_bytes and
 // refuses an update outside its buffers; here there are none, so any update that decodes is one.
-bool mapped_update(const uint8_t* payload, size_t n) {
+bool mapped_update(const client::Connection&, const uint8_t* payload, size_t n) {
   Reader in(payload, n);
   proto::wire::MappedBytes got;
   return proto::wire::read_mapped_bytes(in, &got);
