@@ -255,9 +255,16 @@ for d in range(n.value):
     ok(cu.cuCtxSynchronize(), "ctx sync")
     print("mapped", d, got.raw == want, ctypes.string_at(p, 100) == bytes([0x40 + d]) * 100)
     # Managed memory.
-    mm = ctypes.c_uint64(); ok(cu.cuMemAllocManaged(ctypes.byref(mm), 4096, 1), "managed")
-    ok(cu.cuMemsetD8_v2(mm, 0x50 + d, 4096), "memset managed"); ok(cu.cuCtxSynchronize(), "ctx sync 2")
-    print("managed", d, ctypes.string_at(mm.value, 4096) == bytes([0x50 + d]) * 4096)
+    # (Two servers' drivers may place managed memory at one address, which this process can map
+    # once: the second is then refused saying so.)
+    mm = ctypes.c_uint64()
+    rc = cu.cuMemAllocManaged(ctypes.byref(mm), 4096, 1)
+    if rc == 801:
+        print("managed", d, "refused")
+    else:
+        ok(rc, "managed")
+        ok(cu.cuMemsetD8_v2(mm, 0x50 + d, 4096), "memset managed"); ok(cu.cuCtxSynchronize(), "ctx sync 2")
+        print("managed", d, ctypes.string_at(mm.value, 4096) == bytes([0x50 + d]) * 4096)
     ctx.append(c); mapped.append(p); devptr.append(dp)
 # With device 0 current, a call naming only the last device's mapped memory goes to its server.
 ok(cu.cuCtxSetCurrent(ctx[0]), "current 0")

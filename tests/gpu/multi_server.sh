@@ -5,7 +5,8 @@
 # server, bytes read back while another server's context is current, mixed calls refused). On one
 # GPU both servers show the same GPU; their device addresses come from two processes' address
 # spaces, which is what this run looks at (the routing of pointers assumes they do not overlap).
-# Then copies between the two servers' devices (server to server) and PyTorch's cuda:0 <-> cuda:1.
+# Then the host side on each server's device (host callbacks, mapped and managed memory), copies
+# between the two servers' devices (server to server) and PyTorch's cuda:0 <-> cuda:1.
 #   tests/gpu/multi_server.sh OUT REAL_LIBCUDA [PYTHON]
 set -uo pipefail
 OUT=$1 REAL=$2 PY=${3:-python3}
@@ -28,6 +29,24 @@ SHIM=$PWD/build/lib/libcuda.so.1 IMAGE=$PWD/build/tests/kernels/test_kernels.fat
 rc=$?
 cat "$OUT/multi_server.out"
 tail -5 "$OUT/multi_server.err"
+# Host callbacks, mapped and managed memory on each server's device (test_multi_server.py's
+# HOST_SIDE program). Managed memory on the second server may be refused (both drivers placed it
+# at one address), saying so; everything else must pass.
+python3 -c "
+import sys; sys.path.insert(0, 'tests/e2e')
+from test_multi_server import HOST_SIDE
+open('$rt/host_side.py', 'w').write(HOST_SIDE)" || exit 1
+SHIM=$PWD/build/lib/libcuda.so.1 LD_LIBRARY_PATH=$PWD/build/lib RGPU_SERVER=127.0.0.1:$pa,127.0.0.1:$pb \
+  timeout 120 python3 "$rt/host_side.py" >"$OUT/multi_host_side.out" 2>"$OUT/multi_host_side.err"
+echo "host side on two servers: $(tr '\n' ' ' <"$OUT/multi_host_side.out")"
+if grep -q '^DONE$' "$OUT/multi_host_side.out" && ! grep -q ' False' "$OUT/multi_host_side.out" &&
+  grep -q '^callbacks 0 1 1 2$' "$OUT/multi_host_side.out" && grep -q '^callbacks 1 1 1 2$' "$OUT/multi_host_side.out" &&
+  grep -q '^mapped 1 True True$' "$OUT/multi_host_side.out" && grep -q '^routed True True$' "$OUT/multi_host_side.out"; then
+  grep -q '^managed 1 refused$' "$OUT/multi_host_side.out" && grep 'cuMemAllocManaged' "$OUT/multi_host_side.err" | tail -1
+else
+  tail -5 "$OUT/multi_host_side.err"
+  host_side_failed=1
+fi
 # Copies between the two servers' devices, server to server (tests/e2e/test_multi_server_copy.py's
 # program, up to 192 MiB + 3), with the client's byte counts; then PyTorch's cuda:0 <-> cuda:1.
 python3 -c "
@@ -60,5 +79,6 @@ elif grep -q '^FAIL alloc: 801$' "$OUT/multi_server.out" && grep -q 'refuses the
   status=0 how="passed: the servers' device addresses coincide, and the second allocation was refused saying so"
 fi
 [ "${copy_failed:-0}" = 1 ] && status=1 how="$how; the copies or PyTorch FAILED"
+[ "${host_side_failed:-0}" = 1 ] && status=1 how="$how; the host side (callbacks, mapped memory) FAILED"
 echo "multi_server: exit $rc, $how"
 exit $status
