@@ -5,10 +5,12 @@
 #include <bitset>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <cuda.h>
 
+#include "client/contexts.h"
 #include "client/mapped_memory.h"
 #include "gen/ops.gen.h"
 #include "protocol/messages.h"
@@ -83,12 +85,13 @@ uint64_t stream_key(uint16_t o, uint64_t stream) {
 thread_local bool t_unanswered = false;  // this thread: a one-way call not yet answered for
 
 std::mutex g_mu;
-bool g_any_busy = false;                 // some call named no stream
-std::unordered_set<uint64_t> g_busy;     // streams with work a synchronize must wait for
+std::unordered_set<CUcontext> g_any_busy;          // contexts where some call named no stream
+std::unordered_map<uint64_t, CUcontext> g_busy;    // streams with work a synchronize must wait for
 // Bumped by every synced() (under g_mu): a thread that noted a stream since the last bump knows
 // it is still busy, so back-to-back launches on one stream take g_mu once, not once each.
 std::atomic<uint64_t> g_clears{0};
 thread_local uint64_t t_noted_stream = kAnyStream - 1;  // no stream yet
+thread_local CUcontext t_noted_ctx = nullptr;
 thread_local uint64_t t_noted_at = ~uint64_t{0};
 
 }  // namespace
@@ -98,13 +101,16 @@ bool invisible(uint16_t o) { return o <= op::kLast && tables().invisible.test(o)
 void note(uint16_t o, uint64_t stream) {
   if (invisible(o)) return;
   stream = stream_key(o, stream);
-  if (stream == t_noted_stream && g_clears.load(std::memory_order_acquire) == t_noted_at) return;
+  const CUcontext ctx = contexts::current();
+  if (stream == t_noted_stream && ctx == t_noted_ctx && g_clears.load(std::memory_order_acquire) == t_noted_at)
+    return;
   std::lock_guard lk(g_mu);
   if (stream == kAnyStream)
-    g_any_busy = true;
+    g_any_busy.insert(ctx);
   else
-    g_busy.insert(stream);
+    g_busy.emplace(stream, ctx);
   t_noted_stream = stream;
+  t_noted_ctx = ctx;
   t_noted_at = g_clears.load(std::memory_order_relaxed);
 }
 
@@ -119,15 +125,17 @@ bool must_wait(uint64_t /*stream*/) {
   std::lock_guard lk(g_mu);
   // Any busy stream at all: streams can depend on each other (the legacy default stream, events),
   // so a synchronize of one stream may wait for work queued on another.
-  return g_any_busy || !g_busy.empty();
+  return !g_any_busy.empty() || !g_busy.empty();
 }
 
-void synced(uint16_t o, uint64_t stream) {
+void synced(uint16_t o, uint64_t stream, CUcontext ctx) {
   std::lock_guard lk(g_mu);
   g_clears.fetch_add(1, std::memory_order_release);
   if (stream == kAnyStream) {
-    g_any_busy = false;
-    g_busy.clear();
+    // A context synchronize: that context's work (the current one's, when ctx is nullptr).
+    if (!ctx) ctx = contexts::current();
+    g_any_busy.erase(ctx);
+    std::erase_if(g_busy, [ctx](const auto& entry) { return entry.second == ctx; });
     return;
   }
   stream = stream_key(o, stream);

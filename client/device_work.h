@@ -8,11 +8,15 @@
 // device-to-host copy, a host callback, any call not listed as invisible) makes the streams it
 // names, or every stream when it names none, "busy" until a synchronize that covers them waits.
 // The program then only sees a synchronize return before the copies it issued have reached device
-// memory, as a local pageable cudaMemcpy already does. Errors still come back from the
+// memory, as a local pageable cudaMemcpy already does. Busy work is kept under the context current
+// when it was sent: a context synchronize covers that context's alone (another device's, or
+// another server's, stays busy until a synchronize of its own). Errors still come back from the
 // synchronize: it waits whenever this thread sent a one-way call since its last reply that the
 // client could not check itself (a copy into memory this process holds is checked;
 // client/device_memory.h).
 #pragma once
+
+#include <cuda.h>
 
 #include <cstdint>
 
@@ -26,9 +30,9 @@ constexpr uint64_t kAnyStream = ~uint64_t{0};
 void note(uint16_t op, uint64_t stream);
 // Whether a synchronize of stream (kAnyStream: the whole context) must wait for the server.
 bool must_wait(uint64_t stream);
-// A synchronize (op) of stream (kAnyStream: the context) waited and succeeded: the work it
-// covers is done.
-void synced(uint16_t op, uint64_t stream);
+// A synchronize (op) of stream, or of context ctx (stream kAnyStream), waited and succeeded: the
+// work it covers is done.
+void synced(uint16_t op, uint64_t stream, CUcontext ctx = nullptr);
 // This thread sent a one-way call the server might refuse; its error would come back with the
 // next waiting call, so a synchronize must be that call (it reports errors of earlier calls).
 void unanswered();

@@ -46,8 +46,10 @@ void explain_illegal_address();
 bool host_callbacks_pending();
 void wait_host_callbacks();
 
-// Waits until every async device-to-host copy issued so far (by any thread) has landed in its
-// buffer (client/driver/memory.cpp). Called when a synchronizing call succeeds.
-void wait_async_copies();
+// Waits until every async device-to-host copy issued so far (by any thread) to `server` has
+// landed in its buffer (client/driver/memory.cpp). Called when a synchronizing call to that
+// server succeeds: it covers none of another server's work (RGPU_SERVER=a,b), and nothing reads
+// another server's connection meanwhile.
+void wait_async_copies(int server);
 
 }  // namespace rgpu::client

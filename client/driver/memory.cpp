@@ -88,11 +88,13 @@ CUresult htod(uint16_t op, bool async, CUdeviceptr dst, const void* src, size_t 
 // Async device-to-host copies are one-way: each chunk's destination is registered under a
 // delivery id, and the server sends the bytes as a kOpAsyncData frame once the copy has run
 // (protocol/messages.h); the connection's reading thread writes them into place. They are in
-// place by the time any later call of this thread returns, and every synchronizing call
-// (client/driver/sync.cpp) also waits for those of other threads (wait_async_copies).
+// place by the time any later call of this thread to their server returns, and every
+// synchronizing call (client/driver/sync.cpp) also waits for those of other threads to its server
+// (wait_async_copies).
 struct AsyncCopy {
   uint8_t* dst;
   size_t n;
+  int server;  // whose connection delivers it
 };
 std::mutex& async_mu() {
   static auto* m = new std::mutex;  // leaked: used from exit handlers
@@ -145,14 +147,14 @@ CUresult dtoh(uint16_t op, bool async, void* dst, CUdeviceptr src, size_t n, CUs
     do {
       size_t len = std::min<size_t>(n - off, rgpu::env::get().bulk_chunk);
       uint64_t id = g_next_delivery.fetch_add(1);
-      {
-        std::lock_guard lk(async_mu());
-        g_async[id] = AsyncCopy{static_cast<uint8_t*>(dst) + off, len};
-      }
       Call c(op, rgpu::client::kOneWay);
       c.via_pointer(src);
       c.via(stream);
       c.on_stream(stream);
+      {
+        std::lock_guard lk(async_mu());
+        g_async[id] = AsyncCopy{static_cast<uint8_t*>(dst) + off, len, c.server()};
+      }
       rgpu::proto::wire::put_dtoh(c.args(), true, {src + off, handle_id(stream), len, id});
       if (CUresult rc = c.invoke()) {
         std::lock_guard lk(async_mu());
@@ -218,14 +220,15 @@ CUresult ctx_sync(CUstream) { return cuCtxSynchronize(); }
 
 namespace rgpu::client {
 
-void wait_async_copies() {
+void wait_async_copies(int server) {
   uint64_t limit = g_next_delivery.load();
   std::unique_lock lk(async_mu());
   // Re-checked every 100 ms as well: a broken connection delivers nothing more.
+  Connection* conn = connection(server);
   while (!g_async_cv.wait_for(lk, std::chrono::milliseconds(100), [&] {
-    if (!connection() || connection()->broken()) return true;
+    if (!conn || conn->broken()) return true;
     for (const auto& [id, c] : g_async)
-      if (id < limit) return false;
+      if (id < limit && c.server == server) return false;
     return true;
   })) {
   }

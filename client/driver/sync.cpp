@@ -1,6 +1,7 @@
 // Synchronizing calls: forwarded, and when they succeed, the async device-to-host copies issued
 // before them are waited for too (client/driver/memory.cpp). On this thread the copies' data
-// already came before the reply; this covers copies issued by other threads.
+// already came before the reply; this covers copies issued by other threads, to the server the
+// synchronizing call went to (the server of its handle, else of the current context).
 // A stream or context synchronize that follows only work the program cannot observe (copies to
 // the device, memsets, loads: client/device_work.h) is sent one-way instead of waited for.
 #include <cuda.h>
@@ -19,8 +20,13 @@ namespace {
 
 namespace work = rgpu::client::device_work;
 
-CUresult landed(CUresult rc) {
-  if (rc == CUDA_SUCCESS) rgpu::client::wait_async_copies();
+// The server a synchronizing call naming `handle` (nullptr: the current context) went to.
+int server_of(const void* handle) {
+  return rgpu::client::several_servers() ? rgpu::client::server_of(handle) : 0;
+}
+
+CUresult landed(CUresult rc, const void* handle) {
+  if (rc == CUDA_SUCCESS) rgpu::client::wait_async_copies(server_of(handle));
   return rc;
 }
 
@@ -44,15 +50,15 @@ CUresult stream_sync(uint16_t op, CUstream s, Fwd fwd) {
   if (one_way(id)) return send_one_way(op, true, id);
   CUresult rc = fwd(s);
   if (rc == CUDA_SUCCESS) work::synced(op, id);
-  return landed(rc);
+  return landed(rc, s);
 }
 
 template <class Fwd>
 CUresult ctx_sync(uint16_t op, bool has_arg, uint64_t arg, Fwd fwd) {
   if (one_way(work::kAnyStream)) return send_one_way(op, has_arg, arg);
   CUresult rc = fwd();
-  if (rc == CUDA_SUCCESS) work::synced(op, work::kAnyStream);
-  return landed(rc);
+  if (rc == CUDA_SUCCESS) work::synced(op, work::kAnyStream, reinterpret_cast<CUcontext>(arg));  // nullptr: current
+  return landed(rc, has_arg ? reinterpret_cast<const void*>(arg) : nullptr);  // arg: the context's id
 }
 
 }  // namespace
@@ -78,9 +84,9 @@ RGPU_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
 RGPU_EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream s) {
   return stream_sync(rgpu::op::cuStreamSynchronize_ptsz, s, rgpu_fwd_cuStreamSynchronize_ptsz);
 }
-RGPU_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent e) { return landed(rgpu_fwd_cuEventSynchronize(e)); }
-RGPU_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream s) { return landed(rgpu_fwd_cuStreamQuery(s)); }
-RGPU_EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream s) { return landed(rgpu_fwd_cuStreamQuery_ptsz(s)); }
-RGPU_EXPORT CUresult CUDAAPI cuEventQuery(CUevent e) { return landed(rgpu_fwd_cuEventQuery(e)); }
+RGPU_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent e) { return landed(rgpu_fwd_cuEventSynchronize(e), e); }
+RGPU_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream s) { return landed(rgpu_fwd_cuStreamQuery(s), s); }
+RGPU_EXPORT CUresult CUDAAPI cuStreamQuery_ptsz(CUstream s) { return landed(rgpu_fwd_cuStreamQuery_ptsz(s), s); }
+RGPU_EXPORT CUresult CUDAAPI cuEventQuery(CUevent e) { return landed(rgpu_fwd_cuEventQuery(e), e); }
 
 }  // extern "C"

@@ -297,3 +297,40 @@ def test_host_callbacks_mapped_and_managed_memory_work_on_every_server(two_serve
         assert f"mapped {d} True True" in lines, r.stdout
         assert f"managed {d} True" in lines, r.stdout
     assert "routed True True" in lines, r.stdout
+
+
+ASYNC_ACROSS = SHIM_PREAMBLE + r"""import time
+ctx_b = ctypes.c_void_p()  # device 2's, on server b; ctx is device 0's, on a
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx_b), 2), "retain b")
+ok(cu.cuCtxSetCurrent(ctx_b), "current b")
+mod, spin = ctypes.c_void_p(), ctypes.c_void_p()
+ok(cu.cuModuleLoadData(ctypes.byref(mod), open(os.environ["IMAGE"], "rb").read()), "load")
+ok(cu.cuModuleGetFunction(ctypes.byref(spin), mod, b"rgpu_spin"), "function")
+s = ctypes.c_void_p(); ok(cu.cuStreamCreate(ctypes.byref(s), 1), "stream")
+p = ctypes.c_uint64(); ok(cu.cuMemAlloc_v2(ctypes.byref(p), 4096), "alloc")
+ok(cu.cuMemsetD8_v2(p, 0x21, 4096), "memset")
+arg = ctypes.c_longlong(2000)
+params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+ok(cu.cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, params, None), "spin")
+buf = ctypes.create_string_buffer(4096)  # pageable: the bytes come as a delivery of their own
+ok(cu.cuMemcpyDtoHAsync_v2(buf, p, 4096, s), "async copy")
+ok(cu.cuCtxSetCurrent(ctx), "current a")
+t = time.time()
+print("sync a", cu.cuCtxSynchronize(), time.time() - t < 1.5); sys.stdout.flush()
+ok(cu.cuStreamSynchronize(s), "sync b")
+print("landed", buf.raw == b"!" * 4096)
+print("DONE")
+"""
+
+
+def test_a_synchronize_waits_only_for_its_own_servers_async_copies(two_servers, tmp_path):
+    # A synchronize on server a used to wait for an async device-to-host copy still running on
+    # server b, whose connection nobody reads meanwhile: for ever.
+    a, b = two_servers
+    script = tmp_path / "async_across.py"
+    script.write_text(ASYNC_ACROSS)
+    r = run_client(["python3", str(script)], f"{a.addr},{b.addr}",
+                   env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "IMAGE": IMAGE}, timeout=60)
+    assert "DONE" in r.stdout, r.stdout + r.stderr
+    assert "sync a 0 True" in r.stdout.splitlines(), r.stdout
+    assert "landed True" in r.stdout.splitlines(), r.stdout

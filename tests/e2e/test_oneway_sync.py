@@ -111,3 +111,50 @@ def test_oneway_sync_off_makes_every_synchronize_wait(server, tmp_path):
     assert out["after copies"] == "10 1"
     bad, sync_rc, next_rc = out["error"].split()
     assert sync_rc != "0" and next_rc == "0", out["error"]
+
+
+
+TWO_DEVICES = SHIM_PREAMBLE + textwrap.dedent(r"""
+    import json
+    def waits(name):
+        ok(cu.rgpu_stats_write(), "stats")
+        st = json.load(open(os.environ["RGPU_STATS"]))
+        return {o["op"]: o["waited"] for o in st["ops"] + st["oneway_ops"]}.get(name, 0)
+    ctx1 = ctypes.c_void_p()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx1), 1), "retain 1")
+    ok(cu.cuCtxSetCurrent(ctx1), "current 1")
+    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuModuleLoadData(ctypes.byref(mod), open(sys.argv[1], "rb").read()), "load")
+    ok(cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"rgpu_fill_u32"), "function")
+    s1, dev = ctypes.c_void_p(), ctypes.c_uint64()
+    ok(cu.cuStreamCreate(ctypes.byref(s1), 1), "stream")
+    ok(cu.cuMemAlloc_v2(ctypes.byref(dev), 4096), "alloc")
+    p, v, n = ctypes.c_uint64(dev.value), ctypes.c_uint32(7), ctypes.c_uint64(1024)
+    params = (ctypes.c_void_p * 3)(ctypes.addressof(p), ctypes.addressof(v), ctypes.addressof(n))
+    ok(cu.cuLaunchKernel(fn, 4, 1, 1, 256, 1, 1, 0, s1, params, None), "launch on device 1")
+    ok(cu.cuCtxSetCurrent(ctx), "current 0")
+    ok(cu.cuCtxSynchronize(), "sync device 0")  # covers device 0's work, not device 1's
+    before = waits("cuStreamSynchronize")
+    ok(cu.cuCtxSetCurrent(ctx1), "current 1 again")
+    ok(cu.cuStreamSynchronize(s1), "sync s1")
+    print("s1 waited:", waits("cuStreamSynchronize") - before)
+    ok(cu.cuStreamSynchronize(s1), "sync s1 again")
+    print("again waited:", waits("cuStreamSynchronize") - before)
+""")
+
+
+def test_a_context_synchronize_leaves_another_devices_streams_busy(tmp_path):
+    # A context synchronize marked every stream idle, so that a later synchronize of another
+    # device's stream, with a launch on it, went one-way: it returned before the launch had run.
+    from conftest import Server
+    s = Server(env={"RGPU_FAKE_DEVICES": "2"})
+    try:
+        r = run_client(["python3", "-c", TWO_DEVICES, IMAGE], s,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "RGPU_STATS": str(tmp_path / "stats.json")},
+                       timeout=60)
+    finally:
+        s.stop()
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+    assert out["s1 waited"] == "1", r.stdout  # the launch on s1 is covered by this synchronize only
+    assert out["again waited"] == "1", r.stdout  # after it, s1 is idle
