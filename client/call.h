@@ -61,7 +61,7 @@ void forget_allocation(CUdeviceptr base);
 CUresult keep_allocation(const char* what, CUdeviceptr* dptr, size_t size, int server,
                          const std::function<void(CUdeviceptr)>& release);
 // The server of a handle (a stream, a pool), else that of the thread's current context: where a
-// call naming only that handle goes.
+// call naming only that handle goes (0 with one server).
 int server_of(const void* handle);
 // The server of this thread's current context (0 when none is current).
 int current_server();

@@ -428,7 +428,7 @@ CUresult copy(uint16_t op, bool async, CUdeviceptr device, const void* host, siz
     }
     c.to_server(server);
     c.via_pointer(device);
-    c.to_server(handle_server(stream));
+    c.via(reinterpret_cast<const void*>(stream));
   }
   proto::wire::put_mapped_copy(c.args(), {op, device, stream, reinterpret_cast<uintptr_t>(host), n});
   return c.invoke();

@@ -339,6 +339,7 @@ CUresult keep_allocation(const char* what, CUdeviceptr* dptr, size_t size, int s
 }
 
 int server_of(const void* handle) {
+  if (!several_servers()) return 0;
   const int s = handle_server(reinterpret_cast<uint64_t>(handle));
   return s >= 0 ? s : current_server();
 }

@@ -94,10 +94,6 @@ void install_handlers() {
   });
 }
 
-// The server whose connection announces the callbacks of `handle` (a stream or a graph instance).
-int server_for(const void* handle) {
-  return rgpu::client::several_servers() ? rgpu::client::server_of(handle) : 0;
-}
 
 // A host function queued on a capturing stream becomes a host node of the captured graph: it runs
 // at every launch of the graph, not now (the server keeps its side the same way).
@@ -112,7 +108,7 @@ CUresult add(uint16_t op, const char* name, CUstream stream, Callback cb, bool w
   if (!cb.host_fn && !cb.stream_fn) return CUDA_ERROR_INVALID_VALUE;
   if (with_flags && flags != 0) return CUDA_ERROR_INVALID_VALUE;  // reserved, must be 0
   if (!rgpu::client::connection()) return CUDA_ERROR_NOT_INITIALIZED;
-  cb.server = server_for(stream);
+  cb.server = rgpu::client::server_of(stream);  // the connection that announces it
   rgpu::client::Connection* conn = rgpu::client::connection(cb.server);
   if (!conn) return CUDA_ERROR_INVALID_HANDLE;
   install_handlers();
@@ -193,7 +189,7 @@ bool host_node(uint64_t id, CUhostFn* fn, void** user) {
 }
 
 void expect_host_callbacks(uint64_t n, const void* exec) {
-  Connection* conn = connection(server_for(exec));
+  Connection* conn = connection(server_of(exec));
   if (!conn) return;
   for (uint64_t i = 0; i < n; ++i) conn->expect_callback();
 }

@@ -20,13 +20,9 @@ namespace {
 
 namespace work = rgpu::client::device_work;
 
-// The server a synchronizing call naming `handle` (nullptr: the current context) went to.
-int server_of(const void* handle) {
-  return rgpu::client::several_servers() ? rgpu::client::server_of(handle) : 0;
-}
-
+// handle: what the synchronizing call named (nullptr: the current context), whose server it went to.
 CUresult landed(CUresult rc, const void* handle) {
-  if (rc == CUDA_SUCCESS) rgpu::client::wait_async_copies(server_of(handle));
+  if (rc == CUDA_SUCCESS) rgpu::client::wait_async_copies(rgpu::client::server_of(handle));
   return rc;
 }
 
@@ -57,8 +53,9 @@ template <class Fwd>
 CUresult ctx_sync(uint16_t op, bool has_arg, uint64_t arg, Fwd fwd) {
   if (one_way(work::kAnyStream)) return send_one_way(op, has_arg, arg);
   CUresult rc = fwd();
-  if (rc == CUDA_SUCCESS) work::synced(op, work::kAnyStream, reinterpret_cast<CUcontext>(arg));  // nullptr: current
-  return landed(rc, has_arg ? reinterpret_cast<const void*>(arg) : nullptr);  // arg: the context's id
+  const auto ctx = reinterpret_cast<CUcontext>(arg);  // the context's id; 0 (the current one) without one
+  if (rc == CUDA_SUCCESS) work::synced(op, work::kAnyStream, ctx);
+  return landed(rc, ctx);
 }
 
 }  // namespace
