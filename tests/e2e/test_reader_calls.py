@@ -111,9 +111,15 @@ def test_each_client_thread_keeps_its_own_context_when_the_reader_runs_its_calls
             # The main thread has the primary context current; the other thread has none, so the
             # same query succeeds on one and fails on the other. Strictly alternating, many times;
             # then they swap.
+            # Each query waits a millisecond first, the client's CPU idle: time for the worker of
+            # the thread's previous call, if one ran it, to park (where it does not, a loaded
+            # 2-core machine's scheduler can keep that worker behind the client's two threads
+            # query after query, and it runs them all: the reader's path untested).
             results = {"main": [], "other": []}
             turn = [threading.Event(), threading.Event()]
+            import time
             def query(who):
+                time.sleep(0.001)
                 free, total = ctypes.c_size_t(), ctypes.c_size_t()
                 results[who].append(cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)))
             def other():
