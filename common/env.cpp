@@ -106,6 +106,9 @@ constexpr Variable kVariables[] = {
      "numbers are garbage"},
     {"RGPU_FAKE_LOAD_DELAY_MS", "0", nullptr, kFake,
      "milliseconds each module load takes on the fake driver, as a real driver's take (tests)"},
+    {"RGPU_FAKE_DTOH_DELAY_MS", "0", nullptr, kFake,
+     "milliseconds each synchronous device-to-host copy (`cuMemcpyDtoH`) takes on the fake driver "
+     "(tests that act while a copy between servers is under way)"},
     {"RGPU_FAKE_DEVICES", "1", nullptr, kFake,
      "how many GPUs the fake driver (and its NVML) has, 1 to 8, all H200-shaped with UUIDs and PCI "
      "buses of their own, each other's peers (tests of several GPUs, `rgpu-smi migrate`)"},
@@ -219,6 +222,7 @@ void read_all() {
   s.inline_calls = str("RGPU_INLINE_CALLS") != "0";
   s.spin = str("RGPU_SPIN") == "1" ? 1 : str("RGPU_SPIN") == "0" ? 0 : -1;
   s.fake_load_delay_ms = std::max(0, std::atoi(str("RGPU_FAKE_LOAD_DELAY_MS").c_str()));
+  s.fake_dtoh_delay_ms = std::max(0, std::atoi(str("RGPU_FAKE_DTOH_DELAY_MS").c_str()));
   s.fake_devices = std::clamp(std::atoi(str("RGPU_FAKE_DEVICES").c_str()), 1, 8);
   s.fake_address_slot = std::clamp(std::atoi(str("RGPU_FAKE_ADDRESS_SLOT").c_str()), 0, 7);
   g_settings = s;

@@ -85,6 +85,7 @@ struct Settings {
   size_t host_cache_mb = 1024;              // RGPU_HOST_CACHE_MB (python/rgpu/csrc/runtime/host_cache.cpp)
   bool fake_noop_kernels = false;           // RGPU_FAKE_NOOP_KERNELS=1 (fakecuda/launch.cpp)
   int fake_load_delay_ms = 0;               // RGPU_FAKE_LOAD_DELAY_MS (fakecuda/module.cpp)
+  int fake_dtoh_delay_ms = 0;               // RGPU_FAKE_DTOH_DELAY_MS (fakecuda/memory.cpp)
   int fake_devices = 1;                     // RGPU_FAKE_DEVICES (fakecuda/device.cpp)
   bool inline_calls = true;                 // RGPU_INLINE_CALLS (server/session.cpp): 0 off
   int spin = -1;                            // RGPU_SPIN (common/spin_policy.h): -1 auto, 0 never, 1 always

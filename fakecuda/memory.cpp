@@ -23,8 +23,10 @@
 // The advice, prefetch and attach calls are accepted and change nothing.
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "common/env.h"
 #include "fakecuda/internal.h"
@@ -524,7 +526,13 @@ FAKE_API CUresult CUDAAPI cuMemHostUnregister(void* p) {
 // ---------- copies ----------
 
 FAKE_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { return copy(dev(dst), host(src), n, nullptr, false); }
-FAKE_API CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { return copy(host(dst), dev(src), n, nullptr, false); }
+FAKE_API CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  // RGPU_FAKE_DTOH_DELAY_MS: each such copy takes this long, so tests can act while a copy
+  // between servers (server/handlers/peer_copy.cpp, which reads its chunks with it) is under way.
+  if (const int delay_ms = rgpu::env::get().fake_dtoh_delay_ms; delay_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  return copy(host(dst), dev(src), n, nullptr, false);
+}
 FAKE_API CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(dev(dst), dev(src), n, nullptr, false); }
 FAKE_API CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(unified(dst), unified(src), n, nullptr, false); }
 FAKE_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream h) {

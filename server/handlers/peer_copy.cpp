@@ -48,9 +48,21 @@ using Clock = std::chrono::steady_clock;
 // How long B waits for the next chunk of a copy before failing it: A is gone or never came.
 constexpr auto kChunkWait = std::chrono::seconds(60);
 
+// Both ends of a link find it dead within 30 s (keepalive after 15 s idle, 3 probes 5 s apart;
+// written bytes unacknowledged for 30 s) when the other end vanished without a word (its host
+// down, the network cut): below kChunkWait, and instead of TCP's retransmissions (15 minutes) for
+// A's write. A kept link found dead is dialled again; B's link thread ends, failing the copies
+// whose bytes were coming on it.
+void set_link_liveness(int fd) {
+  proto::set_keepalive(fd, std::chrono::seconds(15), std::chrono::seconds(5), 3);
+  proto::set_user_timeout(fd, std::chrono::seconds(30));
+}
+
 struct Arrived {
   std::deque<std::vector<uint8_t>> chunks;
   int32_t failed = CUDA_SUCCESS;  // the source's error, when it sent kPeerChunkFailed
+  uint64_t link = 0;              // the link its chunks come on (A sends a copy on one link)
+  bool link_ended = false;        // that link has ended: no more of its bytes will come
 };
 
 // B's side: the listener, the tickets not yet used, and the chunks of copies not yet written.
@@ -63,6 +75,7 @@ struct Inbox {
   uint16_t port = 0;
   std::vector<PeerTicket> tickets;
   std::map<uint64_t, Arrived> copies;
+  uint64_t links = 0;  // links accepted so far (Arrived::link)
 };
 Inbox g_in;
 
@@ -94,6 +107,7 @@ bool read_exact(proto::Transport& t, void* buf, size_t n, Clock::time_point dead
 // chunk under its copy.
 void serve_link(int fd) {
   const std::string from = net::peer_name(fd);
+  set_link_liveness(fd);
   constexpr auto kOpening = std::chrono::seconds(10);  // for the TLS handshake and the ticket
   const auto deadline = Clock::now() + kOpening;
   std::unique_ptr<proto::Transport> t;
@@ -124,6 +138,11 @@ void serve_link(int fd) {
   }
   net::set_buffers(fd, 8 << 20);
   log::info("copy link from server %s open%s", from.c_str(), g_in.tls ? " (TLS)" : "");
+  uint64_t link;
+  {
+    std::lock_guard<std::mutex> lock(g_in.mu);
+    link = ++g_in.links;
+  }
   for (;;) {
     uint64_t copy = 0;
     uint32_t len = 0;
@@ -143,10 +162,19 @@ void serve_link(int fd) {
     std::vector<uint8_t> chunk(len);
     if (!read_exact(*t, chunk.data(), len)) break;
     std::lock_guard<std::mutex> lock(g_in.mu);
-    g_in.copies[copy].chunks.push_back(std::move(chunk));
+    Arrived& c = g_in.copies[copy];
+    c.chunks.push_back(std::move(chunk));
+    c.link = link;
     g_in.cv.notify_all();
   }
   log::info("copy link from server %s closed", from.c_str());
+  // The copies whose bytes were coming on this link get no more: a receive that has not had them
+  // all fails now instead of waiting out kChunkWait (A sends a copy on one link, and tells a copy
+  // that broke as failed on a new one).
+  std::lock_guard<std::mutex> lock(g_in.mu);
+  for (auto& [id, c] : g_in.copies)
+    if (c.link == link) c.link_ended = true;
+  g_in.cv.notify_all();
 }
 
 void accept_links(int listen_fd) {
@@ -182,6 +210,7 @@ std::shared_ptr<Link> dial(const net::Address& addr, const PeerTicket& ticket, c
   auto fresh = std::make_shared<Link>();
   int fd = net::connect_tcp(addr, why, 10000);
   if (fd < 0) return nullptr;
+  set_link_liveness(fd);
   net::set_buffers(fd, 8 << 20);
   if (!fingerprint.empty()) {
     proto::TlsClientConfig config;
@@ -377,15 +406,22 @@ void peer_receive(Dispatch& d) {
     {
       std::unique_lock<std::mutex> lock(g_in.mu);
       Arrived& c = g_in.copies[a.copy];
-      if (!g_in.cv.wait_for(lock, kChunkWait, [&] { return !c.chunks.empty() || c.failed; })) {
+      if (!g_in.cv.wait_for(lock, kChunkWait, [&] { return !c.chunks.empty() || c.failed || c.link_ended; })) {
         log::warn("a copy from another server stopped arriving (%llu of %llu bytes in %lld s); failing it",
                   static_cast<unsigned long long>(off), static_cast<unsigned long long>(a.n),
                   static_cast<long long>(kChunkWait.count()));
         if (rc == CUDA_SUCCESS) rc = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
         break;
       }
-      if (c.chunks.empty()) {
+      if (c.chunks.empty() && c.failed) {
         if (rc == CUDA_SUCCESS) rc = static_cast<CUresult>(c.failed);
+        break;
+      }
+      if (c.chunks.empty()) {
+        log::warn("the link a copy from another server came on ended after %llu of its %llu bytes (the source "
+                  "server's session ended, or the network between the servers failed); failing it",
+                  static_cast<unsigned long long>(off), static_cast<unsigned long long>(a.n));
+        if (rc == CUDA_SUCCESS) rc = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
         break;
       }
       chunk = std::move(c.chunks.front());

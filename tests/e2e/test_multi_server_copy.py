@@ -367,3 +367,89 @@ def test_a_broken_copy_link_is_dialled_again_by_the_next_copy(tmp_path):
     assert s["bytes_sent"] - uploaded < MIB, s
     assert s["bytes_received"] - read_back < MIB, s
     assert a_log.count("dialling it again") == 2, a_log[-3000:]
+
+
+def _socket_options(pid, fd):
+    """(SO_KEEPALIVE, TCP_KEEPIDLE s, TCP_USER_TIMEOUT ms) of a socket another process holds,
+    borrowed with pidfd_getfd as _break_connection does."""
+    import ctypes
+    import socket
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        mine = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd
+        if mine < 0:
+            pytest.skip(f"cannot take another process's socket (pidfd_getfd: {os.strerror(ctypes.get_errno())}); "
+                        "this test needs Linux 5.6+ and ptrace rights over the server")
+        s = socket.socket(fileno=mine)
+        try:
+            return (s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                    s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                    s.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
+        finally:
+            s.close()  # our copy only: the server's socket stays open
+    finally:
+        os.close(pidfd)
+
+
+SOURCE_DIES_SCRIPT = SHIM_PREAMBLE + """n = 64 << 20  # 16 chunks on the link (4 MiB each), each read off a's device in 200 ms
+u64 = ctypes.c_uint64
+mem = []
+for d in (0, 1):
+    c, p = ctypes.c_void_p(), ctypes.c_uint64()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain")
+    ok(cu.cuCtxSetCurrent(c), "set current")
+    ok(cu.cuMemAlloc_v2(ctypes.byref(p), n), "alloc")
+    mem.append(p.value)
+ok(cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), 4096), "a first copy: the link is dialled")
+print("copying", flush=True)
+print("copy", cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), n), flush=True)
+"""
+
+
+def test_a_copy_whose_source_session_dies_fails_at_once_on_the_destination(tmp_path):
+    """a's session is killed while it is sending a copy to b (the fake's device-to-host copies are
+    slowed so that the copy is under way): b's link from a ends, and b fails the copy's receive at
+    once instead of waiting 60 s for bytes that cannot come. Both ends of the link watch it for a
+    silent peer (keepalive after 15 s, TCP_USER_TIMEOUT 30 s)."""
+    import signal
+    import subprocess
+
+    a = Server(env={"RGPU_FAKE_DTOH_DELAY_MS": "200"})
+    b = Server(env={"RGPU_FAKE_ADDRESS_SLOT": "1"})
+    script = tmp_path / "dies.py"
+    script.write_text(SOURCE_DIES_SCRIPT)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(BUILD / "lib"), "RGPU_SERVER": f"{a.addr},{b.addr}",
+           "SHIM": str(BUILD / "lib/libcuda.so.1")}
+    env.pop("RGPU_TOKEN", None)
+    p = subprocess.Popen(["python3", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        line = p.stdout.readline()
+        assert line == "copying\n", line + p.stdout.read() + p.stderr.read()
+        sent, taken = _link_sockets(a), _link_sockets(b)  # the link's two ends
+        assert len(sent) == 1 and len(taken) == 1, (sent, taken)
+        for end in sent + taken:
+            assert _socket_options(*end) == (1, 15, 30000), end
+        time.sleep(0.7)  # a few chunks sent, most still to come
+        killed = time.time()
+        os.kill(sent[0][0], signal.SIGKILL)  # a's session process, which holds the link
+        deadline = killed + 30
+        while "the link a copy from another server came on ended" not in b.text() and time.time() < deadline:
+            time.sleep(0.05)
+        took = time.time() - killed
+        text = b.text()
+        assert "the link a copy from another server came on ended after" in text, text[-3000:]
+        assert "of its 67108864 bytes" in text and "stopped arriving" not in text, text[-3000:]
+        assert took < 20, took  # not kChunkWait's 60 s
+        out, err = p.communicate(timeout=60)
+        assert out.startswith("copy ") and out != "copy 0\n", out + err  # the copy failed, the client said why
+        assert "lost the session on rgpu-server at " + a.addr in err, err
+        # b's session ended when the client left (it cannot go on without a), not with the copy.
+        assert "left (the connection closed)" in b.text(), b.text()[-3000:]
+    finally:
+        p.kill()
+        p.communicate()
+        a.stop()
+        b.stop()
