@@ -147,7 +147,7 @@ def test_500_idle_connections_do_not_keep_an_honest_client_waiting(tmp_path, sto
         start_t = time.time()
         assert wire.healthy_session(s.addr) > 0
         took = time.time() - start_t
-        assert took < 1.0, took
+        assert took < 5.0, took  # not behind the pending handshakes (their deadline: 10 s)
         assert s.alive()
         # Processes: a spare and the pending handshakes (16), not one per connection.
         import subprocess
@@ -173,11 +173,11 @@ def test_a_handshake_dribbled_a_byte_at_a_time_is_dropped_at_its_deadline(tmp_pa
                 closed = True
                 break
             time.sleep(0.2)
-            if time.time() - start_t > 4:
+            if time.time() - start_t > 8:
                 break
         took = time.time() - start_t
         assert closed or wire.peer_closed(c, timeout=2)
-    assert took < 3.5, took
+    assert took < 6, took  # the 1.5 s deadline, with room for a loaded machine; none would run to 8 s
     wait_for_log(s, "did not finish the handshake within 1.5 s")
     assert wire.healthy_session(s.addr) > 0
 
@@ -208,7 +208,10 @@ def test_wrong_tokens_are_refused_without_a_try_after_ten_a_minute_and_not_logge
     assert all("token was refused" in r for r in refusals[:10]), refusals
     assert all("failed token proofs from 127.0.0.1 in the last minute" in r and "check that RGPU_TOKEN" in r
                for r in refusals[10:]), refusals
-    time.sleep(0.5)
+    deadline = time.time() + 30  # each handshake process logs after it has refused
+    while s.text().count("wrong token") < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # a fourth line would show by now
     assert s.text().count("wrong token") == 3, s.text()
     assert "summed up at its end" in s.text()
     assert s.alive()

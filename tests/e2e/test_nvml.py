@@ -94,7 +94,7 @@ def test_rgpu_smi_lists_live_sessions(server):
 
 
 def test_rgpu_smi_sessions_json_gives_memory_calls_and_rate(server):
-    # A client that allocates 32 MiB and makes calls for about two seconds, then waits.
+    # A client that allocates 32 MiB and makes calls for about two seconds, then on until the end.
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import ctypes, sys, time; cu = ctypes.CDLL('libcuda.so.1'); assert cu.cuInit(0) == 0\n"
@@ -102,7 +102,10 @@ def test_rgpu_smi_sessions_json_gives_memory_calls_and_rate(server):
          "p = ctypes.c_uint64(); assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(32 << 20)) == 0\n"
          "t = time.time()\n"
          "while time.time() - t < 2.5: cu.cuCtxSynchronize()\n"
-         "print('up', flush=True); sys.stdin.readline()"],
+         # It goes on calling until the test is done: the rate is sampled once a second, and a
+         # holder gone quiet reads 0 calls/s by the time a slow rgpu-smi asks.
+         "print('up', flush=True)\nimport select\n"
+         "while not select.select([sys.stdin], [], [], 0.01)[0]: cu.cuCtxSynchronize()"],
         env={**os.environ, "LD_LIBRARY_PATH": str(BUILD / "lib"), "RGPU_SERVER": server.addr,
              "RGPU_ONEWAY_SYNC": "0", "RGPU_ALLOC_AHEAD": "0"},
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, IMAGE, Server, free_port, restart_on_port, run_client
+from conftest import BUILD, IMAGE, Server, free_port, restart_on_port, run_client, wait_for_log
 from fault_proxy import FaultProxy
 
 PROGRAM = str(BUILD / "bin/reconnect_test")
@@ -293,7 +293,7 @@ def test_a_goodbye_sent_across_a_break_still_ends_the_session(runtime_dir, tmp_p
     try:
         assert client.stdout.readline().strip() == "ready", client.stderr.read()
         proxy.strike()
-        time.sleep(0.3)
+        wait_for_log(server, "keeping the session for")  # the cut has happened: the goodbye goes after it
         go.touch()
         start = time.time()
         out, err = client.communicate(timeout=60)

@@ -143,6 +143,7 @@ QUERIES = SHIM_PREAMBLE + textwrap.dedent(r"""
         ok(cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "MemGetInfo")
         return free.value
     before = [free_bytes() for i in range(100)]
+    print("asked", flush=True)  # the worker parks now: the next query runs on the reading thread
     go = sys.argv[1]
     for i in range(6000):
         if os.path.exists(go):
@@ -170,6 +171,7 @@ def test_a_query_run_on_the_reading_thread_of_a_suspended_session_leaves_heartbe
                             stderr=subprocess.PIPE, text=True)
     try:
         pid = wait_for_session(server, "python")  # comm: python3, python3.11, ...
+        assert proc.stdout.readline().strip() == "asked"
         assert smi(server, "suspend", pid).returncode == 0
         go.touch()
         deadline = time.time() + 4  # four heartbeat intervals

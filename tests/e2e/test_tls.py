@@ -248,7 +248,7 @@ def connect_seconds(target, tmp_path, env):
 
 @pytest.mark.parametrize("token", [None, "s3cret"])
 def test_tls_adds_at_most_two_round_trips_to_a_connect(short_dir, tmp_path, token):
-    rtt = float(os.environ.get("RGPU_TEST_RTT", "0.1"))
+    rtt = float(os.environ.get("RGPU_TEST_RTT", "0.2"))  # CPU noise stays a small part of one
     plain = Server(token=token, extra_args=["--runtime-dir", short_dir])
     secure = tls_server(short_dir, token=token)
     proxies = []
