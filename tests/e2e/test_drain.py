@@ -51,6 +51,7 @@ def test_sigterm_tells_the_client_refuses_new_connections_and_lets_the_session_f
         assert wait_for_text(server, "prog=reconnect_test from", count=2), server.text()
         server.proc.send_signal(signal.SIGTERM)
         assert wait_for_text(server, "draining 1 session for up to 60 s (--drain-timeout)"), server.text()
+        assert wait_for_text(server, "; told it so"), server.text()  # the session sends its notice
         assert refused(server.port)
         assert server.alive()
         go.touch()
