@@ -96,12 +96,17 @@ class Server:
 def restart_on_port(port, extra_args=()):
     """A new rgpu-server on the port of one just killed: the old one's spare holds the port for a
     moment after its parent died, so it is tried for up to 10 s. Fails the test if none listens."""
-    for _ in range(50):
+    deadline = time.time() + 10
+    while time.time() < deadline:
         server = Server(extra_args=extra_args, port=port)
-        time.sleep(0.2)
+        # It says "listening on" once it holds the port, or exits when it cannot bind (the port
+        # answering proves nothing: the old spare may be what answers).
+        while server.alive() and "listening on" not in server.text() and time.time() < deadline + 20:
+            time.sleep(0.02)
         if server.alive():
             return server
         server.log.close()
+        time.sleep(0.2)
     raise AssertionError("a second rgpu-server could not listen on the port")
 
 
