@@ -2,6 +2,7 @@
 their async forms go from server to server over a link the source dials, never through the
 client. Checked byte-exact at odd sizes up to 64 MiB, both ways, and by the client's own byte
 counts (RGPU_STATS): what it sent and received is what it uploaded and read back, not the copies."""
+import contextlib
 import json
 import os
 import time
@@ -303,9 +304,10 @@ def _link_sockets(server):
     return found
 
 
-def _break_connection(pid, fd):
-    """Shuts down a socket another process holds, as a dropped connection would end it for that
-    process: pidfd_getfd (Linux 5.6) lends us the socket, and shutdown acts on the socket itself."""
+@contextlib.contextmanager
+def _borrowed_socket(pid, fd):
+    """A socket another process holds, lent to this one by pidfd_getfd (Linux 5.6): options read
+    and a shutdown act on the socket itself; closing the copy leaves the owner's open."""
     import ctypes
     import socket
 
@@ -316,11 +318,19 @@ def _break_connection(pid, fd):
         if mine < 0:
             pytest.skip(f"cannot take another process's socket (pidfd_getfd: {os.strerror(ctypes.get_errno())}); "
                         "this test needs Linux 5.6+ and ptrace rights over the server")
-        s = socket.socket(fileno=mine)
-        s.shutdown(socket.SHUT_RDWR)
-        s.close()
+        with socket.socket(fileno=mine) as s:
+            yield s
     finally:
         os.close(pidfd)
+
+
+def _break_connection(pid, fd):
+    """Shuts down a socket another process holds, as a dropped connection would end it for that
+    process."""
+    import socket
+
+    with _borrowed_socket(pid, fd) as s:
+        s.shutdown(socket.SHUT_RDWR)
 
 
 def test_a_broken_copy_link_is_dialled_again_by_the_next_copy(tmp_path):
@@ -370,27 +380,13 @@ def test_a_broken_copy_link_is_dialled_again_by_the_next_copy(tmp_path):
 
 
 def _socket_options(pid, fd):
-    """(SO_KEEPALIVE, TCP_KEEPIDLE s, TCP_USER_TIMEOUT ms) of a socket another process holds,
-    borrowed with pidfd_getfd as _break_connection does."""
-    import ctypes
+    """(SO_KEEPALIVE, TCP_KEEPIDLE s, TCP_USER_TIMEOUT ms) of a socket another process holds."""
     import socket
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    pidfd = os.pidfd_open(pid)
-    try:
-        mine = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd
-        if mine < 0:
-            pytest.skip(f"cannot take another process's socket (pidfd_getfd: {os.strerror(ctypes.get_errno())}); "
-                        "this test needs Linux 5.6+ and ptrace rights over the server")
-        s = socket.socket(fileno=mine)
-        try:
-            return (s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
-                    s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
-                    s.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
-        finally:
-            s.close()  # our copy only: the server's socket stays open
-    finally:
-        os.close(pidfd)
+    with _borrowed_socket(pid, fd) as s:
+        return (s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                s.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
 
 
 SOURCE_DIES_SCRIPT = SHIM_PREAMBLE + """n = 64 << 20  # 16 chunks on the link (4 MiB each), each read off a's device in 200 ms
