@@ -89,6 +89,9 @@ constexpr Variable kVariables[] = {
      "MiB of freed `.cpu()` results the PyTorch device keeps for the next `.cpu()` of their size "
      "(fresh memory is zeroed by the kernel as it is first touched; `torch.rgpu.empty_cache()` "
      "frees them), `0` for none"},
+    {"RGPU_PEER_COPY_WAIT_S", "60", nullptr, kServer,
+     "how long a server waits for a copy from another server (`RGPU_SERVER=a,b`) that the source "
+     "server has not named on a live link, before failing it"},
     {"RGPU_ORDER_WAIT_MS", "10000", nullptr, kServer,
      "how long a call waits for another client thread's earlier one-way call still running in the "
      "driver before it runs anyway"},
@@ -217,6 +220,7 @@ void read_all() {
   s.tls_threads = tls_threads.empty() ? -1 : std::clamp(std::atoi(tls_threads.c_str()), 0, 64);
   s.user = str("USER");
   s.order_wait_ms = positive("RGPU_ORDER_WAIT_MS");
+  s.peer_copy_wait_s = static_cast<int>(std::min(positive("RGPU_PEER_COPY_WAIT_S"), 1ll << 20));
   s.host_cache_mb = static_cast<size_t>(std::clamp(std::atoll(str("RGPU_HOST_CACHE_MB").c_str()), 0ll, 1ll << 30));
   s.fake_noop_kernels = str("RGPU_FAKE_NOOP_KERNELS") == "1";
   s.inline_calls = str("RGPU_INLINE_CALLS") != "0";

@@ -82,6 +82,7 @@ struct Settings {
   int tls_threads = -1;                     // RGPU_TLS_THREADS (-1: the default, protocol/tls_records.h)
   std::string user;                         // USER: the identity a connection gives the server
   long long order_wait_ms = 0;              // RGPU_ORDER_WAIT_MS (server/session.cpp)
+  int peer_copy_wait_s = 60;                // RGPU_PEER_COPY_WAIT_S (server/handlers/peer_copy.cpp)
   size_t host_cache_mb = 1024;              // RGPU_HOST_CACHE_MB (python/rgpu/csrc/runtime/host_cache.cpp)
   bool fake_noop_kernels = false;           // RGPU_FAKE_NOOP_KERNELS=1 (fakecuda/launch.cpp)
   int fake_load_delay_ms = 0;               // RGPU_FAKE_LOAD_DELAY_MS (fakecuda/module.cpp)

@@ -357,14 +357,22 @@ enum Op : uint16_t {
   //   it, kPeerLinkMagic and the ticket) and, after
   //   the stream's earlier work (its context's, without a stream), sends the copy's bytes as
   //   chunks: u64 copy id, u32 length (at most kPeerChunk), the bytes; a length of
-  //   kPeerChunkFailed, followed by i32 CUresult, tells B the copy failed at A.
+  //   kPeerChunkFailed, followed by i32 CUresult, tells B the copy failed at A. Before that wait
+  //   A names the copy on the link with a length of kPeerChunkPending and no bytes: B then waits
+  //   for the bytes as long as the link lives, however long A's stream takes, and fails the copy
+  //   when the link ends.
   // kOpPeerReceive, to B (one-way for async copies): u64 copy id, u64 dst, u64 n, u8 has
   //   stream, u64 stream. B, in the order of the calls of the client thread, waits for the
   //   stream's earlier work (its context's, without a stream), then writes the copy's bytes to
   //   dst as they arrive, so calls after it on that stream find them there.
+  // kOpPeerCancel, to B, one-way, from the client: u64 copy id, i32 CUresult. A answered the
+  //   synchronous copy with that failure without reaching B (it could not dial the link): B's
+  //   receive of the copy ends with it instead of waiting for bytes that will not come. B's
+  //   reading thread takes it itself, since the worker that would run it is the one waiting.
   kOpPeerTicket = 49,
   kOpPeerSend = 50,
   kOpPeerReceive = 51,
+  kOpPeerCancel = 52,
   // Reply to a request whose op the server does not know: prefix, then i32 CUDA_ERROR_NOT_SUPPORTED.
   // (No separate op: the reply carries the request's op.)
   kFirstCudaOp = 256,
@@ -386,6 +394,7 @@ inline constexpr uint32_t kPeerLinkMagic = 0x50504752;  // "RGPP" on the wire
 inline constexpr size_t kPeerTicketBytes = 32;
 inline constexpr uint32_t kPeerChunk = 4u << 20;
 inline constexpr uint32_t kPeerChunkFailed = 0xffffffff;
+inline constexpr uint32_t kPeerChunkPending = 0xfffffffe;
 inline constexpr size_t kMaxPeerSendError = 1024;
 // kOpParamLayout walks at most this many parameters (past the driver's own limit: 32764 bytes).
 inline constexpr uint32_t kMaxParamLayout = 4096;

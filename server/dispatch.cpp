@@ -76,6 +76,7 @@ constexpr Row kRows[] = {
     {proto::kOpPeerTicket, "peer ticket", handlers::peer_ticket},
     {proto::kOpPeerSend, "peer send", handlers::peer_send},
     {proto::kOpPeerReceive, "peer receive", handlers::peer_receive},
+    {proto::kOpPeerCancel, "peer cancel", handlers::peer_cancel},
     {proto::kOpMappedAlloc, "mapped alloc", mapped<mapped_alloc>},
     {proto::kOpManagedAlloc, "managed alloc", mapped<managed_alloc>},
     {proto::kOpMappedFree, "mapped free", mapped<mapped_free>},

@@ -487,6 +487,15 @@ class Session : public ClientCallbacks {
         callback_done(id);
         continue;
       }
+      if (f.h.op == proto::kOpPeerCancel && (f.h.flags & proto::kNoReply)) {
+        // Taken here too: the worker of that client thread is the one waiting in the copy's receive.
+        if (!handlers::peer_cancel(f.payload.data(), f.payload.size())) {
+          hostile("a malformed cancel of a copy between servers");
+          status_ = 1;
+          return true;
+        }
+        continue;
+      }
       if (f.h.flags & proto::kReply) {
         hostile("the client sent a reply frame");
         status_ = 1;

@@ -12,6 +12,8 @@
 // other side the copy waits for the whole context's earlier work instead (stricter than the
 // driver, never looser). Links run TLS when the destination's session does. Where the destination
 // cannot take a link (it cannot listen), the bytes stage through this process, synchronously.
+// When the source answers a synchronous copy with a failure, the destination is told
+// (kOpPeerCancel), so that it does not wait for bytes that will not come.
 #include <cuda.h>
 
 #include <atomic>
@@ -148,6 +150,13 @@ bool across_servers(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUconte
     // source's log holds the reason.
     const std::string why = rgpu::log::printable(s.reply().str(proto::kMaxPeerSendError));
     if (!why.empty()) rgpu::log::error("a copy between servers failed: %s", why.c_str());
+    // The destination may not have heard (the source could not dial it): it ends its receive
+    // now instead of waiting for bytes (kOpPeerCancel; a no-op where it has been told already).
+    Call x(proto::kOpPeerCancel, rgpu::client::kOneWay);
+    x.to_server(to);
+    proto::wire::put_peer_cancel(x.args(), {copy, static_cast<int32_t>(sent)});
+    rgpu::client::Connection* conn = rgpu::client::connection(to);
+    if (x.invoke() == CUDA_SUCCESS && conn) conn->flush();
   }
   const CUresult received = r.finish();
   *rc = sent != CUDA_SUCCESS ? sent : received;

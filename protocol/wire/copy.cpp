@@ -126,4 +126,16 @@ bool read_peer_receive(Reader& r, PeerReceive* out) {
   return r.ok();
 }
 
+void put_peer_cancel(Writer& w, const PeerCancel& v) {
+  w.put_u64(v.copy);
+  w.put<int32_t>(v.result);
+}
+
+bool read_peer_cancel(Reader& r, PeerCancel* out) {
+  out->copy = r.u64();
+  out->result = r.i32();
+  if (r.left() != 0) r.fail();  // nothing follows
+  return r.ok();
+}
+
 }  // namespace rgpu::proto::wire

@@ -92,7 +92,8 @@ void put_pitched_copy_head(Writer& w, bool async, const PitchedCopy& c);
 // over kMaxCopyBytes or zero, and a host source whose bytes are not exactly W*H*D.
 bool read_pitched_copy(Reader& r, bool async, bool three_d, PitchedCopy* out);
 
-// Copies between two servers (protocol/messages.h kOpPeerTicket, kOpPeerSend, kOpPeerReceive).
+// Copies between two servers (protocol/messages.h kOpPeerTicket, kOpPeerSend, kOpPeerReceive,
+// kOpPeerCancel).
 using PeerTicket = std::array<uint8_t, kPeerTicketBytes>;
 struct PeerSend {
   uint64_t copy = 0;
@@ -113,5 +114,11 @@ struct PeerReceive {
 };
 void put_peer_receive(Writer& w, const PeerReceive& v);
 bool read_peer_receive(Reader& r, PeerReceive* out);
+struct PeerCancel {
+  uint64_t copy = 0;
+  int32_t result = 0;  // what the source answered (a failure)
+};
+void put_peer_cancel(Writer& w, const PeerCancel& v);
+bool read_peer_cancel(Reader& r, PeerCancel* out);
 
 }  // namespace rgpu::proto::wire

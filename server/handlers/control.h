@@ -39,7 +39,7 @@ void export_table_info(Dispatch& d);
 void sessions(Dispatch& d);
 // kOpSessionControl: rgpu-smi suspend, resume, migrate (server/session_control.cpp).
 void session_control(Dispatch& d);
-// kOpPeerTicket, kOpPeerSend, kOpPeerReceive: copies between two servers' devices, straight from
+// kOpPeerTicket, kOpPeerSend, kOpPeerReceive, kOpPeerCancel: copies between two servers' devices, straight from
 // server to server (server/handlers/peer_copy.cpp). peer_copy_setup runs once, before the first
 // call: where the session's client reached it (links are listened for there) and, when the session
 // runs over TLS, the server's TLS context (links then run TLS too); nullptr: plain TCP.
@@ -47,6 +47,11 @@ void peer_copy_setup(int client_fd, std::shared_ptr<proto::TlsContext> tls);
 void peer_ticket(Dispatch& d);
 void peer_send(Dispatch& d);
 void peer_receive(Dispatch& d);
+// kOpPeerCancel: the client's word that A failed copy N without reaching B. Session::read_loop
+// hands it here itself (the worker that would run it waits in the copy's receive): false when the
+// payload is malformed. peer_cancel(Dispatch&) is the same for a frame that reaches dispatch.
+bool peer_cancel(const uint8_t* payload, size_t n);
+void peer_cancel(Dispatch& d);
 // (Which op each of these answers: server/dispatch.cpp.)
 
 }  // namespace rgpu::server::handlers

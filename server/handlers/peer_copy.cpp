@@ -1,7 +1,7 @@
 // Copies between devices of two servers (protocol/messages.h kOpPeerTicket, kOpPeerSend,
-// kOpPeerReceive): the source server A reads the bytes off its device and writes them on a link to
-// the destination server B, which writes them to its device; the client sends each side its half
-// and never sees the bytes.
+// kOpPeerReceive, kOpPeerCancel): the source server A reads the bytes off its device and writes
+// them on a link to the destination server B, which writes them to its device; the client sends
+// each side its half and never sees the bytes.
 //
 // Each session is a process of its own, so what is kept here (the link listener, the tickets it
 // takes, the links dialled, the chunks that arrived) is this session's. B listens for links on a
@@ -11,7 +11,11 @@
 // per pair of servers, and A dials again with the same ticket when the link it kept has closed
 // (B restarted its end, the connection dropped), once per copy. B's link threads never touch the driver:
 // they keep each copy's chunks until the client thread's worker reaches the copy's kOpPeerReceive,
-// which writes them in that thread's call order, after the stream's earlier work. When the
+// which writes them in that thread's call order, after the stream's earlier work. A names each
+// copy on its link (kPeerChunkPending) before it waits for its own stream, so B waits for a named
+// copy as long as that link lives; B fails a copy when its link ends short of its bytes, when A
+// never named it within RGPU_PEER_COPY_WAIT_S, or when the client cancels it (kOpPeerCancel: A
+// failed it without reaching B). When the
 // session runs over TLS its links do too: A checks B's certificate against the fingerprint B gave
 // the client inside the client's own verified TLS connection (kOpPeerTicket), and B knows A by the
 // ticket.
@@ -31,6 +35,7 @@
 #include <vector>
 
 #include "common/crypto.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "protocol/frame.h"
@@ -45,12 +50,13 @@ namespace {
 using proto::wire::PeerTicket;
 using Clock = std::chrono::steady_clock;
 
-// How long B waits for the next chunk of a copy before failing it: A is gone or never came.
-constexpr auto kChunkWait = std::chrono::seconds(60);
+// How long B waits for a copy that A has not named on a live link before failing it: A is gone or
+// never came (RGPU_PEER_COPY_WAIT_S, default 60).
+std::chrono::seconds chunk_wait() { return std::chrono::seconds(env::get().peer_copy_wait_s); }
 
 // Both ends of a link find it dead within 30 s (keepalive after 15 s idle, 3 probes 5 s apart;
 // written bytes unacknowledged for 30 s) when the other end vanished without a word (its host
-// down, the network cut): below kChunkWait, and instead of TCP's retransmissions (15 minutes) for
+// down, the network cut): below chunk_wait(), and instead of TCP's retransmissions (15 minutes) for
 // A's write. A kept link found dead is dialled again; B's link thread ends, failing the copies
 // whose bytes were coming on it.
 void set_link_liveness(int fd) {
@@ -61,7 +67,7 @@ void set_link_liveness(int fd) {
 struct Arrived {
   std::deque<std::vector<uint8_t>> chunks;
   int32_t failed = CUDA_SUCCESS;  // the source's error, when it sent kPeerChunkFailed
-  uint64_t link = 0;              // the link its chunks come on (A sends a copy on one link)
+  uint64_t link = 0;              // the link A named it on (kPeerChunkPending, its chunks): one per copy
   bool link_ended = false;        // that link has ended: no more of its bytes will come
 };
 
@@ -155,6 +161,12 @@ void serve_link(int fd) {
       g_in.cv.notify_all();
       continue;
     }
+    if (len == proto::kPeerChunkPending) {  // A has the copy and waits for its stream
+      std::lock_guard<std::mutex> lock(g_in.mu);
+      g_in.copies[copy].link = link;
+      g_in.cv.notify_all();
+      continue;
+    }
     if (len == 0 || len > proto::kPeerChunk) {
       log::warn("copy link from %s sent a malformed chunk (%u bytes); closed", from.c_str(), len);
       break;
@@ -169,7 +181,7 @@ void serve_link(int fd) {
   }
   log::info("copy link from server %s closed", from.c_str());
   // The copies whose bytes were coming on this link get no more: a receive that has not had them
-  // all fails now instead of waiting out kChunkWait (A sends a copy on one link, and tells a copy
+  // all fails now instead of waiting out chunk_wait() (A sends a copy on one link, and tells a copy
   // that broke as failed on a new one).
   std::lock_guard<std::mutex> lock(g_in.mu);
   for (auto& [id, c] : g_in.copies)
@@ -275,6 +287,14 @@ bool send_chunk(Link& l, uint64_t copy, const void* data, uint32_t len) {
   return l.t->write(iov, 3);
 }
 
+// Names the copy on the link before A waits for its stream (kPeerChunkPending).
+bool send_pending(Link& l, uint64_t copy) {
+  uint32_t len = proto::kPeerChunkPending;
+  std::lock_guard<std::mutex> lock(l.mu);
+  iovec iov[2] = {{&copy, sizeof copy}, {&len, sizeof len}};
+  return l.t->write(iov, 2);
+}
+
 bool send_failure(Link& l, uint64_t copy, int32_t rc) {
   uint32_t len = proto::kPeerChunkFailed;
   std::lock_guard<std::mutex> lock(l.mu);
@@ -360,9 +380,10 @@ void peer_send(Dispatch& d) {
   if (!link)
     return refuse_send(d, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
                        "a copy to the server at " + to.str() + " could not dial its copy link: " + why + "; " + check());
+  // B hears of the copy before the wait for the stream, which may be long.
+  bool broke = !send_pending(*link, a.copy);
   CUcontext pushed = nullptr;
-  CUresult rc = settle(d, a.src, a.has_stream, a.stream, &pushed);
-  bool broke = false;
+  CUresult rc = broke ? CUDA_ERROR_PEER_ACCESS_UNSUPPORTED : settle(d, a.src, a.has_stream, a.stream, &pushed);
   std::vector<uint8_t> buf(static_cast<size_t>(std::min<uint64_t>(a.n, proto::kPeerChunk)));
   for (uint64_t off = 0; rc == CUDA_SUCCESS && off < a.n;) {
     const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(a.n - off, proto::kPeerChunk));
@@ -406,10 +427,16 @@ void peer_receive(Dispatch& d) {
     {
       std::unique_lock<std::mutex> lock(g_in.mu);
       Arrived& c = g_in.copies[a.copy];
-      if (!g_in.cv.wait_for(lock, kChunkWait, [&] { return !c.chunks.empty() || c.failed || c.link_ended; })) {
-        log::warn("a copy from another server stopped arriving (%llu of %llu bytes in %lld s); failing it",
+      auto news = [&] { return !c.chunks.empty() || c.failed || c.link_ended; };
+      bool came = g_in.cv.wait_for(lock, chunk_wait(), news);
+      // A has named the copy on a link that lives (keepalive watches it): it is waiting for its
+      // stream's earlier work, however long that takes, or sending.
+      while (!came && c.link) came = g_in.cv.wait_for(lock, chunk_wait(), news);
+      if (!came) {
+        log::warn("a copy from another server did not come (%llu of %llu bytes in %lld s: its source server never "
+                  "named it on a link); failing it",
                   static_cast<unsigned long long>(off), static_cast<unsigned long long>(a.n),
-                  static_cast<long long>(kChunkWait.count()));
+                  static_cast<long long>(chunk_wait().count()));
         if (rc == CUDA_SUCCESS) rc = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
         break;
       }
@@ -440,6 +467,34 @@ void peer_receive(Dispatch& d) {
   }
   unsettle(d, pushed);
   d.reply.put<int32_t>(rc);
+}
+
+}  // namespace rgpu::server::handlers
+
+namespace rgpu::server::handlers {
+
+// B's receive of copy a.copy ends with a.result (unless A has told it already).
+static void cancel(const proto::wire::PeerCancel& a) {
+  std::lock_guard<std::mutex> lock(g_in.mu);
+  Arrived& c = g_in.copies[a.copy];
+  if (!c.failed) c.failed = a.result ? a.result : CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+  g_in.cv.notify_all();
+}
+
+bool peer_cancel(const uint8_t* payload, size_t n) {
+  Reader r(payload, n);
+  proto::wire::PeerCancel a;
+  if (!proto::wire::read_peer_cancel(r, &a)) return false;
+  cancel(a);
+  return true;
+}
+
+void peer_cancel(Dispatch& d) {
+  proto::wire::PeerCancel a;
+  if (!proto::wire::read_peer_cancel(d.args, &a)) return;
+  if (!in_session()) return d.reply.put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+  cancel(a);
+  d.reply.put<int32_t>(CUDA_SUCCESS);
 }
 
 }  // namespace rgpu::server::handlers

@@ -10,10 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, SHIM_PREAMBLE, Server, run_client
+from conftest import BUILD, IMAGE, SHIM_PREAMBLE, Server, run_client
 
 MIB = 1 << 20
 SIZES = [1, 12345, 16 * MIB + 3, 64 * MIB - 1]
+
+# mem[0] on device 0 (server a), mem[1] on device 1 (server b): n bytes each (n set before), and
+# their contexts ctx[0], ctx[1].
+N_BYTES_ON_EACH = """u64 = ctypes.c_uint64
+ctx, mem = [], []
+for d in (0, 1):
+    c, p = ctypes.c_void_p(), ctypes.c_uint64()
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain")
+    ok(cu.cuCtxSetCurrent(c), "set current")
+    ok(cu.cuMemAlloc_v2(ctypes.byref(p), n), "alloc")
+    ctx.append(c); mem.append(p.value)
+"""
+
 
 SCRIPT = """import ctypes, os, random, sys
 cu = ctypes.CDLL(os.environ["SHIM"])
@@ -141,25 +154,18 @@ def ok(rc, what):
         print(f"FAIL {what}: {rc}"); sys.stdout.flush(); os._exit(1)
 ok(cu.cuInit(0), "cuInit")
 n = 65537
-ctx, mem = [], []
-for d in (0, 1):
-    c, p = ctypes.c_void_p(), ctypes.c_uint64()
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain")
-    ok(cu.cuCtxSetCurrent(c), "set current")
-    ok(cu.cuMemAlloc_v2(ctypes.byref(p), n), "alloc")
-    ctx.append(c); mem.append(p)
-good = 0
+""" + N_BYTES_ON_EACH + """good = 0
 for r in range(int(sys.argv[1])):
     for d in (0, 1):
         data = bytes((i * 13 + r + d) % 256 for i in range(n))
-        ok(cu.cuMemcpyHtoD_v2(mem[d], data, n), "htod")
+        ok(cu.cuMemcpyHtoD_v2(u64(mem[d]), data, n), "htod")
         got = ctypes.create_string_buffer(n)
-        ok(cu.cuMemcpyDtoH_v2(got, mem[d], n), "dtoh")
+        ok(cu.cuMemcpyDtoH_v2(got, u64(mem[d]), n), "dtoh")
         good += got.raw == data
     # and server to server: the link between them does not go through the client's connections
-    ok(cu.cuMemcpyDtoD_v2(mem[1], mem[0], n), "dtod")
+    ok(cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), n), "dtod")
     got = ctypes.create_string_buffer(n)
-    ok(cu.cuMemcpyDtoH_v2(got, mem[1], n), "dtoh 1")
+    ok(cu.cuMemcpyDtoH_v2(got, u64(mem[1]), n), "dtoh 1")
     good += got.raw == bytes((i * 13 + r) % 256 for i in range(n))
 print("good", good)
 """
@@ -283,9 +289,10 @@ def _descendants(pid):
     return found
 
 
-def _link_sockets(server):
+def _link_sockets(server, state="01"):
     """(pid, fd) of each established TCP connection the server's processes hold that is not a
-    client's (whose local port is the server's): the copy links it accepted."""
+    client's (whose local port is the server's): the copy links it accepted or dialled. With
+    state "0A": its listening sockets but the server's own, where it takes copy links."""
     found = []
     for pid in _descendants(server.proc.pid):
         try:
@@ -297,7 +304,7 @@ def _link_sockets(server):
             for fd in Path(f"/proc/{pid}/fd").iterdir():
                 target = os.readlink(fd)
                 inode = target[len("socket:["):-1] if target.startswith("socket:[") else None
-                if inode in tcp and tcp[inode][1] == "01" and tcp[inode][0] != server.port:
+                if inode in tcp and tcp[inode][1] == state and tcp[inode][0] != server.port:
                     found.append((pid, int(fd.name)))
         except OSError:
             continue  # the process ended meanwhile
@@ -389,16 +396,21 @@ def _socket_options(pid, fd):
                 s.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
 
 
+def _start(script_text, tmp_path, a, b):
+    """The script as a client of a and b, its stdin and stdout pipes to talk to the test."""
+    import subprocess
+
+    script = tmp_path / "client.py"
+    script.write_text(script_text)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(BUILD / "lib"), "RGPU_SERVER": f"{a.addr},{b.addr}",
+           "SHIM": str(BUILD / "lib/libcuda.so.1")}
+    env.pop("RGPU_TOKEN", None)
+    return subprocess.Popen(["python3", str(script)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
 SOURCE_DIES_SCRIPT = SHIM_PREAMBLE + """n = 64 << 20  # 16 chunks on the link (4 MiB each), each read off a's device in 300 ms: 4.8 s
-u64 = ctypes.c_uint64
-mem = []
-for d in (0, 1):
-    c, p = ctypes.c_void_p(), ctypes.c_uint64()
-    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d), "retain")
-    ok(cu.cuCtxSetCurrent(c), "set current")
-    ok(cu.cuMemAlloc_v2(ctypes.byref(p), n), "alloc")
-    mem.append(p.value)
-ok(cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), 4096), "a first copy: the link is dialled")
+""" + N_BYTES_ON_EACH + """ok(cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), 4096), "a first copy: the link is dialled")
 print("copying", flush=True)
 print("copy", cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), n), flush=True)
 """
@@ -410,17 +422,10 @@ def test_a_copy_whose_source_session_dies_fails_at_once_on_the_destination(tmp_p
     once instead of waiting 60 s for bytes that cannot come. Both ends of the link watch it for a
     silent peer (keepalive after 15 s, TCP_USER_TIMEOUT 30 s)."""
     import signal
-    import subprocess
 
     a = Server(env={"RGPU_FAKE_DTOH_DELAY_MS": "300"})
     b = Server(env={"RGPU_FAKE_ADDRESS_SLOT": "1"})
-    script = tmp_path / "dies.py"
-    script.write_text(SOURCE_DIES_SCRIPT)
-    env = {**os.environ, "LD_LIBRARY_PATH": str(BUILD / "lib"), "RGPU_SERVER": f"{a.addr},{b.addr}",
-           "SHIM": str(BUILD / "lib/libcuda.so.1")}
-    env.pop("RGPU_TOKEN", None)
-    p = subprocess.Popen(["python3", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = _start(SOURCE_DIES_SCRIPT, tmp_path, a, b)
     try:
         line = p.stdout.readline()
         assert line == "copying\n", line + p.stdout.read() + p.stderr.read()
@@ -449,3 +454,86 @@ def test_a_copy_whose_source_session_dies_fails_at_once_on_the_destination(tmp_p
         p.communicate()
         a.stop()
         b.stop()
+
+
+LONG_STREAM_SCRIPT = SHIM_PREAMBLE + """import random
+n = 5 * (1 << 20) + 7
+""" + N_BYTES_ON_EACH + """ok(cu.cuCtxSetCurrent(ctx[0]), "set current")
+data = random.Random(3).randbytes(n)
+ok(cu.cuMemcpyHtoD_v2(u64(mem[0]), data, n), "upload")
+s = ctypes.c_void_p(); ok(cu.cuStreamCreate(ctypes.byref(s), 1), "stream")
+mod, spin = ctypes.c_void_p(), ctypes.c_void_p()
+ok(cu.cuModuleLoadData(ctypes.byref(mod), open(os.environ["IMAGE"], "rb").read()), "load")
+ok(cu.cuModuleGetFunction(ctypes.byref(spin), mod, b"rgpu_spin"), "function")
+arg = ctypes.c_longlong(3000)  # a's stream is busy three times b's wait for an unnamed copy
+params = (ctypes.c_void_p * 1)(ctypes.addressof(arg))
+ok(cu.cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, params, None), "spin")
+ok(cu.cuMemcpyDtoDAsync_v2(u64(mem[1]), u64(mem[0]), n, s), "copy a->b behind the kernel")
+ok(cu.cuStreamSynchronize(s), "sync a's stream")
+ok(cu.cuCtxSetCurrent(ctx[1]), "set current")
+got = ctypes.create_string_buffer(n)
+rc = cu.cuMemcpyDtoH_v2(got, u64(mem[1]), n)
+print("copied", rc, got.raw == data, flush=True)
+"""
+
+
+def test_a_copy_behind_long_work_on_its_source_stream_waits_for_it(tmp_path):
+    """b gives a copy that a has not named 1 s (RGPU_PEER_COPY_WAIT_S here; 60 by default), but a
+    names it on the link before it waits for its stream: a copy behind 3 s of work on a's stream
+    arrives byte-exact instead of failing on b after 1 s."""
+    a = Server()
+    b = Server(env={"RGPU_FAKE_ADDRESS_SLOT": "1", "RGPU_PEER_COPY_WAIT_S": "1"})
+    try:
+        script = tmp_path / "long.py"
+        script.write_text(LONG_STREAM_SCRIPT)
+        r = run_client(["python3", str(script)], f"{a.addr},{b.addr}", timeout=120,
+                       env_extra={"SHIM": str(BUILD / "lib/libcuda.so.1"), "IMAGE": str(IMAGE)})
+        assert "copied 0 True" in r.stdout, r.stdout + r.stderr + b.text()[-3000:]
+        assert "did not come" not in b.text(), b.text()[-3000:]
+    finally:
+        a.stop()
+        b.stop()
+
+
+CANCEL_SCRIPT = SHIM_PREAMBLE + """import time
+n = 1 << 20
+""" + N_BYTES_ON_EACH + """ok(cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), n), "a first copy: the ticket, the link")
+print("linked", flush=True)
+sys.stdin.readline()  # the test closes the link and b's listener
+t = time.time()
+rc = cu.cuMemcpyDtoD_v2(u64(mem[1]), u64(mem[0]), n)
+print("copy", rc, round(time.time() - t, 1), flush=True)
+ok(cu.cuMemsetD8_v2(u64(mem[1]), 7, n), "b still serves this thread")
+print("DONE", flush=True)
+"""
+
+
+def test_a_copy_whose_source_cannot_dial_the_destination_fails_at_once(tmp_path):
+    """a cannot dial b (b's link and its link listener are shut down between two copies): a answers
+    the copy with what to check, and the client tells b (kOpPeerCancel), whose receive ends then
+    instead of after 60 s; b goes on serving the same client thread."""
+    a = Server()
+    b = Server(env={"RGPU_FAKE_ADDRESS_SLOT": "1"})
+    p = _start(CANCEL_SCRIPT, tmp_path, a, b)
+    try:
+        line = p.stdout.readline()
+        assert line == "linked\n", line + p.stdout.read() + p.stderr.read()
+        links, listeners = _link_sockets(b), _link_sockets(b, "0A")
+        assert len(links) == 1 and len(listeners) == 1, (links, listeners)
+        _break_connection(*listeners[0])  # refuses connections from now on
+        _break_connection(*links[0])
+        deadline = time.time() + 10
+        while "closed" not in b.text().split("copy link from server")[-1] and time.time() < deadline:
+            time.sleep(0.05)  # b's link thread saw the end: a sees it hung up
+        p.stdin.write("\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+        a.stop()
+        b.stop()
+    assert "DONE" in out, out + err
+    copy = next(l for l in out.splitlines() if l.startswith("copy "))
+    rc, took = int(copy.split()[1]), float(copy.split()[2])
+    assert rc != 0 and took < 10, out  # not b's 60 s
+    assert "could not dial its copy link" in err, err

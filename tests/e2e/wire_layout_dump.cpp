@@ -47,7 +47,7 @@ int main() {
   C(kOpManagedAlloc), C(kOpParamLayout), C(kOpFuncAttributes), C(kOpClusterOccupancyTable), C(kOpAllocAhead);
   C(kOpAllocMany), C(kOpClusterTopology), C(kOpHandleSpace), C(kFirstCudaOp), C(kFirstNvmlOp), C(kFirstNcclOp);
   C(kOpPeerTicket), C(kOpPeerSend), C(kOpPeerReceive), C(kPeerLinkMagic), C(kPeerTicketBytes), C(kPeerChunk);
-  C(kPeerChunkFailed), C(kMaxPeerSendError);
+  C(kPeerChunkFailed), C(kMaxPeerSendError), C(kOpPeerCancel), C(kPeerChunkPending);
   C(kNvmlMaxArray), C(kMaxParamLayout), C(kMaxFuncAttributes), C(kMaxClusterTable), C(kMaxClusterTopology);
   C(kMaxAllocAhead), C(kMaxAllocAheadBytes), C(kMaxAllocMany), C(kMaxAllocManyCount), C(kMaxAllocManyBytes);
   C(kNvmlMaxString), C(kFirstClientHandle), C(kServerMintedBit), C(kHandleServerShift), C(kMaxServers),

@@ -2,7 +2,7 @@
 // bytes of host-to-device and pitched copies among them), the client decodes the async data
 // frame's head, so any bytes must decode or be refused without reading past the end or taking a
 // size over the limits. The first byte picks the message (bit 7: the async form; with 2, bit 6 the
-// copies between servers, bit 5 which half). What decodes
+// copies between servers, bit 5 which half, bit 4 without it the cancel). What decodes
 // must re-encode to bytes that decode and re-encode to the same bytes again.
 #include <cstdint>
 #include <cstdlib>
@@ -41,6 +41,10 @@ bool decode_encode(uint8_t k, Reader& r, Writer* out) {
           PeerSend m;
           if (!read_peer_send(r, &m)) return false;
           put_peer_send(*out, m);
+        } else if (k & 0x10) {
+          PeerCancel m;
+          if (!read_peer_cancel(r, &m)) return false;
+          put_peer_cancel(*out, m);
         } else {
           PeerReceive m;
           if (!read_peer_receive(r, &m)) return false;
@@ -99,4 +103,13 @@ void rgpu_fuzz_seeds(std::vector<std::vector<uint8_t>>* out) {
   c.depth = 2;
   put_pitched_copy_head(three, true, c);
   seed(0xc3, three);
+  Writer send, receive, cancel;
+  PeerSend ps;
+  ps.copy = 7, ps.host = "10.0.0.2", ps.port = 40000, ps.src = 0x2000, ps.n = 4096;
+  put_peer_send(send, ps);
+  seed(0x62, send);
+  put_peer_receive(receive, {7, 0x3000, 4096, true, 3});
+  seed(0x42, receive);
+  put_peer_cancel(cancel, {7, 217});
+  seed(0x52, cancel);
 }
