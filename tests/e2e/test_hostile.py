@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -113,6 +114,21 @@ def test_malformed_payload_for_a_known_op_closes_the_connection(server):
         c.send(wire.frame(wire.OPS["cuMemAlloc_v2"], b"\x01", 0, 7, 1))
         assert wire.peer_closed(c.sock)
     wait_for_log(server, "malformed arguments for cuMemAlloc_v2 (op 562, 1 bytes)")
+    assert_still_serving(server)
+
+
+def test_a_malformed_copy_cancel_closes_the_connection(server):
+    # kOpPeerCancel is taken by the session's reading thread itself, outside dispatch: its own
+    # decoder refuses a payload that is not exactly u64 copy, i32 result.
+    for payload in (b"\x01", bytes(13)):
+        with wire.Conn(server.addr) as c:
+            c.snapshot()
+            c.send(wire.frame(wire.CONTROL["kOpPeerCancel"], payload, wire.K_NO_REPLY, 0, 1))
+            assert wire.peer_closed(c.sock)
+    deadline = time.time() + 30
+    while server.text().count("a malformed cancel of a copy between servers") < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.text().count("a malformed cancel of a copy between servers") == 2, server.text()[-3000:]
     assert_still_serving(server)
 
 
