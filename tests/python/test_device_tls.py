@@ -37,9 +37,9 @@ def test_quick_start_over_tls_with_the_pinned_fingerprint(tls_opserver):
 
 def test_an_untrusted_certificate_is_refused_with_how_to_pin_it(tls_opserver):
     start = time.time()
-    r = run_python(QUICK_START, {"RGPU_OPSERVER": "tls://" + tls_opserver.addr, "RGPU_CONNECT_TIMEOUT": "30"})
+    r = run_python(QUICK_START, {"RGPU_OPSERVER": "tls://" + tls_opserver.addr, "RGPU_CONNECT_TIMEOUT": "120"})
     assert r.returncode != 0
-    assert time.time() - start < 20
+    assert time.time() - start < 60  # not retried until the connect timeout (room for torch's import)
     assert f"set RGPU_TLS_FINGERPRINT={tls_opserver.fingerprint} to trust it" in r.stderr, r.stderr
 
 
