@@ -281,25 +281,21 @@ void drop(const net::Address& addr, const std::shared_ptr<Link>& l) {
   if (it != g_links.end() && it->second == l) g_links.erase(it);
 }
 
-bool send_chunk(Link& l, uint64_t copy, const void* data, uint32_t len) {
+// One message on the link: u64 copy id, u32 length (a chunk's, or kPeerChunkFailed /
+// kPeerChunkPending), then `n` bytes of body.
+bool send_on(Link& l, uint64_t copy, uint32_t len, const void* body, size_t n) {
   std::lock_guard<std::mutex> lock(l.mu);
-  iovec iov[3] = {{&copy, sizeof copy}, {&len, sizeof len}, {const_cast<void*>(data), len}};
-  return l.t->write(iov, 3);
+  iovec iov[3] = {{&copy, sizeof copy}, {&len, sizeof len}, {const_cast<void*>(body), n}};
+  return l.t->write(iov, n ? 3 : 2);
 }
 
-// Names the copy on the link before A waits for its stream (kPeerChunkPending).
-bool send_pending(Link& l, uint64_t copy) {
-  uint32_t len = proto::kPeerChunkPending;
-  std::lock_guard<std::mutex> lock(l.mu);
-  iovec iov[2] = {{&copy, sizeof copy}, {&len, sizeof len}};
-  return l.t->write(iov, 2);
-}
+bool send_chunk(Link& l, uint64_t copy, const void* data, uint32_t len) { return send_on(l, copy, len, data, len); }
+
+// Names the copy on the link before A waits for its stream.
+bool send_pending(Link& l, uint64_t copy) { return send_on(l, copy, proto::kPeerChunkPending, nullptr, 0); }
 
 bool send_failure(Link& l, uint64_t copy, int32_t rc) {
-  uint32_t len = proto::kPeerChunkFailed;
-  std::lock_guard<std::mutex> lock(l.mu);
-  iovec iov[3] = {{&copy, sizeof copy}, {&len, sizeof len}, {&rc, sizeof rc}};
-  return l.t->write(iov, 3);
+  return send_on(l, copy, proto::kPeerChunkFailed, &rc, sizeof rc);
 }
 
 // Makes the context of device pointer p current on this thread, and waits for the stream's work
@@ -468,10 +464,6 @@ void peer_receive(Dispatch& d) {
   unsettle(d, pushed);
   d.reply.put<int32_t>(rc);
 }
-
-}  // namespace rgpu::server::handlers
-
-namespace rgpu::server::handlers {
 
 // B's receive of copy a.copy ends with a.result (unless A has told it already).
 static void cancel(const proto::wire::PeerCancel& a) {
